@@ -1,0 +1,98 @@
+"""loadprobe: record the load of an ML inference service, analyse its portrait, plan its hardware.
+
+Recording, in the service::
+
+    import loadprobe
+    from loadprobe import probe, request
+
+    loadprobe.start("data/", service="vision")   # or set LOADPROBE_DIR=data/
+
+    @probe("backbone", batch=lambda x: x.shape[0], engine="npu")
+    def backbone(x): ...
+
+    loadprobe.stop()
+
+``import loadprobe`` loads only the standard library; pyarrow and psutil load when a
+recorder starts, and analysis libraries never load in the service.
+"""
+
+from __future__ import annotations
+
+import os as _os
+
+from ._probe import Span, probe, request
+from ._version import __version__
+
+__all__ = [
+    "Recorder",
+    "RecorderStats",
+    "Span",
+    "__version__",
+    "current",
+    "flush",
+    "probe",
+    "request",
+    "start",
+    "stop",
+]
+
+
+def start(
+    output_dir: str | _os.PathLike = "loadprobe-data",
+    *,
+    service: str | None = None,
+    tags: dict | None = None,
+    sample_devices: bool = True,
+    sample_interval_s: float = 0.5,
+    flush_interval_s: float = 1.0,
+    **options,
+):
+    """Start recording this process into ``output_dir``; returns the :class:`Recorder`.
+
+    Spans go to ``output_dir/<host>/<service>/<pid>-<start>/``. Further keywords:
+    ``max_buffered_spans`` (memory cap, default 262,144), ``rotate_interval_s`` (60) and
+    ``rotate_bytes`` (64 MiB) for segment rotation. Calling it again returns the running
+    recorder. I/O problems never raise: they are counted in ``stats()`` and logged once.
+    """
+    from . import _recorder
+
+    return _recorder.start(
+        output_dir,
+        service=service,
+        tags=tags,
+        sample_devices=sample_devices,
+        sample_interval_s=sample_interval_s,
+        flush_interval_s=flush_interval_s,
+        **options,
+    )
+
+
+def stop():
+    """Flush, finish the files and stop recording; returns the final stats (None if not recording)."""
+    from . import _recorder
+
+    return _recorder.stop()
+
+
+def flush(timeout: float = 10.0) -> bool:
+    """Write everything recorded so far; returns False if nothing is recording or it timed out."""
+    from . import _recorder
+
+    return _recorder.flush(timeout)
+
+
+def current():
+    """The running :class:`Recorder`, or None."""
+    from . import _recorder
+
+    return _recorder.current()
+
+
+def __getattr__(name: str):
+    # Recorder and RecorderStats live with the flusher; importing them on demand keeps
+    # ``import loadprobe`` free of anything but the standard library.
+    if name in ("Recorder", "RecorderStats"):
+        from . import _recorder
+
+        return getattr(_recorder, name)
+    raise AttributeError(f"module 'loadprobe' has no attribute {name!r}")

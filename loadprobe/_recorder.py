@@ -1,0 +1,476 @@
+"""The recorder: drains span buffers and device samples into one run directory per process.
+
+One background thread (the flusher) converts what the probes buffered into Arrow batches
+and appends them to segment files (``_segments.py``); another samples devices
+(``_samplers.py``). The host's threads never wait for either: write errors are counted,
+logged once and retried; past the memory cap spans are dropped and counted. Counters
+land in run.json so analysis can report data loss honestly.
+
+Usage::
+
+    import loadprobe
+
+    recorder = loadprobe.start("data/", service="vision")
+    ...
+    print(recorder.stats())
+    loadprobe.stop()
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from time import perf_counter_ns
+
+from . import _env, _inventory, _probe
+from ._version import __version__
+
+log = logging.getLogger("loadprobe")
+
+RUN_SCHEMA = "run/1.0"
+DEFAULT_MAX_BUFFERED_SPANS = 1 << 18
+_FLUSH_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class RecorderStats:
+    """Counters of one recorder. ``spans_recorded`` counts spans accepted into buffers."""
+
+    run_dir: str
+    spans_recorded: int
+    spans_dropped: int
+    spans_written: int
+    samples_written: int
+    samples_dropped: int
+    files: int
+    write_errors: int
+    extractor_errors: int
+    invalid_values: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class Recorder:
+    """Records this process's spans and, optionally, device samples into ``run_dir``.
+
+    Create it through ``loadprobe.start()``; one recorder is active per process.
+    ``record_spans=False`` and ``sampler_pids`` serve ``loadprobe record``, which only
+    samples devices on behalf of the command it runs.
+    """
+
+    def __init__(
+        self,
+        output_dir: str | os.PathLike = "loadprobe-data",
+        *,
+        service: str | None = None,
+        tags: dict | None = None,
+        sample_devices: bool = True,
+        sample_interval_s: float = 0.5,
+        flush_interval_s: float = 1.0,
+        max_buffered_spans: int = DEFAULT_MAX_BUFFERED_SPANS,
+        rotate_interval_s: float = 60.0,
+        rotate_bytes: int = 64 << 20,
+        record_spans: bool = True,
+        sampler_pids: list[int] | None = None,
+        forked_from: str | None = None,
+    ) -> None:
+        for name, value in (("sample_interval_s", sample_interval_s), ("flush_interval_s", flush_interval_s),
+                            ("rotate_interval_s", rotate_interval_s)):
+            if not value > 0:
+                raise ValueError(f"loadprobe.start: {name} must be > 0 seconds, got {value!r}")
+        if max_buffered_spans < 1 or rotate_bytes < 1:
+            raise ValueError("loadprobe.start: max_buffered_spans and rotate_bytes must be positive")
+        self.output_dir = Path(output_dir)
+        self.service = _safe_name(service or os.environ.get(_env.LOADPROBE_SERVICE) or _program_name())
+        self.tags = {str(k): str(v) for k, v in (tags or {}).items()}
+        self.sample_devices = sample_devices
+        self.sample_interval_s = sample_interval_s
+        self.flush_interval_s = flush_interval_s
+        self.max_buffered_spans = max_buffered_spans
+        self.rotate_interval_s = rotate_interval_s
+        self.rotate_bytes = rotate_bytes
+        self.record_spans = record_spans
+        self.sampler_pids = sampler_pids
+        self.forked_from = forked_from
+        self.pid = os.getpid()
+        self.started_ns = time.time_ns()
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.started_ns / 1e9))
+        self.run_id = f"{self.pid}-{stamp}.{self.started_ns // 1_000_000 % 1000:03d}Z"
+        self.run_dir = self.output_dir / _inventory.host_name() / self.service / self.run_id
+        self.stopped_ns: int | None = None
+        self._spans_drained = 0
+        self._write_errors = 0
+        self._lost_rows: dict[str, int] = {}  # rows dropped while the disk refused them
+        self._warned: set[str] = set()
+        self._pending: dict[str, list] = {"spans": [], "samples": []}
+        self._writers: dict = {}
+        self._converter = None
+        self._sampler = None
+        self._availability: dict = {}
+        self._hardware: dict = {}
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._stopping = False
+        self._flush_cond = threading.Condition()
+        self._flushes_done = 0
+        self._flushes_asked = 0
+        self._last_counters: tuple | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> Recorder:
+        """Set up samplers and the flusher thread, write run.json, start accepting spans."""
+        from . import _samplers, _segments, _tables
+
+        self._converter = _tables.SpanConverter(self.run_id)
+        for kind in ("spans", "samples"):
+            self._writers[kind] = _segments.SegmentWriter(
+                self.run_dir, kind, rotate_bytes=self.rotate_bytes, rotate_interval_s=self.rotate_interval_s
+            )
+        sources = _samplers.default_sources(self.sampler_pids, include_children=self.sampler_pids is not None)
+        self._availability = {s.name: s.availability() for s in sources}
+        gpus = next((s.inventory() for s in sources if s.name == "nvml"), [])
+        self._hardware = _inventory.hardware(gpus)
+        if self.sample_devices:
+            self._sampler = _samplers.Sampler(sources, self.sample_interval_s)
+        else:
+            for source in sources:
+                if hasattr(source, "close"):
+                    source.close()
+        self._reserve_run_dir()
+        self._write_run_json()
+        self._thread = threading.Thread(target=self._run, name="loadprobe-flusher", daemon=True)
+        self._thread.start()
+        if self._sampler is not None:
+            self._sampler.start()
+        if self.record_spans:
+            _probe.activate(self.max_buffered_spans)
+        return self
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Write everything buffered so far; True once it is on disk (or tried and counted)."""
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return False
+        with self._flush_cond:
+            self._flushes_asked += 1
+            wanted = self._flushes_asked
+            self._wake.set()
+            return self._flush_cond.wait_for(lambda: self._flushes_done >= wanted, timeout)
+
+    def stop(self, timeout: float = 10.0) -> RecorderStats:
+        """Stop sampling and recording, write what is left, finish the files as Parquet."""
+        if self.record_spans:
+            _probe.deactivate()
+        if self._sampler is not None:
+            self._sampler.stop()
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        return self.stats()
+
+    def stats(self) -> RecorderStats:
+        dropped, extractor_errors = _probe.counters() if self.record_spans else (0, 0)
+        buffered = _probe.buffered() if self.record_spans and _probe._active else 0
+        spans_writer = self._writers.get("spans")
+        samples_writer = self._writers.get("samples")
+        return RecorderStats(
+            run_dir=str(self.run_dir),
+            spans_recorded=self._spans_drained + buffered,
+            spans_dropped=dropped + self._lost("spans"),
+            spans_written=spans_writer.rows_written if spans_writer else 0,
+            samples_written=samples_writer.rows_written if samples_writer else 0,
+            samples_dropped=(self._sampler.dropped if self._sampler else 0) + self._lost("samples"),
+            files=sum(w.files_written for w in self._writers.values()),
+            write_errors=self._write_errors,
+            extractor_errors=extractor_errors,
+            invalid_values=self._converter.invalid_values if self._converter else 0,
+        )
+
+    # -- the flusher thread ----------------------------------------------------------
+
+    def _run(self) -> None:
+        self._recover_dead_runs()
+        last = time.monotonic()
+        early = max(1, self.max_buffered_spans // 2)
+        while not self._stopping:
+            self._wake.wait(_FLUSH_POLL_S)
+            if self._stopping:
+                break
+            asked = self._wake.is_set()
+            if asked or time.monotonic() - last >= self.flush_interval_s or (self.record_spans and _probe.buffered() >= early):
+                self._wake.clear()
+                self._flush_once()
+                last = time.monotonic()
+        self._flush_once()
+        for writer in self._writers.values():
+            writer.close()
+        self.stopped_ns = time.time_ns()
+        self._write_run_json()
+        self._notify_flushed()
+
+    def _flush_once(self) -> None:
+        done = self._flushes_asked
+        try:
+            offset = time.time_ns() - perf_counter_ns()
+            if self.record_spans:
+                rows = _probe.drain()
+                if rows:
+                    self._spans_drained += len(rows)
+                    self._pending["spans"].append(self._converter.batch(rows, offset))
+            if self._sampler is not None:
+                samples = self._sampler.drain()
+                if samples:
+                    from ._tables import samples_batch
+
+                    self._pending["samples"].append(samples_batch(samples))
+            for kind in self._pending:
+                self._write_pending(kind)
+            counters = tuple(self.stats().as_dict().values())
+            if counters != self._last_counters:
+                self._last_counters = counters
+                self._write_run_json()
+        except Exception as exc:  # a bug here must never reach the host; say it once
+            self._warn_once("internal", f"loadprobe: flusher error, recording continues: {exc!r}")
+        with self._flush_cond:
+            self._flushes_done = max(self._flushes_done, done)
+            self._flush_cond.notify_all()
+
+    def _notify_flushed(self) -> None:
+        with self._flush_cond:
+            self._flushes_done = self._flushes_asked
+            self._flush_cond.notify_all()
+
+    def _write_pending(self, kind: str) -> None:
+        pending, writer = self._pending[kind], self._writers[kind]
+        try:
+            while pending:
+                writer.write(pending[0])
+                pending.pop(0)
+            writer.rotate_if_due()
+        except OSError as exc:
+            self._write_errors += 1
+            self._warn_once("write", f"loadprobe: cannot write to {self.run_dir} ({exc}); "
+                                     "keeping data in memory up to the cap and retrying")
+        # Data the disk refused waits in memory, bounded like the buffers: oldest goes first.
+        while sum(b.num_rows for b in pending) > self.max_buffered_spans and len(pending) > 1:
+            self._lost_rows[kind] = self._lost_rows.get(kind, 0) + pending.pop(0).num_rows
+
+    def _lost(self, kind: str) -> int:
+        return self._lost_rows.get(kind, 0)
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message)
+
+    # -- run directory and run.json ---------------------------------------------------
+
+    def _reserve_run_dir(self) -> None:
+        """Create a run directory nobody has used; never reuse one (nothing is overwritten)."""
+        base, n = self.run_dir, 1
+        while True:
+            try:
+                self.run_dir.parent.mkdir(parents=True, exist_ok=True)
+                self.run_dir.mkdir()
+                break
+            except FileExistsError:
+                n += 1
+                self.run_dir = base.with_name(f"{base.name}-{n}")
+            except OSError as exc:
+                self._write_errors += 1
+                self._warn_once("write", f"loadprobe: cannot create {self.run_dir} ({exc}); "
+                                         "recording continues in memory up to the cap and keeps retrying")
+                break
+        for writer in self._writers.values():
+            writer.directory = self.run_dir
+
+    def run_info(self) -> dict:
+        """The content of run.json."""
+        proc_started = None
+        try:
+            import psutil
+
+            proc_started = psutil.Process(self.pid).create_time()
+        except Exception:
+            pass
+        return {
+            "schema": RUN_SCHEMA,
+            "loadprobe_version": __version__,
+            "host": _inventory.host_name(),
+            "service": self.service,
+            "run_id": self.run_id,
+            "pid": self.pid,
+            "process_started": proc_started,
+            "argv": list(sys.argv),
+            "started_ns": self.started_ns,
+            "stopped_ns": self.stopped_ns,
+            "forked_from": self.forked_from,
+            "tags": self.tags,
+            "role": "service" if self.record_spans else "supervisor",
+            "settings": {
+                "sample_devices": self.sample_devices,
+                "sample_interval_s": self.sample_interval_s,
+                "flush_interval_s": self.flush_interval_s,
+                "max_buffered_spans": self.max_buffered_spans,
+                "rotate_interval_s": self.rotate_interval_s,
+                "rotate_bytes": self.rotate_bytes,
+            },
+            "hardware": self._hardware,
+            "samplers": self._availability if self.sample_devices else {},
+            "counters": {k: v for k, v in self.stats().as_dict().items() if k != "run_dir"},
+        }
+
+    def _write_run_json(self) -> None:
+        path = self.run_dir / "run.json"
+        tmp = self.run_dir / ".run.json.tmp"
+        try:
+            tmp.write_text(json.dumps(self.run_info(), indent=2, default=str) + "\n", encoding="utf-8")
+            os.replace(tmp, path)  # our own metadata: replaced whole, never half-written
+        except OSError as exc:
+            self._write_errors += 1
+            self._warn_once("write", f"loadprobe: cannot write {path} ({exc}); recording continues")
+
+    def _recover_dead_runs(self) -> None:
+        """Finish segments that crashed processes of this service left on this host."""
+        from ._segments import recover_run
+
+        try:
+            siblings = [p for p in self.run_dir.parent.iterdir() if p.is_dir() and p != self.run_dir]
+        except OSError:
+            return
+        for run_dir in siblings:
+            try:
+                if run_is_dead(run_dir):
+                    recover_run(run_dir)
+            except Exception as exc:
+                self._warn_once("recover", f"loadprobe: could not recover {run_dir}: {exc}")
+
+
+def run_is_dead(run_dir: Path) -> bool:
+    """Whether the process that wrote ``run_dir`` on this host has ended (so its files are final)."""
+    try:
+        info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        pid = int(info["pid"])
+        started = info.get("process_started")
+    except (OSError, ValueError, KeyError, TypeError):
+        return False  # not ours to touch
+    if info.get("host") != _inventory.host_name():
+        return False
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        return started is not None and abs(proc.create_time() - float(started)) > 1.0  # pid reused
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+
+
+def _program_name() -> str:
+    path = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path("python")
+    name = path.stem
+    if name in ("__main__", "-c", ""):
+        name = path.parent.name or "python"
+    return name
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name)).strip(".") or "service"
+
+
+# -- the process-wide recorder ---------------------------------------------------------
+
+_current: Recorder | None = None
+_lock = threading.Lock()
+_hooks_installed = False
+_inherited: list = []  # a forked child's copy of the parent's recorder: kept, never closed
+
+
+def start(output_dir: str | os.PathLike = "loadprobe-data", **options) -> Recorder:
+    global _current
+    with _lock:
+        if _current is not None:
+            if Path(output_dir) != _current.output_dir:
+                log.warning("loadprobe: already recording into %s; start(%r) ignored", _current.output_dir, output_dir)
+            return _current
+        recorder = Recorder(output_dir, **options)
+        _install_hooks()
+        recorder.start()
+        _current = recorder
+        return recorder
+
+
+def stop() -> RecorderStats | None:
+    global _current
+    with _lock:
+        recorder, _current = _current, None
+    return recorder.stop() if recorder is not None else None
+
+
+def flush(timeout: float = 10.0) -> bool:
+    recorder = _current
+    return recorder.flush(timeout) if recorder is not None else False
+
+
+def current() -> Recorder | None:
+    return _current
+
+
+def start_from_env() -> None:
+    """Start recording as LOADPROBE_* variables say; a failure is logged, never raised."""
+    try:
+        start(
+            os.environ[_env.LOADPROBE_DIR],
+            service=os.environ.get(_env.LOADPROBE_SERVICE),
+            tags=_env.parse_tags(os.environ.get(_env.LOADPROBE_TAGS)),
+            sample_devices=os.environ.get(_env.LOADPROBE_SAMPLE_DEVICES, "1") not in ("0", "false", "no"),
+        )
+    except Exception as exc:
+        log.warning("loadprobe: could not start from %s: %s", _env.LOADPROBE_DIR, exc)
+
+
+def _install_hooks() -> None:
+    global _hooks_installed
+    if not _hooks_installed:
+        _hooks_installed = True
+        atexit.register(stop)
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _after_fork_in_child() -> None:
+    """Each forked worker records into a run directory of its own."""
+    global _current, _lock
+    _lock = threading.Lock()
+    parent = _current
+    _probe.reset_after_fork()
+    if parent is None:
+        return
+    _inherited.append(parent)  # its threads are gone and its files belong to the parent
+    _current = None
+    _probe.deactivate()
+    try:
+        start(
+            parent.output_dir,
+            service=parent.service,
+            tags=parent.tags,
+            sample_devices=parent.sample_devices,
+            sample_interval_s=parent.sample_interval_s,
+            flush_interval_s=parent.flush_interval_s,
+            max_buffered_spans=parent.max_buffered_spans,
+            rotate_interval_s=parent.rotate_interval_s,
+            rotate_bytes=parent.rotate_bytes,
+            forked_from=parent.run_id,
+        )
+    except Exception as exc:
+        log.warning("loadprobe: forked process %d could not start recording: %s", os.getpid(), exc)

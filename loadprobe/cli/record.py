@@ -1,0 +1,150 @@
+"""``loadprobe record``: run any command with recording switched on, and sample devices meanwhile."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from .. import _env
+from .._errors import LoadprobeError
+
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-o", "--output", default="loadprobe-data", show_default=True,
+              type=click.Path(file_okay=False), help="Directory the command's probes and the device samples record into.")
+@click.option("--service", help="Service name (default: the command's script or program name).")
+@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Tag stored in run.json; repeatable.")
+@click.option("--sample-interval", default=0.5, show_default=True, type=click.FloatRange(min=0.01),
+              help="Seconds between device samples.")
+@click.option("--no-devices", is_flag=True, help="Record spans only; do not sample devices.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def record(output, service, tags, sample_interval, no_devices, command):
+    """Run COMMAND so that its probes record into OUTPUT, sampling devices for its lifetime.
+
+    \b
+    Example:
+        loadprobe record --output data/ -- python serve.py --port 8000
+
+    Signals sent to loadprobe (Ctrl-C, SIGTERM) are passed on to the command, and
+    loadprobe exits with the command's exit status.
+    """
+    if not command:
+        raise LoadprobeError("record: no command given; usage: loadprobe record --output DIR -- python serve.py")
+    for tag in tags:
+        if "=" not in tag:
+            raise LoadprobeError(f"record: --tag {tag!r} is not KEY=VALUE; e.g. --tag build=142")
+    out = Path(output).resolve()
+    service = service or service_name(command)
+    env = dict(os.environ)
+    env[_env.LOADPROBE_DIR] = str(out)
+    env[_env.LOADPROBE_SERVICE] = service
+    env[_env.LOADPROBE_SAMPLE_DEVICES] = "0"  # the supervisor samples for the whole process tree
+    if tags:
+        env[_env.LOADPROBE_TAGS] = ",".join(tags)
+    started = time.time_ns()
+    try:
+        child = subprocess.Popen(list(command), env=env, **_own_process_group())
+    except FileNotFoundError:
+        raise LoadprobeError(f"record: command not found: {command[0]!r}; check the name or give its full path") from None
+    except PermissionError:
+        raise LoadprobeError(f"record: {command[0]!r} is not executable; check its permissions") from None
+
+    previous = {sig: signal.signal(sig, lambda signum, _frame: _forward(child, signum)) for sig in _FORWARDED}
+    supervisor = None
+    try:
+        if not no_devices:
+            from .._recorder import Recorder
+
+            supervisor = Recorder(out, service=service, tags=_env.parse_tags(",".join(tags)),
+                                  sample_interval_s=sample_interval, record_spans=False,
+                                  sampler_pids=[child.pid]).start()
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if supervisor is not None:
+            supervisor.stop()
+    recovered = recover_finished_runs(out)
+    click.echo(summary(out, started, recovered), err=True)
+    sys.exit(128 - code if code < 0 else code)
+
+
+def _own_process_group() -> dict:
+    # In its own group, a Ctrl-C at the terminal reaches the command once, through us,
+    # instead of twice (from the terminal and from our forwarding).
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0}
+    return {"preexec_fn": os.setpgrp}  # pragma: no cover - Python 3.10
+
+
+def _forward(child: subprocess.Popen, signum: int) -> None:
+    if child.poll() is None:
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+
+def service_name(command) -> str:
+    """``python serve.py`` -> ``serve``; ``python -m app.main`` -> ``main``; ``gunicorn ...`` -> ``gunicorn``."""
+    program = Path(command[0]).name
+    args = list(command[1:])
+    if program.startswith("python") and args:
+        if args[0] == "-m" and len(args) > 1:
+            return args[1].rsplit(".", 1)[-1]
+        if not args[0].startswith("-"):
+            return Path(args[0]).stem
+    return program
+
+
+def recover_finished_runs(out: Path) -> int:
+    """Finish the segment files of every run under ``out`` whose process has ended."""
+    from .._inventory import host_name
+    from .._recorder import run_is_dead
+    from .._segments import recover_run
+
+    written = 0
+    for run_json in sorted((out / host_name()).glob("*/*/run.json")):
+        if run_is_dead(run_json.parent):
+            written += recover_run(run_json.parent)
+    return written
+
+
+def summary(out: Path, since_ns: int, recovered: int) -> str:
+    """What this run recorded, from the run.json files it left."""
+    runs = written = dropped = samples = files = errors = 0
+    for run_json in out.glob("*/*/*/run.json"):
+        try:
+            info = json.loads(run_json.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if info.get("started_ns", 0) < since_ns:
+            continue
+        counters = info.get("counters", {})
+        runs += info.get("role") == "service"
+        written += counters.get("spans_written", 0)
+        dropped += counters.get("spans_dropped", 0)
+        samples += counters.get("samples_written", 0)
+        files += counters.get("files", 0)
+        errors += counters.get("write_errors", 0)
+    lines = [f"loadprobe: recorded {written:,} spans from {runs} process(es), {samples:,} device samples -> {out}"]
+    if dropped or errors:
+        lines.append(f"loadprobe: warning: {dropped:,} spans dropped, {errors} write errors (see run.json)")
+    if recovered:
+        lines.append(f"loadprobe: finished {recovered} segment file(s) left by processes that did not stop cleanly")
+    if not runs:
+        lines.append("loadprobe: no process recorded spans: add @probe / @request to the service "
+                     "(see docs/recording.md)")
+    return "\n".join(lines)
