@@ -50,7 +50,7 @@ def start(
     """Start recording this process into ``output_dir``; returns the :class:`Recorder`.
 
     Spans go to ``output_dir/<host>/<service>/<pid>-<start>/``. Further keywords:
-    ``max_buffered_spans`` (memory cap, default 262,144), ``rotate_interval_s`` (60) and
+    ``max_buffered_spans`` (memory cap, default 131,072), ``rotate_interval_s`` (60) and
     ``rotate_bytes`` (64 MiB) for segment rotation. Calling it again returns the running
     recorder. I/O problems never raise: they are counted in ``stats()`` and logged once.
     """

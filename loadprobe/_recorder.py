@@ -35,7 +35,8 @@ from ._version import __version__
 log = logging.getLogger("loadprobe")
 
 RUN_SCHEMA = "run/1.0"
-DEFAULT_MAX_BUFFERED_SPANS = 1 << 18
+DEFAULT_MAX_BUFFERED_SPANS = 1 << 17
+_CONVERT_ROWS = 1 << 16  # spans converted at a time: bounds the flusher's temporary memory
 _FLUSH_POLL_S = 0.05
 
 
@@ -224,9 +225,10 @@ class Recorder:
             offset = time.time_ns() - perf_counter_ns()
             if self.record_spans:
                 rows = _probe.drain()
-                if rows:
-                    self._spans_drained += len(rows)
-                    self._pending["spans"].append(self._converter.batch(rows, offset))
+                self._spans_drained += len(rows)
+                for at in range(0, len(rows), _CONVERT_ROWS):
+                    self._pending["spans"].append(self._converter.batch(rows[at:at + _CONVERT_ROWS], offset))
+                del rows
             if self._sampler is not None:
                 samples = self._sampler.drain()
                 if samples:

@@ -24,6 +24,7 @@ from .schema import SCHEMAS
 _NAME = re.compile(r"^\.?(spans|samples)-(\d{5,})\.(parquet|arrows)$")
 # Low-cardinality columns keep Parquet dictionary encoding; ids and numbers use plain.
 _DICTIONARY_COLUMNS = ["stage", "shape", "engine", "status", "device", "metric"]
+_ROW_GROUP_ROWS = 128 * 1024
 
 
 def stream_name(kind: str, seq: int) -> str:
@@ -135,47 +136,60 @@ def _last_seq(directory: Path, kind: str) -> int:
     return last
 
 
-def read_stream(path: Path) -> pa.Table:
-    """Every complete record batch of a (possibly truncated) segment stream."""
-    batches = []
-    kind = _NAME.match(path.name).group(1)
-    schema = SCHEMAS[kind]
+def iter_stream(path: Path):
+    """Yield the complete record batches of a (possibly truncated) segment stream, one at a time."""
     try:
-        with pa.memory_map(str(path)) as source:
+        with pa.OSFile(str(path), "rb") as source:
             reader = pa.ipc.open_stream(source)
-            schema = reader.schema
             while True:
                 try:
-                    batches.append(reader.read_next_batch())
+                    yield reader.read_next_batch()
                 except StopIteration:
-                    break
+                    return
     except (pa.ArrowInvalid, OSError, EOFError):
-        pass  # cut short by a crash: keep the complete batches read so far
-    return pa.Table.from_batches(batches, schema=schema)
+        return  # cut short by a crash: the complete batches were yielded already
+
+
+def read_stream(path: Path) -> pa.Table:
+    """Every complete record batch of a (possibly truncated) segment stream, as one table."""
+    schema = SCHEMAS[_NAME.match(path.name).group(1)]
+    return pa.Table.from_batches(list(iter_stream(path)), schema=schema)
 
 
 def finish_stream(stream: Path) -> bool:
     """Turn a segment stream into its Parquet file and delete it. True if a file was written.
 
-    Raises OSError if the Parquet file cannot be written; the stream is then left in place.
+    Batches are copied a row group at a time, so memory stays at one row group whatever
+    the segment's size. Raises OSError if the Parquet file cannot be written; the stream
+    is then left in place.
     """
     match = _NAME.match(stream.name)
-    target = stream.with_name(parquet_name(match.group(1), int(match.group(2))))
+    kind = match.group(1)
+    target = stream.with_name(parquet_name(kind, int(match.group(2))))
     if target.exists():  # converted before a crash stopped the delete
         stream.unlink(missing_ok=True)
         return False
-    table = read_stream(stream)
-    if table.num_rows == 0:
-        stream.unlink(missing_ok=True)
-        return False
     tmp = target.with_name(f".{target.name}.tmp")
+    rows = 0
     try:
-        pq.write_table(
-            table.combine_chunks(),
-            str(tmp),
-            compression="zstd",
-            use_dictionary=[c for c in _DICTIONARY_COLUMNS if c in table.column_names],
-        )
+        writer = None
+        group: list[pa.RecordBatch] = []
+        for batch in _chain(iter_stream(stream), [None]):
+            if batch is not None:
+                group.append(batch)
+                rows += batch.num_rows
+            if group and (batch is None or sum(b.num_rows for b in group) >= _ROW_GROUP_ROWS):
+                if writer is None:
+                    writer = pq.ParquetWriter(
+                        str(tmp), group[0].schema, compression="zstd",
+                        use_dictionary=[c for c in _DICTIONARY_COLUMNS if c in group[0].schema.names],
+                    )
+                writer.write_table(pa.Table.from_batches(group), row_group_size=_ROW_GROUP_ROWS)
+                group = []
+        if writer is None:  # nothing complete in it: nothing was recorded there
+            stream.unlink(missing_ok=True)
+            return False
+        writer.close()
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         if target.exists():
@@ -186,6 +200,11 @@ def finish_stream(stream: Path) -> bool:
         raise
     stream.unlink()
     return True
+
+
+def _chain(*iterables):
+    for iterable in iterables:
+        yield from iterable
 
 
 def recover_run(run_dir: Path) -> int:

@@ -1,0 +1,77 @@
+"""Shared fixtures: a real recorder writing real files into a temporary directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import loadprobe
+from loadprobe import _probe
+from loadprobe._segments import read_stream
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def recorder(tmp_path):
+    """A recorder with a short flush interval, stopped (and its files finished) after the test."""
+    rec = loadprobe.start(tmp_path / "data", service="test", sample_devices=False, flush_interval_s=0.05)
+    yield rec
+    loadprobe.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_recorder_leaks():
+    yield
+    if loadprobe.current() is not None:
+        loadprobe.stop()
+    assert not _probe._active
+
+
+def spans_in(path: Path, *, include_streams: bool = False) -> list[dict]:
+    """Every span row under ``path`` (finished Parquet files; optionally live streams too)."""
+    tables = [pq.read_table(p) for p in sorted(Path(path).rglob("spans-*.parquet"))]
+    if include_streams:
+        tables += [read_stream(p) for p in sorted(Path(path).rglob(".spans-*.arrows"))]
+    rows: list[dict] = []
+    for table in tables:
+        rows += table.to_pylist()
+    return rows
+
+
+def samples_in(path: Path) -> list[dict]:
+    rows: list[dict] = []
+    for p in sorted(Path(path).rglob("samples-*.parquet")):
+        rows += pq.read_table(p).to_pylist()
+    return rows
+
+
+def stopped_spans(rec) -> list[dict]:
+    """Stop ``rec`` (finishing its files) and return what it wrote."""
+    loadprobe.stop()
+    return spans_in(rec.run_dir)
+
+
+def run_python(code: str, *, env: dict | None = None, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter with this checkout importable."""
+    full_env = dict(os.environ)
+    full_env.pop("LOADPROBE_DIR", None)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-c", code], env=full_env, timeout=timeout,
+                          capture_output=True, text=True, **kwargs)
+
+
+def by_stage(rows: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for row in rows:
+        out.setdefault(row["stage"], []).append(row)
+    return out
+
+
+__all__ = ["REPO", "by_stage", "pa", "run_python", "samples_in", "spans_in", "stopped_spans"]

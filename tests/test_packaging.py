@@ -1,0 +1,66 @@
+"""The package list, the public surface and what ``import loadprobe`` costs."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import tomllib
+from pathlib import Path
+
+import loadprobe
+
+from .conftest import REPO, run_python
+
+
+def test_package_list_matches_the_folders():
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    declared = set(config["packages"])
+    roots = {"loadprobe": REPO / "loadprobe", **{k: REPO / v for k, v in config["package-dir"].items()}}
+    found = set()
+    for name, root in roots.items():
+        for init in root.rglob("__init__.py"):
+            rel = init.parent.relative_to(root).parts
+            found.add(".".join((name, *rel)))
+    assert declared == found
+
+
+def test_public_surface_is_pinned():
+    assert loadprobe.__all__ == sorted(loadprobe.__all__)
+    assert loadprobe.__all__ == [
+        "Recorder", "RecorderStats", "Span", "__version__", "current", "flush", "probe", "request", "start", "stop",
+    ]
+    for name in loadprobe.__all__:
+        assert getattr(loadprobe, name) is not None
+
+
+def test_import_and_recording_stay_light(tmp_path):
+    code = textwrap.dedent(f"""
+        import json, sys
+        import loadprobe
+        after_import = sorted(sys.modules)
+        from loadprobe import probe
+        @probe("x")
+        def x():
+            pass
+        loadprobe.start({str(tmp_path)!r}, flush_interval_s=0.05)
+        for _ in range(100):
+            x()
+        loadprobe.flush()
+        loadprobe.stop()
+        print(json.dumps({{"import": after_import, "recording": sorted(sys.modules)}}))
+    """)
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr
+    modules = json.loads(done.stdout)
+    heavy = {"pandas", "plotly", "jinja2", "duckdb", "polars", "torch"}
+    assert not heavy & {m.split(".")[0] for m in modules["recording"]}
+    # importing alone loads no third-party package at all
+    assert not {"pyarrow", "psutil", "numpy", "click", "pynvml"} & {m.split(".")[0] for m in modules["import"]}
+
+
+def test_instrumentation_and_reports_are_installed_under_loadprobe():
+    import loadprobe.instrumentation
+    import loadprobe.reports
+
+    assert Path(loadprobe.instrumentation.__file__).parent.name == "instrumentation"
+    assert Path(loadprobe.reports.__file__).parent.name == "reports"

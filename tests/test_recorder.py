@@ -1,0 +1,286 @@
+"""The recorder with real files, threads, forks, subprocesses and signals."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+import loadprobe
+from loadprobe import probe, request
+from loadprobe._segments import read_stream, recover_run
+
+from .conftest import run_python, spans_in
+
+
+def test_run_directory_layout_run_json_and_schema_tags(tmp_path):
+    rec = loadprobe.start(tmp_path, service="vision", tags={"zone": "a"}, flush_interval_s=0.05, sample_interval_s=0.05)
+
+    @probe("stage")
+    def stage():
+        time.sleep(0.001)
+
+    with request():
+        stage()
+    time.sleep(0.2)
+    stats = loadprobe.stop()
+    run_dir = Path(stats.run_dir)
+    host, service, run = run_dir.relative_to(tmp_path).parts
+    assert service == "vision" and run.startswith(f"{os.getpid()}-")
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["schema"] == "run/1.0" and info["pid"] == os.getpid() and info["tags"] == {"zone": "a"}
+    assert info["stopped_ns"] >= info["started_ns"]
+    assert info["counters"]["spans_written"] == 2 and info["counters"]["spans_dropped"] == 0
+    assert info["samplers"]["psutil"]["available"] is True
+    assert set(info["samplers"]) == {"psutil", "nvml", "rapl"}
+    assert info["hardware"]["cpu"]["logical_cores"] == os.cpu_count()
+    spans_file = next(run_dir.glob("spans-*.parquet"))
+    assert pq.read_schema(spans_file).metadata[b"loadprobe.schema"] == b"spans/1.0"
+    samples = pq.read_table(next(run_dir.glob("samples-*.parquet"))).to_pylist()
+    assert {"cpu", "memory", "process"} <= {s["device"] for s in samples}
+    assert not list(run_dir.glob(".*"))  # no streams or temporaries left after a clean stop
+    assert stats.spans_recorded == stats.spans_written == 2
+
+
+def test_flush_writes_to_disk_while_recording_and_rotation_splits_files(tmp_path):
+    rec = loadprobe.start(tmp_path, service="s", sample_devices=False, flush_interval_s=30, rotate_bytes=20_000)
+
+    @probe("tick")
+    def tick(i):
+        return i
+
+    for i in range(3000):
+        tick(i)
+        if i % 500 == 499:
+            assert loadprobe.flush()
+    assert len(spans_in(rec.run_dir, include_streams=True)) == 3000  # on disk before stop
+    loadprobe.stop()
+    files = sorted(rec.run_dir.glob("spans-*.parquet"))
+    assert len(files) >= 2
+    assert sum(pq.read_metadata(f).num_rows for f in files) == 3000
+
+
+def test_start_is_idempotent_and_a_second_directory_is_refused_with_a_warning(tmp_path, caplog):
+    first = loadprobe.start(tmp_path / "a", sample_devices=False)
+    with caplog.at_level(logging.WARNING, logger="loadprobe"):
+        assert loadprobe.start(tmp_path / "b") is first
+    assert "already recording" in caplog.text
+    loadprobe.stop()
+    assert loadprobe.stop() is None
+
+
+def test_memory_cap_drops_and_counts_without_blocking(tmp_path):
+    rec = loadprobe.start(tmp_path, sample_devices=False, max_buffered_spans=1000, flush_interval_s=60)
+
+    @probe("flood")
+    def flood():
+        pass
+
+    offered = 200_000
+    for _ in range(offered):
+        flood()
+    stats = loadprobe.stop()
+    assert stats.spans_dropped > 0
+    assert stats.spans_recorded + stats.spans_dropped == offered
+    assert stats.spans_written == stats.spans_recorded == len(spans_in(rec.run_dir))
+
+
+def test_unwritable_output_leaves_results_untouched_and_warns_once(tmp_path, caplog):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the output directory should be")
+
+    @probe("work")
+    def work(x):
+        return x * 3
+
+    with caplog.at_level(logging.WARNING, logger="loadprobe"):
+        rec = loadprobe.start(blocker / "data", sample_devices=False, flush_interval_s=0.02)
+        results = [work(i) for i in range(1000)]
+        for _ in range(3):
+            loadprobe.flush()
+        stats = loadprobe.stop()
+    assert results == [3 * i for i in range(1000)]
+    assert stats.write_errors >= 3 and stats.spans_written == 0
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and str(blocker) in warnings[0].getMessage()
+    assert blocker.read_text().startswith("a file")  # nothing of the user's was touched
+
+
+def test_full_disk_is_counted_and_the_host_keeps_running(tmp_path):
+    # RLIMIT_FSIZE makes writes past 64 KiB fail with EFBIG, as a full disk fails with ENOSPC.
+    code = textwrap.dedent(f"""
+        import json, resource, signal, sys
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+        import loadprobe
+        from loadprobe import probe
+        @probe("work", shape=lambda i: (i % 97, 3))
+        def work(i):
+            return i + 1
+        rec = loadprobe.start({str(tmp_path)!r}, sample_devices=False, flush_interval_s=0.02)
+        total = 0
+        for round in range(20):
+            total += sum(work(i) for i in range(5000))
+            loadprobe.flush()
+        stats = loadprobe.stop()
+        print(json.dumps({{"total": total, **stats.as_dict()}}))
+    """)
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["total"] == 20 * sum(range(1, 5001))
+    assert out["write_errors"] > 0
+    assert out["spans_recorded"] + out["spans_dropped"] == 100_000
+    for path in Path(tmp_path).rglob("spans-*.parquet"):
+        pq.read_table(path)  # whatever was finished is complete and readable
+    assert done.stderr.count("loadprobe: cannot write") <= 1
+
+
+def test_environment_variable_starts_recording_without_code_changes(tmp_path):
+    code = textwrap.dedent("""
+        from loadprobe import probe, request
+        @probe("step")
+        def step(i):
+            return i
+        for i in range(10):
+            with request():
+                step(i)
+    """)
+    done = run_python(code, env={"LOADPROBE_DIR": str(tmp_path), "LOADPROBE_SERVICE": "envsvc",
+                                 "LOADPROBE_TAGS": "build=7", "LOADPROBE_SAMPLE_DEVICES": "0"})
+    assert done.returncode == 0, done.stderr
+    (run_json,) = tmp_path.glob("*/envsvc/*/run.json")
+    info = json.loads(run_json.read_text())
+    assert info["tags"] == {"build": "7"} and info["samplers"] == {}
+    assert len(spans_in(run_json.parent)) == 20  # finished at exit, no stop() call needed
+
+
+def test_forked_workers_write_their_own_files(tmp_path):
+    code = textwrap.dedent(f"""
+        import os, sys, loadprobe
+        from loadprobe import probe
+        @probe("work")
+        def work(i):
+            return i
+        loadprobe.start({str(tmp_path)!r}, service="pre", sample_devices=False, flush_interval_s=0.05)
+        for i in range(100):
+            work(i)            # the parent's spans, some still unflushed at fork time
+        children = []
+        for w in range(3):
+            pid = os.fork()
+            if pid == 0:
+                for i in range(1000 * (w + 1)):
+                    work(i)
+                sys.exit(0)    # a worker's normal exit (gunicorn's way): atexit finishes its files
+            children.append(pid)
+        codes = [os.waitpid(pid, 0)[1] for pid in children]
+        for i in range(50):
+            work(i)
+        loadprobe.stop()
+        print(codes)
+    """)
+    done = run_python(code)
+    assert done.returncode == 0 and done.stdout.strip() == "[0, 0, 0]", done.stderr
+    counts = {}
+    for run_json in tmp_path.glob("*/pre/*/run.json"):
+        info = json.loads(run_json.read_text())
+        counts[info["pid"]] = (len(spans_in(run_json.parent)), info["forked_from"])
+    parent = [n for n, origin in counts.values() if origin is None]
+    workers = sorted(n for n, origin in counts.values() if origin is not None)
+    assert parent == [150]
+    assert workers == [1000, 2000, 3000]
+
+
+def test_kill_9_leaves_readable_files_and_loses_at_most_one_flush_interval(tmp_path):
+    code = textwrap.dedent(f"""
+        import sys, time, loadprobe
+        from loadprobe import probe
+        @probe("beat")
+        def beat(i):
+            return i
+        rec = loadprobe.start({str(tmp_path)!r}, service="crash", sample_devices=False,
+                              flush_interval_s=0.1, rotate_bytes=30_000)
+        i = 0
+        while True:
+            for _ in range(200):
+                beat(i)
+                i += 1
+            time.sleep(0.01)
+            print(rec.stats().spans_written, flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={k: v for k, v in os.environ.items() if k != "LOADPROBE_DIR"})
+    written = 0
+    for line in proc.stdout:
+        written = int(line)
+        if written >= 20_000:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    (run_dir,) = tmp_path.glob("*/crash/*")
+    for path in run_dir.glob("spans-*.parquet"):
+        pq.read_table(path)  # every finished file is complete
+    streams = list(run_dir.glob(".spans-*.arrows"))
+    assert len(streams) <= 1
+    before = len(spans_in(run_dir, include_streams=True))
+    assert before >= written  # everything flushed before the kill is readable
+    assert not list(run_dir.glob("*.tmp"))
+    recover_run(run_dir)
+    assert not list(run_dir.glob(".spans-*"))
+    after = spans_in(run_dir)
+    assert len(after) == before
+    assert len({r["span_id"] for r in after}) == len(after)  # nothing duplicated by recovery
+
+
+def test_a_new_recorder_finishes_files_that_a_crashed_sibling_left(tmp_path):
+    code = textwrap.dedent(f"""
+        import os, loadprobe
+        from loadprobe import probe
+        @probe("x")
+        def x():
+            pass
+        loadprobe.start({str(tmp_path)!r}, service="svc", sample_devices=False)
+        for _ in range(500):
+            x()
+        loadprobe.flush()
+        os._exit(0)            # no atexit: the segment stays an unfinished stream
+    """)
+    assert run_python(code).returncode == 0
+    (crashed,) = tmp_path.glob("*/svc/*")
+    assert list(crashed.glob(".spans-*.arrows")) and not list(crashed.glob("spans-*.parquet"))
+    loadprobe.start(tmp_path, service="svc", sample_devices=False)
+    deadline = time.monotonic() + 10
+    while not list(crashed.glob("spans-*.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    loadprobe.stop()
+    assert len(spans_in(crashed)) == 500
+    assert not list(crashed.glob(".spans-*"))
+
+
+def test_streams_are_read_up_to_the_last_complete_batch(tmp_path):
+    rec = loadprobe.start(tmp_path, sample_devices=False, flush_interval_s=60)
+
+    @probe("b")
+    def b():
+        pass
+
+    for _ in range(3):
+        for _ in range(100):
+            b()
+        loadprobe.flush()
+    (stream,) = rec.run_dir.glob(".spans-*.arrows")
+    data = stream.read_bytes()
+    loadprobe.stop()
+    cut = tmp_path / "cut" / stream.name
+    cut.parent.mkdir()
+    cut.write_bytes(data[:-40])  # a crash in the middle of the third batch
+    assert read_stream(cut).num_rows == 200
