@@ -108,6 +108,14 @@ def main() -> None:
     print(f"100k spans/s for {s:.0f} s: offered {paced['offered']:,} ({paced['offered_per_s']:,.0f}/s), "
           f"written {paced['written']:,}, dropped {paced['dropped']:,}, lost {lost:,}")
 
+    sustained = {}
+    for rate in (150_000, 200_000, 300_000, 400_000):
+        result = run("probe", rate, 5)
+        sustained[rate] = result
+        print(f"  paced {rate:,}/s for 5 s: achieved {result['offered_per_s']:,.0f}/s, dropped {result['dropped']:,}")
+    lossless = [r for r, res in sustained.items() if res["dropped"] == 0 and res["offered_per_s"] >= 0.98 * r]
+    print(f"highest paced rate with zero loss: {max(lossless, default=100_000):,} spans/s")
+
     flood = run("probe", 1_000_000, s)
     idle = run("none", 1_000_000, s)
     print(f"1M spans/s offered for {s:.0f} s (achieved {flood['offered_per_s']:,.0f}/s): peak RSS "
@@ -115,7 +123,7 @@ def main() -> None:
           f"{idle['peak_rss_mb']:.0f} MiB with no recorder; written {flood['written']:,}, "
           f"dropped {flood['dropped']:,}; recorded + dropped = offered: "
           f"{flood['recorded'] + flood['dropped'] == flood['offered']}")
-    print(json.dumps({"fast_floor": fast_floor, "fast_probe": fast_probe, "paced_100k": paced,
+    print(json.dumps({"sustained": sustained, "fast_floor": fast_floor, "fast_probe": fast_probe, "paced_100k": paced,
                       "flood_1m": flood, "flood_no_recorder": idle}))
 
 

@@ -56,6 +56,8 @@ _env_pending = bool(os.environ.get(LOADPROBE_DIR))
 
 _CO_GENERATOR, _CO_COROUTINE, _CO_ASYNC_GENERATOR = 0x20, 0x80, 0x200
 _MIN_THREAD_CAP = 1024
+DEFAULT_MAX_BUFFERED_SPANS = 1 << 17
+_NO_EXTRAS = (None, None, None, None, None, None)
 
 
 class _Alive:
@@ -179,6 +181,7 @@ def _start_from_env() -> bool:
     """First probe use with LOADPROBE_DIR set: start a recorder there. Returns whether recording."""
     global _env_pending
     _env_pending = False
+    activate(DEFAULT_MAX_BUFFERED_SPANS)  # buffer at once: other threads' spans count from here
     from ._recorder import start_from_env
 
     start_from_env()
@@ -260,8 +263,12 @@ class Span:
         if not (_active or (_env_pending and _start_from_env())):
             self._buf = None
             return self
-        buf = self._buf = _thread_buffer()
-        cur = _frame_get()
+        try:
+            buf = _local.buf
+        except AttributeError:
+            buf = _attach()
+        self._buf = buf
+        ctx = cur = _frame_get()
         outer = buf.frame
         if outer[1] > cur[1]:
             cur = outer
@@ -277,9 +284,10 @@ class Span:
         else:
             self._parent = cur
             frame = (cur[0], sid)
-        self._outer = _frame_get()
+        self._outer = ctx
         self._token = _frame_set(frame) if attach else None
-        self.stage = self.stage or _caller_name()
+        if self.stage is None:
+            self.stage = _caller_name()
         self._t0 = perf_counter_ns()
         return self
 
@@ -296,11 +304,13 @@ class Span:
             except ValueError:  # closed in another context than it was opened in
                 _frame_set(self._outer)
         status = self.status or ("ok" if exc is None else status_of(exc))
-        extras = None
-        fields = (self.batch, self.shape, self.engine, self.flops, self.bytes, self.queue_ns)
-        if fields != (None, None, None, None, None, None):
-            extras = tuple(_evaluate(v, (), {}, buf) for v in fields)
-        _append(buf, (self._t0, t1, self._sid, self._parent, self.stage, status, extras))
+        extras = (self.batch, self.shape, self.engine, self.flops, self.bytes, self.queue_ns)
+        if extras == _NO_EXTRAS:
+            extras = None
+        if len(buf.spans) < _cap:
+            buf.spans.append((self._t0, t1, self._sid, self._parent, self.stage, status, extras))
+        else:
+            buf.dropped += 1
 
     def __enter__(self) -> Span:
         return self._open()

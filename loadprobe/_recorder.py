@@ -35,7 +35,6 @@ from ._version import __version__
 log = logging.getLogger("loadprobe")
 
 RUN_SCHEMA = "run/1.0"
-DEFAULT_MAX_BUFFERED_SPANS = 1 << 17
 _CONVERT_ROWS = 1 << 16  # spans converted at a time: bounds the flusher's temporary memory
 _FLUSH_POLL_S = 0.05
 
@@ -76,7 +75,7 @@ class Recorder:
         sample_devices: bool = True,
         sample_interval_s: float = 0.5,
         flush_interval_s: float = 1.0,
-        max_buffered_spans: int = DEFAULT_MAX_BUFFERED_SPANS,
+        max_buffered_spans: int = _probe.DEFAULT_MAX_BUFFERED_SPANS,
         rotate_interval_s: float = 60.0,
         rotate_bytes: int = 64 << 20,
         record_spans: bool = True,
@@ -131,6 +130,8 @@ class Recorder:
         """Set up samplers and the flusher thread, write run.json, start accepting spans."""
         from . import _samplers, _segments, _tables
 
+        if self.record_spans:
+            _probe.activate(self.max_buffered_spans)  # buffer from now; written once the flusher runs
         self._converter = _tables.SpanConverter(self.run_id)
         for kind in ("spans", "samples"):
             self._writers[kind] = _segments.SegmentWriter(
@@ -152,8 +153,6 @@ class Recorder:
         self._thread.start()
         if self._sampler is not None:
             self._sampler.start()
-        if self.record_spans:
-            _probe.activate(self.max_buffered_spans)
         return self
 
     def flush(self, timeout: float = 10.0) -> bool:
@@ -408,13 +407,18 @@ def start(output_dir: str | os.PathLike = "loadprobe-data", **options) -> Record
             return _current
         recorder = Recorder(output_dir, **options)
         _install_hooks()
-        recorder.start()
+        try:
+            recorder.start()
+        except BaseException:
+            _probe.deactivate()
+            raise
         _current = recorder
         return recorder
 
 
 def stop() -> RecorderStats | None:
     global _current
+    _env_start_done.wait(30)  # a recorder starting from the environment finishes first
     with _lock:
         recorder, _current = _current, None
     return recorder.stop() if recorder is not None else None
@@ -430,7 +434,18 @@ def current() -> Recorder | None:
 
 
 def start_from_env() -> None:
-    """Start recording as LOADPROBE_* variables say; a failure is logged, never raised."""
+    """Start recording as LOADPROBE_* variables say, without holding up the probe that asked.
+
+    Spans are buffered from this moment on; the recorder itself (imports, samplers, files)
+    starts on a background thread and writes them when ready. A failure is logged, never raised.
+    """
+    _install_hooks()  # now, so a short-lived program still finishes its files at exit
+    _probe.activate(_probe.DEFAULT_MAX_BUFFERED_SPANS)
+    _env_start_done.clear()
+    threading.Thread(target=_start_from_env_now, name="loadprobe-start", daemon=True).start()
+
+
+def _start_from_env_now() -> None:
     try:
         start(
             os.environ[_env.LOADPROBE_DIR],
@@ -439,7 +454,14 @@ def start_from_env() -> None:
             sample_devices=os.environ.get(_env.LOADPROBE_SAMPLE_DEVICES, "1") not in ("0", "false", "no"),
         )
     except Exception as exc:
+        _probe.deactivate()
         log.warning("loadprobe: could not start from %s: %s", _env.LOADPROBE_DIR, exc)
+    finally:
+        _env_start_done.set()
+
+
+_env_start_done = threading.Event()
+_env_start_done.set()
 
 
 def _install_hooks() -> None:

@@ -284,3 +284,26 @@ def test_streams_are_read_up_to_the_last_complete_batch(tmp_path):
     cut.parent.mkdir()
     cut.write_bytes(data[:-40])  # a crash in the middle of the third batch
     assert read_stream(cut).num_rows == 200
+
+
+def test_environment_start_keeps_the_spans_of_threads_racing_the_first_probe(tmp_path):
+    code = textwrap.dedent("""
+        import threading
+        from loadprobe import probe, request
+        @probe("step")
+        def step():
+            pass
+        gate = threading.Barrier(8)
+        def serve():
+            gate.wait()
+            for _ in range(50):
+                with request():
+                    step()
+        threads = [threading.Thread(target=serve) for _ in range(8)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+    """)
+    done = run_python(code, env={"LOADPROBE_DIR": str(tmp_path), "LOADPROBE_SAMPLE_DEVICES": "0"})
+    assert done.returncode == 0, done.stderr
+    rows = spans_in(tmp_path)
+    assert sum(r["stage"] == "request" for r in rows) == 400 and len(rows) == 800
