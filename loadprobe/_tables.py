@@ -58,6 +58,8 @@ class SpanConverter:
             pa.array([self._number(v, int) for v in queue], pa.int64()),
             pa.array([self._number(v, float) for v in flops], pa.float64()),
             pa.array([self._number(v, float) for v in nbytes], pa.float64()),
+            pa.nulls(len(start), pa.int64()),
+            pa.nulls(len(start), pa.int64()),
         ]
         return pa.RecordBatch.from_arrays(columns, schema=SPANS)
 

@@ -31,7 +31,7 @@ _dict = pa.dictionary(pa.int32(), pa.string())
 SPANS = pa.schema(
     [
         pa.field("ts_ns", pa.int64(), nullable=False),  # span start, ns since the Unix epoch (UTC)
-        pa.field("dur_ns", pa.int64(), nullable=False),
+        pa.field("dur_ns", pa.int64()),  # null only for imported logs that carry no latency
         pa.field("stage", _dict, nullable=False),
         pa.field("span_id", pa.int64(), nullable=False),  # unique within the run directory
         pa.field("parent_id", pa.int64()),
@@ -43,6 +43,8 @@ SPANS = pa.schema(
         pa.field("queue_ns", pa.int64()),
         pa.field("flops", pa.float64()),
         pa.field("bytes", pa.float64()),
+        pa.field("tokens_in", pa.int64()),  # LLM prompt tokens, where known (imported traces)
+        pa.field("tokens_out", pa.int64()),  # LLM generated tokens, where known
     ],
     metadata={SCHEMA_KEY: f"spans/{SCHEMA_VERSION}".encode(), VERSION_KEY: __version__.encode()},
 )
