@@ -24,10 +24,12 @@ from ._probe import Span, probe, request
 from ._version import __version__
 
 __all__ = [
+    "Portrait",
     "Recorder",
     "RecorderStats",
     "Span",
     "__version__",
+    "analyze",
     "current",
     "flush",
     "probe",
@@ -88,6 +90,18 @@ def current():
     return _recorder.current()
 
 
+def analyze(paths, **options):
+    """The load portrait of recorded data: ``loadprobe.analyze(["data/"]) -> Portrait``.
+
+    Options mirror ``loadprobe analyze``: ``since``, ``until``, ``service``, ``host``,
+    ``device``, ``precision``, ``catalog``, ``engine``, ``workers``, ``scheduler``.
+    Analysis loads numpy and pyarrow only; call it outside the service's hot path.
+    """
+    from .analyze import analyze as run
+
+    return run(paths, **options)
+
+
 def __getattr__(name: str):
     # Recorder and RecorderStats live with the flusher; importing them on demand keeps
     # ``import loadprobe`` free of anything but the standard library.
@@ -95,4 +109,8 @@ def __getattr__(name: str):
         from . import _recorder
 
         return getattr(_recorder, name)
+    if name == "Portrait":
+        from .portrait import Portrait
+
+        return Portrait
     raise AttributeError(f"module 'loadprobe' has no attribute {name!r}")

@@ -27,7 +27,8 @@ def test_package_list_matches_the_folders():
 def test_public_surface_is_pinned():
     assert loadprobe.__all__ == sorted(loadprobe.__all__)
     assert loadprobe.__all__ == [
-        "Recorder", "RecorderStats", "Span", "__version__", "current", "flush", "probe", "request", "start", "stop",
+        "Portrait", "Recorder", "RecorderStats", "Span", "__version__", "analyze", "current", "flush", "probe",
+        "request", "start", "stop",
     ]
     for name in loadprobe.__all__:
         assert getattr(loadprobe, name) is not None

@@ -44,8 +44,10 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 def _register() -> None:
+    from .analyze import analyze
     from .record import record
 
+    main.add_command(analyze)
     main.add_command(record)
 
 

@@ -1,0 +1,92 @@
+"""``loadprobe.analyze``: from recorded data to a Portrait (discover -> map -> merge -> finalize).
+
+Usage::
+
+    import loadprobe
+    portrait = loadprobe.analyze(["data/"], device="nvidia-l4")
+    portrait.save("loadprobe-report/portrait.json")
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from ._errors import LoadprobeError
+from .dataset import discover, file_refs
+from .engines import run_map
+from .finalize import build_portrait
+from .partials import Filters
+from .portrait import Portrait
+
+
+def parse_time(value, option: str) -> int | None:
+    """Epoch ns from an ISO-8601 time (UTC when naive), epoch seconds, or a datetime."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        moment = value
+    else:
+        text = str(value).strip()
+        try:
+            return int(float(text) * 1e9)
+        except ValueError:
+            pass
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise LoadprobeError(f"{option} {text!r}: expected an ISO time like 2026-12-02T10:00:00Z "
+                                 "or epoch seconds") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1e9)
+
+
+def analyze(paths, *, since=None, until=None, service: str | None = None, host: str | None = None,
+            device: str | None = None, precision: str | None = None, catalog=(), engine: str = "inprocess",
+            workers: int = 1, scheduler: str | None = None, progress=None) -> Portrait:
+    """The load portrait of the data under ``paths`` (directories, globs or URIs).
+
+    ``device`` names a catalog entry for the roofline (default: the recorded GPU or CPU
+    when the catalog knows it); ``catalog`` adds device files. ``engine``: "inprocess",
+    "process" (``workers`` processes) or "dask" (a local cluster, or ``scheduler``).
+    """
+    if isinstance(paths, str):
+        paths = [paths]
+    filters = Filters(parse_time(since, "--since"), parse_time(until, "--until"))
+    if filters.since_ns is not None and filters.until_ns is not None and filters.since_ns >= filters.until_ns:
+        raise LoadprobeError(f"--since {since} is not before --until {until}")
+    runs, skipped = discover(paths, service=service, host=host)
+    windows = {r.run_id: (r.info["started_ns"], r.info.get("stopped_ns"))
+               for r in runs if isinstance(r.info.get("started_ns"), int) and r.info.get("role") != "imported"}
+    part = run_map(file_refs(runs), filters, windows, engine=engine, workers=workers, scheduler=scheduler,
+                   progress=progress)
+    if not part.files:
+        reasons = {**skipped, **part.skipped}
+        first = next(iter(reasons.items()), ("", "no files"))
+        raise LoadprobeError(f"{', '.join(map(str, paths))}: no readable data ({len(reasons)} file(s) skipped; "
+                             f"first: {first[0]}: {first[1]})")
+    return build_portrait(part, runs, inputs=list(paths), device=_roofline_device(device, runs, catalog),
+                          precision=precision, dataset_skipped=skipped)
+
+
+def _roofline_device(device: str | None, runs, catalog_files):
+    try:
+        from .catalog import load_catalog
+    except ImportError:  # pragma: no cover - the catalog ships with the package
+        return None
+    catalog = load_catalog(*catalog_files)
+    if device:
+        return catalog.get(device)
+    for run in runs:
+        hardware = run.info.get("hardware") or {}
+        for gpu in hardware.get("gpus") or []:
+            match = catalog.match(str(gpu.get("name", "")))
+            if match is not None:
+                return match
+    for run in runs:
+        model = ((run.info.get("hardware") or {}).get("cpu") or {}).get("model")
+        if model:
+            match = catalog.match(str(model))
+            if match is not None:
+                return match
+    return None

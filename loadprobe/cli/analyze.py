@@ -1,0 +1,62 @@
+"""``loadprobe analyze``: recorded data in, portrait.json and a terminal summary out."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("data", nargs=-1, required=True)
+@click.option("-o", "--output", default="loadprobe-report", show_default=True, type=click.Path(file_okay=False),
+              help="Directory for portrait.json.")
+@click.option("--json", "as_json", is_flag=True, help="Print portrait.json to stdout instead of the summary.")
+@click.option("--since", help="Only data from this time (ISO-8601, UTC if no zone, or epoch seconds).")
+@click.option("--until", help="Only data before this time.")
+@click.option("--service", help="Only this service (a glob pattern).")
+@click.option("--host", help="Only this host (a glob pattern).")
+@click.option("--device", help="Catalog device for the roofline (default: the recorded one when known).")
+@click.option("--precision", help="Precision for the roofline: fp32, fp16, bf16, fp8, int8 ...")
+@click.option("--catalog", "catalogs", multiple=True, type=click.Path(dir_okay=False),
+              help="Extra device catalog file (JSON); repeatable.")
+@click.option("--engine", type=click.Choice(["inprocess", "process", "dask"]), default="inprocess", show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes (--engine process) or Dask workers of a local cluster.")
+@click.option("--scheduler", help="Address of a running Dask scheduler (--engine dask).")
+def analyze(data, output, as_json, since, until, service, host, device, precision, catalogs, engine, workers,
+            scheduler):
+    """Compute the load portrait of DATA (directories, globs or s3://, gs:// URIs).
+
+    \b
+    Example:
+        loadprobe analyze loadprobe-data/ --device nvidia-l4
+    """
+    from ..analyze import analyze as run_analysis
+    from ..reports.summary import render
+
+    bar = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if total < 20 or as_json or not sys.stderr.isatty():
+            return
+        if bar is None:
+            bar = click.progressbar(length=total, label="analysing", file=sys.stderr)
+            bar.__enter__()
+        bar.update(1)
+
+    try:
+        portrait = run_analysis(list(data), since=since, until=until, service=service, host=host, device=device,
+                                precision=precision, catalog=catalogs, engine=engine, workers=workers,
+                                scheduler=scheduler, progress=progress)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    path = portrait.save(Path(output) / "portrait.json")
+    if as_json:
+        click.echo(portrait.to_json(), nl=False)
+        return
+    click.echo(render(portrait))
+    click.echo(f"\nportrait: {path}", err=True)

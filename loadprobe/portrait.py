@@ -1,0 +1,288 @@
+"""The load portrait: a versioned tree of plain dataclasses, the only input of report and recommend.
+
+Every field is defined in docs/metrics.md. Times are milliseconds unless the name says
+otherwise; shares are fractions (0.25 = 25%).
+
+Usage::
+
+    portrait = loadprobe.analyze(["data/"])
+    portrait.save("loadprobe-report/portrait.json")
+    again = Portrait.load("loadprobe-report/portrait.json")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._errors import LoadprobeError
+from .schema import SchemaVersionError, check_version
+
+PORTRAIT_VERSION = "1.0"
+_DIGITS = 9  # significant digits kept for floats: merge order cannot change the portrait
+
+
+@dataclass
+class Percentiles:
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    p999: float | None = None
+    max: float | None = None
+    mean: float | None = None
+    count: int = 0
+
+
+@dataclass
+class Window:
+    start: str
+    end: str
+    rate_per_s: float
+
+
+@dataclass
+class Traffic:
+    source: str  # "requests" (request roots) or "root spans" when nothing used loadprobe.request
+    requests: int
+    duration_s: float
+    bucket_s: int
+    series: list  # [[bucket start, epoch seconds], requests in the bucket]
+    mean_rps: float
+    peak_rps: float
+    peak_to_mean: float | None
+    peak_window: Window | None
+    valley_window: Window | None
+    hour_of_day: list | None  # 24 mean rates (UTC), when the data spans a day or more
+    interarrival_cv: float | None
+    dispersion_index: dict  # {"1s": ..., "60s": ...}: variance / mean of counts per window
+
+
+@dataclass
+class BatchFit:
+    a_ms: float
+    b_ms_per_item: float
+    r2: float | None
+    n: int
+
+
+@dataclass
+class Batch:
+    mean: float
+    p50: int
+    p99: int
+    max: int
+    distribution: dict  # batch size -> spans (the 64 most frequent)
+    fit: BatchFit | None
+
+
+@dataclass
+class Shapes:
+    distinct: int
+    top: str
+    top_share: float
+    dynamic_shape: bool
+    top_shapes: list  # [[shape, spans], ...] up to 10
+
+
+@dataclass
+class Roofline:
+    device: str
+    precision: str
+    ridge_flops_per_byte: float
+    bound: str  # "compute" | "memory"
+    roof_flops_per_s: float
+    pct_of_roof: float | None
+
+
+@dataclass
+class Intensity:
+    flops: float | None
+    bytes: float | None
+    flops_per_byte: float | None
+    achieved_flops_per_s: float | None
+    achieved_bytes_per_s: float | None
+    roofline: Roofline | None = None
+
+
+@dataclass
+class Stage:
+    name: str
+    count: int
+    latency_ms: Percentiles
+    share: float | None  # of end-to-end request time
+    self_share: float | None
+    self_ms_mean: float | None
+    child_ms_mean: float | None
+    queue_ms: Percentiles | None
+    error_rate: float
+    timeout_rate: float
+    cancelled_rate: float
+    engines: dict
+    batch: Batch | None
+    shapes: Shapes | None
+    intensity: Intensity | None
+    tokens_in: Percentiles | None = None
+    tokens_out: Percentiles | None = None
+
+
+@dataclass
+class Requests:
+    count: int
+    latency_ms: Percentiles | None
+    error_rate: float
+    timeout_rate: float
+    unattributed_share: float | None  # request time inside no probed stage
+
+
+@dataclass
+class DeviceMetric:
+    host: str
+    device: str
+    metric: str
+    mean: float  # time-weighted: the mean over the seconds it was sampled
+    p95: float
+    max: float
+    seconds: int
+
+
+@dataclass
+class StageUtilisation:
+    stage: str
+    host: str
+    device: str
+    util_pct: float  # mean device utilisation weighted by the stage's time in each second
+
+
+@dataclass
+class Devices:
+    metrics: list = field(default_factory=list)  # DeviceMetric
+    utilisation_by_stage: list = field(default_factory=list)  # StageUtilisation
+    idle_share: dict = field(default_factory=dict)  # "host/device" -> share of seconds under 5% util
+    energy_per_request_j: dict = field(default_factory=dict)  # "host/device" -> joules per request
+
+
+@dataclass
+class Verdict:
+    kind: str
+    title: str
+    score: float  # share of request time (or of the run) it concerns; verdicts are sorted by it
+    evidence: dict
+    advice: str
+
+
+@dataclass
+class DataQuality:
+    files_read: int
+    files_skipped: list  # [{"path", "reason"}]
+    rows: int
+    rows_filtered: int
+    null_durations: int
+    negative_durations: int
+    unjoined_children: int
+    recorder: dict  # summed run.json counters: spans_dropped, write_errors, ...
+    start: str | None
+    end: str | None
+    span_s: float
+    hosts: list
+    services: list
+    processes: int
+    clock_warnings: list
+    warnings: list
+
+
+@dataclass
+class Portrait:
+    version: str
+    loadprobe_version: str
+    generated_at: str
+    inputs: list
+    roofline_device: str | None
+    traffic: Traffic | None
+    stages: list  # Stage, by share of request time
+    requests: Requests | None
+    devices: Devices
+    bottlenecks: list  # Verdict, most important first
+    data_quality: DataQuality
+
+    def to_dict(self) -> dict:
+        return _rounded(dataclasses.asdict(self))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
+
+    def save(self, path) -> Path:
+        """Write portrait.json (via a temporary file, then a rename); returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(self.to_json(), encoding="utf-8")
+        tmp.replace(path)
+        return path
+
+    def stage(self, name: str) -> Stage | None:
+        return next((s for s in self.stages if s.name == name), None)
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "portrait") -> Portrait:
+        version = str(data.get("version", ""))
+        try:
+            check_version(f"portrait/{version}", where)
+        except SchemaVersionError as exc:
+            raise LoadprobeError(str(exc)) from None
+        return _build(cls, data, where)
+
+    @classmethod
+    def load(cls, path) -> Portrait:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise LoadprobeError(f"{path}: cannot read portrait.json ({exc}); run 'loadprobe analyze' to make one") from None
+        return cls.from_dict(data, str(path))
+
+
+def _rounded(value):
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return float(f"{value:.{_DIGITS}g}")
+    if isinstance(value, dict):
+        return {str(k): _rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def _build(cls, data, where: str):
+    """Rebuild a dataclass tree from JSON, following the type hints."""
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        kwargs[f.name] = _convert(hints[f.name], data[f.name], f"{where}.{f.name}")
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise LoadprobeError(f"{where}: {exc}; the file is not a loadprobe portrait") from None
+
+
+_NESTED = {"stages": "Stage", "metrics": "DeviceMetric", "utilisation_by_stage": "StageUtilisation",
+           "bottlenecks": "Verdict"}
+
+
+def _convert(hint, value, where):
+    if value is None:
+        return None
+    for arg in typing.get_args(hint) or (hint,):
+        if dataclasses.is_dataclass(arg) and isinstance(value, dict):
+            return _build(arg, value, where)
+    name = where.rsplit(".", 1)[-1]
+    if name in _NESTED and isinstance(value, list):
+        cls = globals()[_NESTED[name]]
+        return [_build(cls, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value

@@ -1,0 +1,72 @@
+"""The terminal summary of a load portrait: the few tables a person reads first.
+
+Usage::
+
+    from loadprobe.reports.summary import render
+    print(render(portrait))
+"""
+
+from __future__ import annotations
+
+
+def _ms(x) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 1000 else f"{x:,.0f}"
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
+    line = lambda cells: "  ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def render(portrait) -> str:
+    p = portrait
+    out: list[str] = []
+    q = p.data_quality
+    out.append(f"load portrait: {q.rows:,} spans from {q.processes} process(es) on {len(q.hosts)} host(s), "
+               f"{q.start} .. {q.end} ({q.span_s:,.0f} s)")
+    t = p.traffic
+    if t is not None:
+        out.append(f"traffic ({t.source}): {t.requests:,} over {t.duration_s:,.0f} s; mean {t.mean_rps:.2f}/s, "
+                   f"peak {t.peak_rps:.2f}/s per {t.bucket_s} s (peak/mean {t.peak_to_mean or 0:.1f}); "
+                   f"inter-arrival CV {t.interarrival_cv if t.interarrival_cv is not None else float('nan'):.2f}, "
+                   f"dispersion {t.dispersion_index.get('1s') or 0:.1f} (1 s)")
+    r = p.requests
+    if r is not None and r.latency_ms is not None:
+        lat = r.latency_ms
+        out.append(f"requests: p50 {_ms(lat.p50)} ms, p95 {_ms(lat.p95)} ms, p99 {_ms(lat.p99)} ms; "
+                   f"errors {_pct(r.error_rate)}, timeouts {_pct(r.timeout_rate)}, "
+                   f"outside any stage {_pct(r.unattributed_share)}")
+    if p.stages:
+        rows = []
+        for s in p.stages:
+            lat = s.latency_ms
+            batch = f"{s.batch.mean:.1f}/{s.batch.p99}" if s.batch else "-"
+            engine = ",".join(list(s.engines)[:2]) or "-"
+            roof = s.intensity.roofline if s.intensity and s.intensity.roofline else None
+            rows.append([s.name, f"{s.count:,}", _ms(lat.p50), _ms(lat.p95), _ms(lat.p99), _pct(s.share),
+                         _pct(s.self_share), batch, "dyn" if s.shapes and s.shapes.dynamic_shape else
+                         ("fixed" if s.shapes else "-"), engine, roof.bound if roof else "-"])
+        out.append("")
+        out += _table(["stage", "count", "p50 ms", "p95 ms", "p99 ms", "share", "self", "batch mean/p99",
+                       "shapes", "engine", "roofline"], rows)
+    util = [m for m in p.devices.metrics if m.metric in ("util_pct", "power_w")]
+    if util:
+        out.append("")
+        out += _table(["host", "device", "metric", "mean", "p95", "max"],
+                      [[m.host, m.device, m.metric, f"{m.mean:.1f}", f"{m.p95:.1f}", f"{m.max:.1f}"] for m in util])
+    if p.bottlenecks:
+        out.append("")
+        out.append("bottlenecks:")
+        for i, v in enumerate(p.bottlenecks[:6], 1):
+            out.append(f"  {i}. {v.title}: {v.advice}")
+    for warning in q.warnings + q.clock_warnings:
+        out.append(f"warning: {warning}")
+    return "\n".join(out)
