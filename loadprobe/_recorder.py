@@ -442,7 +442,8 @@ def start_from_env() -> None:
     _install_hooks()  # now, so a short-lived program still finishes its files at exit
     _probe.activate(_probe.DEFAULT_MAX_BUFFERED_SPANS)
     _env_start_done.clear()
-    threading.Thread(target=_start_from_env_now, name="loadprobe-start", daemon=True).start()
+    # Not a daemon: an interpreter that exits at once waits for it, so atexit finds a recorder.
+    threading.Thread(target=_start_from_env_now, name="loadprobe-start").start()
 
 
 def _start_from_env_now() -> None:

@@ -44,22 +44,23 @@ class SpanConverter:
         request, parent_sid = zip(*parent) if parent else ((), ())
         start = np.array(t0, dtype=np.int64)
         batch, shape, engine, flops, nbytes, queue = zip(*extras) if extras else ((),) * 6
+        n = len(start)
         columns = [
-            pa.array(start + epoch_offset_ns, pa.int64()),
-            pa.array(np.array(t1, dtype=np.int64) - start, pa.int64()),
+            _int64(start + epoch_offset_ns),
+            _int64(np.array(t1, dtype=np.int64) - start),
             _dictionary(stage),
-            pa.array(sid, pa.int64()),
-            pa.array([p or None for p in parent_sid], pa.int64()),
-            pa.array([self._request_id(r) for r in request], pa.string()),
-            pa.array([self._number(v, int) for v in batch], pa.int64()),
+            _int64(np.array(sid, dtype=np.int64)),
+            _ints([p or None for p in parent_sid]),
+            _strings([self._request_id(r) for r in request]),
+            _ints([self._number(v, int) for v in batch]),
             _dictionary([self._shape(v) for v in shape]),
             _dictionary([None if v is None else str(v) for v in engine]),
             _dictionary(status),
-            pa.array([self._number(v, int) for v in queue], pa.int64()),
-            pa.array([self._number(v, float) for v in flops], pa.float64()),
-            pa.array([self._number(v, float) for v in nbytes], pa.float64()),
-            pa.nulls(len(start), pa.int64()),
-            pa.nulls(len(start), pa.int64()),
+            _ints([self._number(v, int) for v in queue]),
+            _floats([self._number(v, float) for v in flops]),
+            _floats([self._number(v, float) for v in nbytes]),
+            pa.nulls(n, pa.int64()),
+            pa.nulls(n, pa.int64()),
         ]
         return pa.RecordBatch.from_arrays(columns, schema=SPANS)
 
@@ -102,14 +103,60 @@ def _format_shape(dims: tuple) -> str:
     return "x".join(str(int(d)) if d is not None else "?" for d in dims)
 
 
+# Columns are assembled from numpy buffers rather than with pa.array(): pa.array() asks
+# whether pandas is installed and imports it if so, and a recording service must never
+# pay for pandas (tests/test_packaging.py checks it with pandas installed).
+
+
+def _validity(valid: np.ndarray) -> tuple:
+    if valid.all():
+        return None, 0
+    return pa.py_buffer(np.packbits(valid, bitorder="little")), int(len(valid) - valid.sum())
+
+
+def _int64(values: np.ndarray, valid: np.ndarray | None = None, kind=pa.int64(), dtype=np.int64) -> pa.Array:
+    values = np.ascontiguousarray(values, dtype=dtype)
+    bitmap, nulls = _validity(valid) if valid is not None else (None, 0)
+    return pa.Array.from_buffers(kind, len(values), [bitmap, pa.py_buffer(values)], null_count=nulls)
+
+
+def _ints(values: list) -> pa.Array:
+    try:
+        return _int64(np.array(values, dtype=np.int64))
+    except TypeError:  # some are None
+        valid = np.array([v is not None for v in values], dtype=bool)
+        return _int64(np.array([0 if v is None else v for v in values], dtype=np.int64), valid)
+
+
+def _floats(values: list) -> pa.Array:
+    data = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+    valid = np.array([v is not None for v in values], dtype=bool)
+    return _int64(data, valid, pa.float64(), np.float64)
+
+
+def _strings(values: list) -> pa.Array:
+    valid = np.array([v is not None for v in values], dtype=bool)
+    encoded = [v.encode("utf-8") if v is not None else b"" for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int32, count=len(encoded)), out=offsets[1:])
+    bitmap, nulls = _validity(valid)
+    return pa.Array.from_buffers(pa.string(), len(encoded),
+                                 [bitmap, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))], null_count=nulls)
+
+
 def _dictionary(values) -> pa.DictionaryArray:
-    return pa.array(values, pa.string()).dictionary_encode()
+    codes: dict = {}
+    indices = np.array([-1 if v is None else codes.setdefault(v, len(codes)) for v in values], dtype=np.int32)
+    valid = indices >= 0
+    return pa.DictionaryArray.from_arrays(_int64(np.maximum(indices, 0), valid, pa.int32(), np.int32),
+                                          _strings(list(codes)))
 
 
 def samples_batch(rows: list[tuple]) -> pa.RecordBatch:
     """Rows of ``(ts_ns, device, metric, value)``."""
     ts, device, metric, value = zip(*rows) if rows else ((), (), (), ())
     return pa.RecordBatch.from_arrays(
-        [pa.array(ts, pa.int64()), _dictionary(device), _dictionary(metric), pa.array(value, pa.float64())],
+        [_int64(np.array(ts, dtype=np.int64)), _dictionary(device), _dictionary(metric),
+         _int64(np.array(value, dtype=np.float64), None, pa.float64(), np.float64)],
         schema=SAMPLES,
     )
