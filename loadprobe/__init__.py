@@ -97,7 +97,7 @@ def analyze(paths, **options):
     ``device``, ``precision``, ``catalog``, ``engine``, ``workers``, ``scheduler``.
     Analysis loads numpy and pyarrow only; call it outside the service's hot path.
     """
-    from .analyze import analyze as run
+    from .analysis import analyze as run
 
     return run(paths, **options)
 

@@ -22,6 +22,12 @@ DYNAMIC_SHAPE_TOP_SHARE = 0.9  # a stage whose commonest shape covers less than 
 _RECORDER_COUNTERS = ("spans_dropped", "samples_dropped", "write_errors", "extractor_errors", "invalid_values")
 
 
+def ranked(counter, n: int | None = None) -> list:
+    """Most frequent first, ties by key: the same counts always list in the same order."""
+    items = sorted(counter.items(), key=lambda kv: (-kv[1], str(kv[0])))
+    return items if n is None else items[:n]
+
+
 def percentiles(h: Histogram, scale: float = 1e-6) -> Percentiles | None:
     """Percentiles of a histogram, scaled (ns -> ms by default)."""
     if h.total == 0:
@@ -81,7 +87,7 @@ def _stage(name: str, sp, part: Partial, device, precision) -> Stage:
         error_rate=statuses.get("error", 0) / n,
         timeout_rate=statuses.get("timeout", 0) / n,
         cancelled_rate=statuses.get("cancelled", 0) / n,
-        engines=dict(sp.engines.most_common()),
+        engines=dict(ranked(sp.engines)),
         batch=_batch(sp),
         shapes=_shapes(sp),
         intensity=intensity,
@@ -112,18 +118,18 @@ def _batch(sp) -> Batch | None:
         r2 = max(0.0, min(1.0, 1 - ss_res / ss_tot)) if ss_tot > 0 else None
         fit = BatchFit(a_ms=a, b_ms_per_item=b, r2=r2, n=int(n))
     return Batch(mean=float((sizes * counts).sum() / total), p50=pct(50), p99=pct(99), max=int(sizes[-1]),
-                 distribution={str(s): c for s, c in Counter(sp.batch).most_common(64)}, fit=fit)
+                 distribution={str(s): c for s, c in ranked(sp.batch, 64)}, fit=fit)
 
 
 def _shapes(sp) -> Shapes | None:
     if not sp.shapes:
         return None
     total = sum(sp.shapes.values()) + sp.shapes_overflow
-    top, top_count = sp.shapes.most_common(1)[0]
+    top, top_count = ranked(sp.shapes, 1)[0]
     distinct = len(sp.shapes) + (1 if sp.shapes_overflow else 0)
     share = top_count / total
     return Shapes(distinct=distinct, top=top, top_share=share, dynamic_shape=share < DYNAMIC_SHAPE_TOP_SHARE,
-                  top_shapes=[[s, c] for s, c in sp.shapes.most_common(10)])
+                  top_shapes=[[s, c] for s, c in ranked(sp.shapes, 10)])
 
 
 def _requests(part: Partial) -> Requests | None:

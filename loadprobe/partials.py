@@ -85,7 +85,7 @@ class StagePartial:
         self.shapes.update(o.shapes)
         self.shapes_overflow += o.shapes_overflow
         if len(self.shapes) > MAX_SHAPES:
-            keep = dict(self.shapes.most_common(MAX_SHAPES))
+            keep = dict(sorted(self.shapes.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_SHAPES])
             self.shapes_overflow += sum(self.shapes.values()) - sum(keep.values())
             self.shapes = Counter(keep)
         return self
@@ -142,10 +142,7 @@ class Partial:
             self.gaps.setdefault(run, []).extend(values)
         self.busy.update(o.busy)
         for key, part in o.samples.items():
-            if key in self.samples:
-                self.samples[key].merge(part)
-            else:
-                self.samples[key] = part
+            self.samples.setdefault(key, SamplePartial()).merge(part)
         self.out_of_window.update(o.out_of_window)
         for rid, seen in o.skew.items():
             self.skew.setdefault(rid, []).extend(seen)
@@ -304,7 +301,12 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
     null_dur = dur == -(2**62)
     negative = (dur < 0) & ~null_dur
     part.null_durations += int(null_dur.sum())
-    part.negative_durations += int(negative.sum())
+    if negative.any():  # impossible spans: left out entirely, counted and reported
+        part.negative_durations += int(negative.sum())
+        table = table.filter(pa.array(~negative))
+        ts, dur, null_dur = ts[~negative], dur[~negative], null_dur[~negative]
+        if len(ts) == 0:
+            return
     valid = dur >= 0
     dur = np.where(valid, dur, 0)
 

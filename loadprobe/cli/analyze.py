@@ -33,7 +33,7 @@ def analyze(data, output, as_json, since, until, service, host, device, precisio
     Example:
         loadprobe analyze loadprobe-data/ --device nvidia-l4
     """
-    from ..analyze import analyze as run_analysis
+    from ..analysis import analyze as run_analysis
     from ..reports.summary import render
 
     bar = None

@@ -1,4 +1,4 @@
-"""``loadprobe.analyze``: from recorded data to a Portrait (discover -> map -> merge -> finalize).
+"""``loadprobe.analyze``, implemented: from recorded data to a Portrait (discover -> map -> merge -> finalize).
 
 Usage::
 
