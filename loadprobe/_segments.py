@@ -209,11 +209,13 @@ def _chain(*iterables):
 
 def recover_run(run_dir: Path) -> int:
     """Finish the segment streams a dead process left behind; returns the files written."""
+    entries = sorted(os.scandir(run_dir), key=lambda e: e.name)
+    for entry in entries:
+        if entry.name.endswith(".parquet.tmp"):
+            Path(entry.path).unlink(missing_ok=True)  # a conversion cut short; its stream is still there
     written = 0
-    for entry in sorted(os.scandir(run_dir), key=lambda e: e.name):
+    for entry in entries:
         match = _NAME.match(entry.name)
         if match and match.group(3) == "arrows":
             written += finish_stream(Path(entry.path))
-        elif entry.name.endswith(".parquet.tmp"):
-            os.unlink(entry.path)  # a conversion cut short; its stream is still there
     return written
