@@ -14,7 +14,6 @@ Usage::
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -218,7 +217,7 @@ def _read(ref: FileRef) -> pa.Table:
             metadata = pf.schema_arrow.metadata or {}
             if SCHEMA_KEY in metadata:
                 check_version(metadata[SCHEMA_KEY].decode(), ref.path)
-            present = [c for c in wanted if c in pf.schema_arrow.names]
+            present = [c for c in wanted if c in pf.schema_arrow.names and not _all_null(pf, c)]
             table = pf.read(columns=present, use_threads=False)
     finally:
         if hasattr(source, "close"):
@@ -228,6 +227,23 @@ def _read(ref: FileRef) -> pa.Table:
     if missing:
         raise KeyError(f"missing column(s) {', '.join(missing)}")
     return table
+
+
+def _all_null(pf: pq.ParquetFile, column: str) -> bool:
+    """Whether the footer's statistics say a column holds only nulls (so it need not be read)."""
+    meta = pf.metadata
+    index = pf.schema_arrow.get_field_index(column)
+    if meta.num_row_groups == 0 or column in _REQUIRED_SPAN_COLUMNS or index < 0:
+        return False
+    try:
+        for i in range(meta.num_row_groups):
+            chunk = meta.row_group(i).column(index)
+            stats = chunk.statistics
+            if stats is None or not stats.has_null_count or stats.null_count != chunk.num_values:
+                return False
+    except (IndexError, ValueError):
+        return False
+    return True
 
 
 def _read_stream(source) -> pa.Table:
@@ -344,48 +360,56 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
     engine_codes, engine_names = _codes(table, "engine")
     seconds = ts // _NS
 
+    # Rows grouped by stage once (a stable counting sort), so each stage works on its own
+    # contiguous slice instead of masking every column once per stage.
+    order = np.argsort(stage_codes, kind="stable")
+    bounds = np.searchsorted(stage_codes[order], np.arange(len(stage_names) + 1))
+    g = {name: values[order] for name, values in (
+        ("dur", dur), ("valid", valid), ("self", self_ns), ("req", has_request), ("status", status_codes),
+        ("batch", batch), ("queue", queue), ("flops", flops), ("bytes", nbytes), ("tin", tokens_in),
+        ("tout", tokens_out), ("shape", shape_codes), ("engine", engine_codes), ("sec", seconds))}
     for code, name in enumerate(stage_names):
-        rows = stage_codes == code
-        if not rows.any():
+        lo, hi = int(bounds[code]), int(bounds[code + 1])
+        if lo == hi:
             continue
+        s = {k: v[lo:hi] for k, v in g.items()}
         sp = part.stage(str(name))
-        ok = rows & valid
-        d = dur[ok]
-        sp.count += int(rows.sum())
+        ok = s["valid"]
+        d = s["dur"][ok] if not ok.all() else s["dur"]
+        sp.count += hi - lo
         sp.latency.record(d)
-        sp.self_ns += int(self_ns[ok].sum())
-        inreq = ok & has_request
-        sp.in_request_ns += int(dur[inreq].sum())
-        sp.self_in_request_ns += int(self_ns[inreq].sum())
-        sp.statuses.update(_count_codes(status_codes[rows], status_names))
-        q = queue[rows & (queue >= 0)]
-        sp.queue.record(q)
-        b_rows = ok & (batch >= 0)
+        sp.self_ns += int(s["self"][ok].sum())
+        inreq = ok & s["req"]
+        sp.in_request_ns += int(s["dur"][inreq].sum())
+        sp.self_in_request_ns += int(s["self"][inreq].sum())
+        sp.statuses.update(_count_codes(s["status"], status_names))
+        sp.queue.record(s["queue"][s["queue"] >= 0])
+        b_rows = ok & (s["batch"] >= 0)
         if b_rows.any():
-            b = batch[b_rows]
-            values, counts = np.unique(b, return_counts=True)
-            sp.batch.update(dict(zip(values.tolist(), counts.tolist())))
-            bf, lf = b.astype(np.float64), dur[b_rows] / 1e6
+            b = s["batch"][b_rows]
+            sp.batch.update(_counts(b))
+            bf, lf = b.astype(np.float64), s["dur"][b_rows] / 1e6
             sp.fit.append([float(len(b)), float(bf.sum()), float((bf * bf).sum()), float(lf.sum()),
                            float((bf * lf).sum()), float((lf * lf).sum())])
-        shapes = _count_codes(shape_codes[rows], shape_names)
+        shapes = _count_codes(s["shape"], shape_names)
         if shapes:
             sp.shapes.update(shapes)
             if len(sp.shapes) > MAX_SHAPES:
                 sp.merge(StagePartial())  # trims to the cap
-        sp.engines.update(_count_codes(engine_codes[rows], engine_names))
-        f_rows = ok & ~np.isnan(flops)
+        sp.engines.update(_count_codes(s["engine"], engine_names))
+        # Float sums are per file (deterministic for the file) and added with fsum when finalised.
+        f_rows = ok & ~np.isnan(s["flops"])
         if f_rows.any():
-            sp.flops.append(math.fsum(flops[f_rows]))
-            sp.flops_dur_ns += int(dur[f_rows].sum())
-        by_rows = ok & ~np.isnan(nbytes)
+            sp.flops.append(float(s["flops"][f_rows].sum()))
+            sp.flops_dur_ns += int(s["dur"][f_rows].sum())
+        by_rows = ok & ~np.isnan(s["bytes"])
         if by_rows.any():
-            sp.bytes.append(math.fsum(nbytes[by_rows]))
-            sp.bytes_dur_ns += int(dur[by_rows].sum())
-        sp.tokens_in.record(tokens_in[rows & (tokens_in >= 0)])
-        sp.tokens_out.record(tokens_out[rows & (tokens_out >= 0)])
-        secs, busy = _sum_by(seconds[ok], d)
-        part.busy.update({(ref.host, str(name), s): v for s, v in zip(secs.tolist(), busy.tolist())})
+            sp.bytes.append(float(s["bytes"][by_rows].sum()))
+            sp.bytes_dur_ns += int(s["dur"][by_rows].sum())
+        sp.tokens_in.record(s["tin"][s["tin"] >= 0])
+        sp.tokens_out.record(s["tout"][s["tout"] >= 0])
+        secs, busy = _sum_by(s["sec"][ok], d)
+        part.busy.update({(ref.host, str(name), sec): v for sec, v in zip(secs.tolist(), busy.tolist())})
 
     roots = parent == 0
     requests = roots & has_request
@@ -400,7 +424,7 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
     arrivals_ts = np.sort(ts[requests] if requests.any() else ts[roots])
     if len(arrivals_ts) > 1:
         gaps = np.diff(arrivals_ts) / 1e9
-        part.gaps.setdefault(ref.run_id, []).append([float(len(gaps)), math.fsum(gaps), math.fsum(gaps * gaps)])
+        part.gaps.setdefault(ref.run_id, []).append([float(len(gaps)), float(gaps.sum()), float((gaps * gaps).sum())])
     _sample_for_skew(part, table, ts, ends, roots, ref.host)
 
 
@@ -458,18 +482,38 @@ def _count_codes(codes: np.ndarray, names: list) -> dict:
     return {str(names[i]): int(c) for i, c in enumerate(counts) if c}
 
 
+_DENSE_RANGE = 1 << 22  # keys spanning less than this are counted with bincount, not a sort
+
+
 def _counts(values: np.ndarray) -> dict:
     if values.size == 0:
         return {}
+    lo = int(values.min())
+    if int(values.max()) - lo < _DENSE_RANGE:
+        counts = np.bincount(values - lo)
+        keys = np.flatnonzero(counts)
+        return dict(zip((keys + lo).tolist(), counts[keys].tolist()))
     keys, counts = np.unique(values, return_counts=True)
     return dict(zip(keys.tolist(), counts.tolist()))
 
 
 def _sum_by(keys: np.ndarray, values: np.ndarray):
+    """(distinct keys, sum of values per key); integer values are summed exactly."""
     if keys.size == 0:
         return keys, values
-    uniq, inverse = np.unique(keys, return_inverse=True)
-    sums = np.bincount(inverse, weights=values, minlength=len(uniq))
+    lo = int(keys.min())
+    if int(keys.max()) - lo < _DENSE_RANGE:
+        inverse = keys - lo
+        present = np.flatnonzero(np.bincount(inverse))
+        uniq = present + lo
+        remap = np.zeros(int(inverse.max()) + 1, dtype=np.int64)
+        remap[present] = np.arange(len(present))
+        inverse = remap[inverse]
+    else:
+        uniq, inverse = np.unique(keys, return_inverse=True)
     if np.issubdtype(values.dtype, np.integer):
-        sums = np.rint(sums).astype(np.int64)
+        # bincount sums in float64: exact while each per-key sum stays below 2**53 ns (104 days)
+        sums = np.rint(np.bincount(inverse, weights=values, minlength=len(uniq))).astype(np.int64)
+    else:
+        sums = np.bincount(inverse, weights=values, minlength=len(uniq))
     return uniq, sums

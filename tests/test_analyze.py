@@ -105,8 +105,8 @@ def test_exact_durations_agree_with_the_raw_spans(recorded):
     durations = np.sort(np.array([r["dur_ns"] for r in rows.to_pylist() if r["stage"] == "decode"]))
     p = loadprobe.analyze([recorded])
     for pct, got in ((50, p.stage("decode").latency_ms.p50), (99, p.stage("decode").latency_ms.p99)):
-        truth = durations[max(1, int(pct / 100 * len(durations) + 0.5)) - 1] / 1e6
-        assert truth <= got <= truth * 1.001 + 1e-6
+        truth = durations[max(1, int(pct / 100 * len(durations) + 0.5)) - 1]
+        assert truth <= round(got * 1e6) <= truth * 1.001 + 1
 
 
 def test_partials_merged_in_any_order_and_split_give_identical_portraits(recorded):
@@ -147,8 +147,8 @@ def test_fsspec_uris_read_like_local_paths(recorded, tmp_path):
 
 def test_time_service_and_host_filters(recorded):
     full = loadprobe.analyze([recorded])
-    start = full.traffic.series[0][0]
-    early = loadprobe.analyze([recorded], until=start + 0.3)
+    assert len(full.traffic.series) >= 2
+    early = loadprobe.analyze([recorded], until=full.traffic.series[1][0])  # the first second only
     assert 0 < early.requests.count < full.requests.count
     assert early.data_quality.rows_filtered > 0
     with pytest.raises(LoadprobeError, match="no loadprobe data"):
