@@ -57,6 +57,11 @@ def render(portrait) -> str:
         out.append("")
         out += _table(["stage", "count", "p50 ms", "p95 ms", "p99 ms", "share", "self", "batch mean/p99",
                        "shapes", "engine", "roofline"], rows)
+    for s in p.stages:
+        if s.tokens_in is not None or s.tokens_out is not None:
+            parts = [f"{label} p50 {t.p50:,.0f}, p99 {t.p99:,.0f}, max {t.max:,.0f}"
+                     for label, t in (("in", s.tokens_in), ("out", s.tokens_out)) if t is not None]
+            out.append(f"tokens ({s.name}): " + "; ".join(parts))
     util = [m for m in p.devices.metrics if m.metric in ("util_pct", "power_w")]
     if util:
         out.append("")

@@ -263,3 +263,35 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
         if expected:
             assert expected in done.stderr
+
+
+SHARED_TRACES = REPO.parent / "shared" / "traces"
+
+
+def test_real_traces_import_and_analyse_with_sane_figures(tmp_path):
+    from loadprobe.importer import import_log
+
+    code = import_log(REPO / "samples" / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv",
+                      tmp_path / "code", preset="azure-llm-2023")
+    p = loadprobe.analyze([tmp_path / "code"])
+    t = p.traffic
+    assert t.requests == code.rows == 8819 and t.bucket_s == 1
+    assert 3000 < t.duration_s < 3700  # one hour of traffic
+    assert t.mean_rps == pytest.approx(8819 / t.duration_s)
+    assert t.peak_to_mean > 5 and t.interarrival_cv > 1 and t.dispersion_index["1s"] > 2  # "very bursty"
+    tokens = p.stage("request").tokens_in
+    assert tokens.count == 8819 and 100 < tokens.p50 < tokens.p99 <= tokens.max < 100_000
+    assert p.requests.latency_ms is None and p.data_quality.null_durations == 8819
+    assert any(v.kind == "bursty_arrivals" for v in p.bottlenecks)
+
+    conv_csv = SHARED_TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+    if not conv_csv.exists():
+        pytest.skip("shared/traces is not beside this checkout")
+    import_log(conv_csv, tmp_path / "conv", preset="azure-llm-2023")
+    conv = loadprobe.analyze([tmp_path / "conv"]).traffic
+    assert conv.requests == 19366
+    assert conv.dispersion_index["1s"] < t.dispersion_index["1s"]  # conv is close to Poisson, code is bursty
+    assert conv.interarrival_cv < t.interarrival_cv
+    import_log(SHARED_TRACES / "mooncake_fast25" / "conversation_trace.jsonl", tmp_path / "moon", preset="mooncake")
+    moon = loadprobe.analyze([tmp_path / "moon"])
+    assert moon.traffic.requests == 12031 and moon.stage("request").tokens_out.count == 12031

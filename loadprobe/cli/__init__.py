@@ -45,9 +45,11 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 def _register() -> None:
     from .analyze import analyze
+    from .import_ import import_command
     from .record import record
 
     main.add_command(analyze)
+    main.add_command(import_command)
     main.add_command(record)
 
 
