@@ -251,7 +251,6 @@ def _read_stream(source) -> pa.Table:
     handle = pa.OSFile(source, "rb") if isinstance(source, str) else source
     try:
         reader = pa.ipc.open_stream(handle)
-        schema = reader.schema
         while True:
             try:
                 batches.append(reader.read_next_batch())

@@ -21,7 +21,7 @@ from loadprobe import probe, request
 from loadprobe._errors import LoadprobeError
 from loadprobe.dataset import discover, file_refs
 from loadprobe.finalize import build_portrait
-from loadprobe.partials import Filters, map_file, merge
+from loadprobe.partials import map_file, merge
 from loadprobe.schema import SPANS
 
 from .conftest import REPO

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadprobe import importer
+from loadprobe import importer, timestamps
 from loadprobe._errors import LoadprobeError
 from loadprobe.cli import _Group
 from loadprobe.cli import import_ as cli_import
@@ -342,13 +342,13 @@ def test_iso_times_read_the_same_with_and_without_zone_and_digits(moment, extra_
     fraction = f"{exact % 10**9:09d}"[:digits]
     text = moment.strftime(f"%Y-%m-%d{sep}%H:%M:%S") + (f".{fraction}" if digits else "")
     expected = exact // 10 ** (9 - digits) * 10 ** (9 - digits)
-    assert importer._iso_ns(text) == expected
+    assert timestamps._iso_ns(text) == expected
     assert pa.array([text]).cast(pa.timestamp("ns")).cast(pa.int64())[0].as_py() == expected  # the fast path agrees
     local = moment + timedelta(minutes=offset_min)
     sign, minutes = ("+" if offset_min >= 0 else "-"), abs(offset_min)
     zoned = local.strftime(f"%Y-%m-%d{sep}%H:%M:%S") + (f".{fraction}" if digits else "") + \
         f"{sign}{minutes // 60:02d}:{minutes % 60:02d}"
-    assert importer._iso_ns(zoned) == expected
+    assert timestamps._iso_ns(zoned) == expected
 
 
 # -- the command line ---------------------------------------------------------------------------

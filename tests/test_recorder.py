@@ -22,7 +22,7 @@ from .conftest import run_python, spans_in
 
 
 def test_run_directory_layout_run_json_and_schema_tags(tmp_path):
-    rec = loadprobe.start(tmp_path, service="vision", tags={"zone": "a"}, flush_interval_s=0.05, sample_interval_s=0.05)
+    loadprobe.start(tmp_path, service="vision", tags={"zone": "a"}, flush_interval_s=0.05, sample_interval_s=0.05)
 
     @probe("stage")
     def stage():
@@ -102,7 +102,7 @@ def test_unwritable_output_leaves_results_untouched_and_warns_once(tmp_path, cap
         return x * 3
 
     with caplog.at_level(logging.WARNING, logger="loadprobe"):
-        rec = loadprobe.start(blocker / "data", sample_devices=False, flush_interval_s=0.02)
+        loadprobe.start(blocker / "data", sample_devices=False, flush_interval_s=0.02)
         results = [work(i) for i in range(1000)]
         for _ in range(3):
             loadprobe.flush()
