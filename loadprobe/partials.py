@@ -37,10 +37,12 @@ _SAMPLE_COLUMNS = ["ts_ns", "device", "metric", "value"]
 
 @dataclass(frozen=True)
 class Filters:
-    """Row filters applied while mapping: a time window in epoch ns."""
+    """What the map step keeps: a time window in epoch ns, and whether to sample request ids
+    for the cross-host clock check (only worth reading them when there are several hosts)."""
 
     since_ns: int | None = None
     until_ns: int | None = None
+    sample_skew: bool = True
 
 
 @dataclass
@@ -184,7 +186,7 @@ def map_file(ref: FileRef, filters: Filters = Filters(), run_window: tuple | Non
     """Read one file and return its partial; a file that cannot be used is recorded as skipped."""
     part = Partial()
     try:
-        table = _read(ref)
+        table = _read(ref, filters)
     except SchemaVersionError as exc:
         part.skipped[ref.path] = str(exc).split(": ", 1)[-1]
         return part
@@ -206,7 +208,7 @@ def _reason(exc: BaseException) -> str:
     return text[:200]
 
 
-def _read(ref: FileRef) -> pa.Table:
+def _read(ref: FileRef, filters: Filters = Filters()) -> pa.Table:
     wanted = _SPAN_COLUMNS if ref.kind == "spans" else _SAMPLE_COLUMNS
     source = open_input(ref)
     try:
@@ -218,7 +220,14 @@ def _read(ref: FileRef) -> pa.Table:
             if SCHEMA_KEY in metadata:
                 check_version(metadata[SCHEMA_KEY].decode(), ref.path)
             present = [c for c in wanted if c in pf.schema_arrow.names and not _all_null(pf, c)]
+            known = _request_ids_known(pf) if ref.kind == "spans" and not filters.sample_skew else None
+            if known is not None:  # the footer says every span has (or none has) a request id
+                present.remove("request_id")
             table = pf.read(columns=present, use_threads=False)
+            if known is not None:
+                ids = pa.array([known] * table.num_rows, pa.bool_())
+                table = table.append_column("request_id", pc.if_else(ids, pa.scalar("", pa.string()),
+                                                                     pa.scalar(None, pa.string())))
     finally:
         if hasattr(source, "close"):
             source.close()
@@ -244,6 +253,27 @@ def _all_null(pf: pq.ParquetFile, column: str) -> bool:
     except (IndexError, ValueError):
         return False
     return True
+
+
+def _request_ids_known(pf: pq.ParquetFile) -> bool | None:
+    """True if no span lacks a request id, False if none has one, None if mixed or unknown.
+
+    The request id strings are the costliest column to decode; when only their presence
+    matters, the footer's null counts answer without reading them.
+    """
+    meta = pf.metadata
+    index = pf.schema_arrow.get_field_index("request_id")
+    nulls = total = 0
+    for i in range(meta.num_row_groups):
+        chunk = meta.row_group(i).column(index)
+        stats = chunk.statistics
+        if stats is None or not stats.has_null_count:
+            return None
+        nulls += stats.null_count
+        total += chunk.num_values
+    if nulls == 0:
+        return True
+    return False if nulls == total else None
 
 
 def _read_stream(source) -> pa.Table:
