@@ -389,14 +389,22 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
     engine_codes, engine_names = _codes(table, "engine")
     seconds = ts // _NS
 
-    # Rows grouped by stage once (a stable counting sort), so each stage works on its own
-    # contiguous slice instead of masking every column once per stage.
-    order = np.argsort(stage_codes, kind="stable")
+    # Rows grouped by stage once (a radix sort of small codes), so each stage works on its
+    # own contiguous slice instead of masking every column once per stage. Columns that hold
+    # nothing in this file (all null) are neither gathered nor scanned.
+    order = np.argsort(stage_codes.astype(np.int16 if len(stage_names) < 2**15 else np.int64), kind="stable")
     bounds = np.searchsorted(stage_codes[order], np.arange(len(stage_names) + 1))
-    g = {name: values[order] for name, values in (
-        ("dur", dur), ("valid", valid), ("self", self_ns), ("req", has_request), ("status", status_codes),
-        ("batch", batch), ("queue", queue), ("flops", flops), ("bytes", nbytes), ("tin", tokens_in),
-        ("tout", tokens_out), ("shape", shape_codes), ("engine", engine_codes), ("sec", seconds))}
+    columns = {"dur": dur, "valid": valid, "self": self_ns, "req": has_request, "status": status_codes,
+               "sec": seconds, "batch": batch, "queue": queue, "tin": tokens_in, "tout": tokens_out,
+               "shape": shape_codes, "engine": engine_codes, "flops": flops, "bytes": nbytes}
+    absent = {"batch": -1, "queue": -1, "tin": -1, "tout": -1, "shape": -1, "engine": -1}
+    g = {}
+    for key, values in columns.items():
+        if key in absent and not (values != absent[key]).any():
+            continue
+        if key in ("flops", "bytes") and np.isnan(values).all():
+            continue
+        g[key] = values[order]
     for code, name in enumerate(stage_names):
         lo, hi = int(bounds[code]), int(bounds[code + 1])
         if lo == hi:
@@ -404,40 +412,46 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
         s = {k: v[lo:hi] for k, v in g.items()}
         sp = part.stage(str(name))
         ok = s["valid"]
-        d = s["dur"][ok] if not ok.all() else s["dur"]
+        all_ok = bool(ok.all())
+        d = s["dur"] if all_ok else s["dur"][ok]
         sp.count += hi - lo
         sp.latency.record(d)
-        sp.self_ns += int(s["self"][ok].sum())
+        sp.self_ns += int((s["self"] if all_ok else s["self"][ok]).sum())
         inreq = ok & s["req"]
         sp.in_request_ns += int(s["dur"][inreq].sum())
         sp.self_in_request_ns += int(s["self"][inreq].sum())
         sp.statuses.update(_count_codes(s["status"], status_names))
-        sp.queue.record(s["queue"][s["queue"] >= 0])
-        b_rows = ok & (s["batch"] >= 0)
-        if b_rows.any():
-            b = s["batch"][b_rows]
-            sp.batch.update(_counts(b))
-            bf, lf = b.astype(np.float64), s["dur"][b_rows] / 1e6
-            sp.fit.append([float(len(b)), float(bf.sum()), float((bf * bf).sum()), float(lf.sum()),
-                           float((bf * lf).sum()), float((lf * lf).sum())])
-        shapes = _count_codes(s["shape"], shape_names)
-        if shapes:
-            sp.shapes.update(shapes)
+        if "queue" in s:
+            sp.queue.record(s["queue"][s["queue"] >= 0])
+        if "batch" in s:
+            b_rows = ok & (s["batch"] >= 0)
+            if b_rows.any():
+                b = s["batch"][b_rows]
+                sp.batch.update(_counts(b))
+                bf, lf = b.astype(np.float64), s["dur"][b_rows] / 1e6
+                sp.fit.append([float(len(b)), float(bf.sum()), float((bf * bf).sum()), float(lf.sum()),
+                               float((bf * lf).sum()), float((lf * lf).sum())])
+        if "shape" in s:
+            sp.shapes.update(_count_codes(s["shape"], shape_names))
             if len(sp.shapes) > MAX_SHAPES:
                 sp.merge(StagePartial())  # trims to the cap
-        sp.engines.update(_count_codes(s["engine"], engine_names))
+        if "engine" in s:
+            sp.engines.update(_count_codes(s["engine"], engine_names))
         # Float sums are per file (deterministic for the file) and added with fsum when finalised.
-        f_rows = ok & ~np.isnan(s["flops"])
-        if f_rows.any():
-            sp.flops.append(float(s["flops"][f_rows].sum()))
-            sp.flops_dur_ns += int(s["dur"][f_rows].sum())
-        by_rows = ok & ~np.isnan(s["bytes"])
-        if by_rows.any():
-            sp.bytes.append(float(s["bytes"][by_rows].sum()))
-            sp.bytes_dur_ns += int(s["dur"][by_rows].sum())
-        sp.tokens_in.record(s["tin"][s["tin"] >= 0])
-        sp.tokens_out.record(s["tout"][s["tout"] >= 0])
-        secs, busy = _sum_by(s["sec"][ok], d)
+        for key, sums in (("flops", sp.flops), ("bytes", sp.bytes)):
+            if key in s:
+                rows = ok & ~np.isnan(s[key])
+                if rows.any():
+                    sums.append(float(s[key][rows].sum()))
+                    if key == "flops":
+                        sp.flops_dur_ns += int(s["dur"][rows].sum())
+                    else:
+                        sp.bytes_dur_ns += int(s["dur"][rows].sum())
+        if "tin" in s:
+            sp.tokens_in.record(s["tin"][s["tin"] >= 0])
+        if "tout" in s:
+            sp.tokens_out.record(s["tout"][s["tout"] >= 0])
+        secs, busy = _sum_by(s["sec"] if all_ok else s["sec"][ok], d)
         part.busy.update({(ref.host, str(name), sec): v for sec, v in zip(secs.tolist(), busy.tolist())})
 
     roots = parent == 0
