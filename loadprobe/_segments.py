@@ -136,24 +136,40 @@ def _last_seq(directory: Path, kind: str) -> int:
     return last
 
 
-def iter_stream(path: Path):
-    """Yield the complete record batches of a (possibly truncated) segment stream, one at a time."""
+def iter_stream(source):
+    """Yield the complete record batches of a (possibly truncated) segment stream, one at a time.
+
+    ``source`` is a path or an open binary file. A stream cut short by a crash ends at its
+    last complete batch; one that does not even start like an Arrow stream raises
+    ``pyarrow.ArrowInvalid`` (or OSError).
+    """
+    handle = pa.OSFile(str(source), "rb") if isinstance(source, (str, Path)) else source
     try:
-        with pa.OSFile(str(path), "rb") as source:
-            reader = pa.ipc.open_stream(source)
-            while True:
-                try:
-                    yield reader.read_next_batch()
-                except StopIteration:
-                    return
+        reader = pa.ipc.open_stream(handle)
+        while True:
+            try:
+                yield reader.read_next_batch()
+            except StopIteration:
+                return
+            except (pa.ArrowInvalid, OSError, EOFError):
+                return  # cut short by a crash: the complete batches were yielded already
+    finally:
+        if handle is not source:
+            handle.close()
+
+
+def _complete_batches(path: Path) -> list:
+    """The batches a crash left readable; none if it died before the stream's header."""
+    try:
+        return list(iter_stream(path))
     except (pa.ArrowInvalid, OSError, EOFError):
-        return  # cut short by a crash: the complete batches were yielded already
+        return []
 
 
 def read_stream(path: Path) -> pa.Table:
     """Every complete record batch of a (possibly truncated) segment stream, as one table."""
     schema = SCHEMAS[_NAME.match(path.name).group(1)]
-    return pa.Table.from_batches(list(iter_stream(path)), schema=schema)
+    return pa.Table.from_batches(_complete_batches(path), schema=schema)
 
 
 def finish_stream(stream: Path) -> bool:
@@ -174,7 +190,7 @@ def finish_stream(stream: Path) -> bool:
     try:
         writer = None
         group: list[pa.RecordBatch] = []
-        for batch in _chain(iter_stream(stream), [None]):
+        for batch in _chain(_complete_batches(stream), [None]):
             if batch is not None:
                 group.append(batch)
                 rows += batch.num_rows

@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 
 from .dataset import FileRef, open_input
 from .histogram import Histogram
-from .schema import SCHEMA_KEY, SchemaVersionError, check_version
+from ._segments import iter_stream
+from .schema import SCHEMA_KEY, SCHEMAS, SchemaVersionError, check_version
 
 MAX_SHAPES = 10_000  # distinct shapes kept per stage; the rest are counted as "(other)"
 SKEW_SAMPLE_SUFFIX = "00"  # requests whose id ends so are sampled for the cross-host clock check
@@ -213,7 +214,7 @@ def _read(ref: FileRef, filters: Filters = Filters()) -> pa.Table:
     source = open_input(ref)
     try:
         if ref.stream:
-            table = _read_stream(source)
+            table = pa.Table.from_batches(list(iter_stream(source)), schema=SCHEMAS[ref.kind])
         else:
             pf = pq.ParquetFile(source)
             metadata = pf.schema_arrow.metadata or {}
@@ -274,22 +275,6 @@ def _request_ids_known(pf: pq.ParquetFile) -> bool | None:
     if nulls == 0:
         return True
     return False if nulls == total else None
-
-
-def _read_stream(source) -> pa.Table:
-    batches = []
-    handle = pa.OSFile(source, "rb") if isinstance(source, str) else source
-    try:
-        reader = pa.ipc.open_stream(handle)
-        while True:
-            try:
-                batches.append(reader.read_next_batch())
-            except StopIteration:
-                break
-    except (pa.ArrowInvalid, OSError, EOFError):
-        if not batches:
-            raise
-    return pa.Table.from_batches(batches)
 
 
 def _ints(table: pa.Table, name: str, fill: int = -1) -> np.ndarray:

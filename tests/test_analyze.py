@@ -295,3 +295,29 @@ def test_real_traces_import_and_analyse_with_sane_figures(tmp_path):
     import_log(SHARED_TRACES / "mooncake_fast25" / "conversation_trace.jsonl", tmp_path / "moon", preset="mooncake")
     moon = loadprobe.analyze([tmp_path / "moon"])
     assert moon.traffic.requests == 12031 and moon.stage("request").tokens_out.count == 12031
+
+
+def test_a_crashed_runs_unfinished_stream_is_analysed_without_touching_it(tmp_path):
+    import textwrap
+
+    from .conftest import run_python
+
+    code = textwrap.dedent(f"""
+        import os, loadprobe
+        from loadprobe import probe, request
+        @probe("x")
+        def x():
+            pass
+        loadprobe.start({str(tmp_path)!r}, service="svc", sample_devices=False)
+        for _ in range(300):
+            with request():
+                x()
+        loadprobe.flush()
+        os._exit(0)            # no atexit: the segment stays an unfinished stream
+    """)
+    assert run_python(code).returncode == 0
+    (stream,) = tmp_path.glob("*/svc/*/.spans-*.arrows")
+    before = _digest(tmp_path)
+    p = loadprobe.analyze([tmp_path])
+    assert p.requests.count == 300 and p.stage("x").count == 300
+    assert _digest(tmp_path) == before  # analysis reads the stream, it does not finish it
