@@ -79,6 +79,30 @@ class ThreadBuffer:
         self.alive = weakref.ref(alive)
 
 
+# Stage names are registered once and recorded as small ints: the flusher turns them into a
+# dictionary column without looking at a string per span.
+_stage_ids: dict[str, int] = {}
+_stage_names: list[str] = []
+_stage_lock = threading.Lock()
+
+
+def stage_id(name: str) -> int:
+    """The registry number of a stage name (registering it on first use)."""
+    number = _stage_ids.get(name)
+    if number is None:
+        with _stage_lock:
+            number = _stage_ids.get(name)
+            if number is None:
+                _stage_names.append(name)
+                number = _stage_ids[name] = len(_stage_names) - 1
+    return number
+
+
+def stage_names() -> list[str]:
+    """Every registered stage name, indexed by ``stage_id`` (append-only)."""
+    return list(_stage_names)
+
+
 _local = threading.local()
 _buffers: list[ThreadBuffer] = []
 _buffers_lock = threading.Lock()
@@ -308,7 +332,7 @@ class Span:
         if extras == _NO_EXTRAS:
             extras = None
         if len(buf.spans) < _cap:
-            buf.spans.append((self._t0, t1, self._sid, self._parent, self.stage, status, extras))
+            buf.spans.append((self._t0, t1, self._sid, self._parent, stage_id(str(self.stage)), status, extras))
         else:
             buf.dropped += 1
 
@@ -390,8 +414,9 @@ def _kind_of(fn) -> str:
     return "sync"
 
 
-def _fast_sync(fn, stage: str):
+def _fast_sync(fn, stage_name: str):
     """The hot path: ``@probe`` on a plain function. Keep it lean; benchmarks/bench_probe.py watches it."""
+    stage = stage_id(stage_name)
 
     def wrapper(*args, **kwargs):
         if _active or (_env_pending and _start_from_env()):

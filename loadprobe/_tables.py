@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from . import _probe
 from .schema import SAMPLES, SPANS
 
 _NO_EXTRAS = (None, None, None, None, None, None)
@@ -26,43 +28,71 @@ class SpanConverter:
         self._shapes: dict = {}
 
     def batch(self, rows: list[tuple], epoch_offset_ns: int) -> pa.RecordBatch:
-        """``epoch_offset_ns`` = time.time_ns() - perf_counter_ns(), read at flush time."""
+        """``epoch_offset_ns`` = time.time_ns() - perf_counter_ns(), read at flush time.
+
+        Plain records -- ``(t0, t1, span_id, parent_frame, stage_id)`` -- go first and take
+        only C-level conversions; records with a status or extras follow and get per-value
+        checks, which only they need.
+        """
         plain = [r for r in rows if len(r) == 5]
         full = [r for r in rows if len(r) != 5]
-        t0, t1, sid, parent, stage = (list(c) for c in zip(*plain)) if plain else ([], [], [], [], [])
-        status: list = ["ok"] * len(plain)
-        extras: list = [_NO_EXTRAS] * len(plain)
+        columns = list(zip(*plain)) if plain else [(), (), (), (), ()]
         if full:
-            f_t0, f_t1, f_sid, f_parent, f_stage, f_status, f_extras = zip(*full)
-            t0 += f_t0
-            t1 += f_t1
-            sid += f_sid
-            parent += f_parent
-            stage += f_stage
-            status += f_status
-            extras += [e or _NO_EXTRAS for e in f_extras]
+            f = list(zip(*full))
+            columns = [a + b for a, b in zip(columns, f[:5])]
+        t0, t1, sid, parent, stage = columns
+        n, n_plain = len(t0), len(plain)
         request, parent_sid = zip(*parent) if parent else ((), ())
         start = np.array(t0, dtype=np.int64)
-        batch, shape, engine, flops, nbytes, queue = zip(*extras) if extras else ((),) * 6
-        n = len(start)
+        parents = np.array(parent_sid, dtype=np.int64)
+        if full:
+            status = _dictionary(["ok"] * n_plain + list(f[5]))
+            extras = [e or _NO_EXTRAS for e in f[6]]
+            batch, shape, engine, flops, nbytes, queue = zip(*extras)
+            has_extras = any(e is not _NO_EXTRAS for e in extras)
+        else:
+            status = _dictionary(["ok"]) if n == 0 else pa.DictionaryArray.from_arrays(
+                _int64(np.zeros(n, dtype=np.int32), None, pa.int32(), np.int32), _strings(["ok"]))
+            has_extras = False
+
+        def extra(build, values, convert, kind):
+            if not has_extras:
+                return pa.nulls(n, kind)
+            tail = build([convert(v) for v in values])
+            return pa.concat_arrays([pa.nulls(n_plain, tail.type), tail]) if n_plain else tail
+
         columns = [
             _int64(start + epoch_offset_ns),
             _int64(np.array(t1, dtype=np.int64) - start),
-            _dictionary(stage),
+            _stages(np.array(stage, dtype=np.int32)),
             _int64(np.array(sid, dtype=np.int64)),
-            _ints([p or None for p in parent_sid]),
-            _strings([self._request_id(r) for r in request]),
-            _ints([self._number(v, int) for v in batch]),
-            _dictionary([self._shape(v) for v in shape]),
-            _dictionary([None if v is None else str(v) for v in engine]),
-            _dictionary(status),
-            _ints([self._number(v, int) for v in queue]),
-            _floats([self._number(v, float) for v in flops]),
-            _floats([self._number(v, float) for v in nbytes]),
+            _int64(parents, parents != 0),
+            self._request_ids(request),
+            extra(_ints, batch if full else (), lambda v: self._number(v, int), pa.int64()),
+            extra(_dictionary, shape if full else (), self._shape, SPANS.field("shape").type),
+            extra(_dictionary, engine if full else (), lambda v: None if v is None else str(v),
+                  SPANS.field("engine").type),
+            status,
+            extra(_ints, queue if full else (), lambda v: self._number(v, int), pa.int64()),
+            extra(_floats, flops if full else (), lambda v: self._number(v, float), pa.float64()),
+            extra(_floats, nbytes if full else (), lambda v: self._number(v, float), pa.float64()),
             pa.nulls(n, pa.int64()),
             pa.nulls(n, pa.int64()),
         ]
         return pa.RecordBatch.from_arrays(columns, schema=SPANS)
+
+    def _request_ids(self, request: tuple) -> pa.Array:
+        """Generated ids (ints) become ``<run_tag>-<n>`` in one vectorised step; others as given."""
+        kinds = set(map(type, request))
+        if kinds <= {int, type(None)}:
+            values = np.array([-1 if r is None else r for r in request] if type(None) in kinds else request,
+                              dtype=np.int64)
+            valid = values >= 0
+            ints = _int64(values, valid)
+            # Scalars taken from arrays: pa.scalar() would import pandas (see _validity's note).
+            prefix, separator = _strings([self.run_tag + "-", ""])
+            return pc.binary_join_element_wise(prefix, pc.cast(ints, pa.string()), separator)
+        return _strings([self._request_id(r) for r in request])
 
     def _request_id(self, value) -> str | None:
         if value is None or isinstance(value, str):
@@ -142,6 +172,18 @@ def _strings(values: list) -> pa.Array:
     bitmap, nulls = _validity(valid)
     return pa.Array.from_buffers(pa.string(), len(encoded),
                                  [bitmap, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))], null_count=nulls)
+
+
+def _stages(ids: np.ndarray) -> pa.DictionaryArray:
+    """Stage ids from the probe's registry -> a dictionary column of just the stages present."""
+    names = _probe.stage_names()
+    if ids.size == 0:
+        return _dictionary([])
+    present = np.flatnonzero(np.bincount(ids))
+    remap = np.zeros(int(ids.max()) + 1, dtype=np.int32)
+    remap[present] = np.arange(len(present), dtype=np.int32)
+    return pa.DictionaryArray.from_arrays(_int64(remap[ids], None, pa.int32(), np.int32),
+                                          _strings([names[i] for i in present]))
 
 
 def _dictionary(values) -> pa.DictionaryArray:

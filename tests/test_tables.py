@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from loadprobe._probe import stage_id
 from loadprobe._tables import SpanConverter, samples_batch
 from loadprobe.schema import SAMPLES, SPANS
 
@@ -11,10 +12,10 @@ from loadprobe.schema import SAMPLES, SPANS
 def test_plain_and_full_records_convert_to_the_spans_schema():
     conv = SpanConverter("9-run")
     rows = [
-        (100, 350, 2, (7, 1), "decode"),
-        (90, 400, 1, (7, 0), "request", "ok", None),
-        (120, 200, 3, ("abc", 1), "nms", "error", (np.int64(8), (8, 4), "gpu0", 1e9, 2e6, 50)),
-        (130, 140, 4, (None, 0), "loose", "timeout", ("eight", object(), None, "x", None, None)),
+        (100, 350, 2, (7, 1), stage_id("decode")),
+        (90, 400, 1, (7, 0), stage_id("request"), "ok", None),
+        (120, 200, 3, ("abc", 1), stage_id("nms"), "error", (np.int64(8), (8, 4), "gpu0", 1e9, 2e6, 50)),
+        (130, 140, 4, (None, 0), stage_id("loose"), "timeout", ("eight", object(), None, "x", None, None)),
     ]
     batch = conv.batch(rows, epoch_offset_ns=1_000)
     assert batch.schema.equals(SPANS, check_metadata=True)
