@@ -189,8 +189,9 @@ def counters() -> tuple[int, int]:
 
 def reset_after_fork() -> None:
     """In a forked child: forget the parent's unflushed spans (the parent writes them)."""
-    global _buffers_lock
+    global _buffers_lock, _stage_lock
     _buffers_lock = threading.Lock()
+    _stage_lock = threading.Lock()  # another thread may have held either at the fork
     _buffers.clear()
     _retired[:] = [0, 0]
     if getattr(_local, "buf", None) is not None:
@@ -205,10 +206,13 @@ def _start_from_env() -> bool:
     """First probe use with LOADPROBE_DIR set: start a recorder there. Returns whether recording."""
     global _env_pending
     _env_pending = False
-    activate(DEFAULT_MAX_BUFFERED_SPANS)  # buffer at once: other threads' spans count from here
-    from ._recorder import start_from_env
+    try:
+        activate(DEFAULT_MAX_BUFFERED_SPANS)  # buffer at once: other threads' spans count from here
+        from ._recorder import start_from_env
 
-    start_from_env()
+        start_from_env()
+    except Exception:  # e.g. no new threads during interpreter shutdown: record nothing, raise nothing
+        deactivate()
     return _active
 
 
@@ -302,7 +306,7 @@ class Span:
             if callable(rid):
                 rid = _evaluate(rid, (), {}, buf)
             if rid is None:
-                rid = sid
+                rid = -sid  # negative: generated, formatted "<run>-<n>"; users' ids are kept as given
             self._parent = (rid, 0)
             frame = (rid, sid)
         else:
@@ -327,7 +331,7 @@ class Span:
                 _frame_reset(token)
             except ValueError:  # closed in another context than it was opened in
                 _frame_set(self._outer)
-        status = self.status or ("ok" if exc is None else status_of(exc))
+        status = str(self.status) if self.status else ("ok" if exc is None else status_of(exc))
         extras = (self.batch, self.shape, self.engine, self.flops, self.bytes, self.queue_ns)
         if extras == _NO_EXTRAS:
             extras = None
@@ -500,23 +504,20 @@ def _async_generator(fn, stage: str, template: Span):
         agen = fn(*args, **kwargs)
         failure = None
         try:
-            sent = None
+            sent, thrown = None, None
             while True:
                 try:
-                    item = await agen.asend(sent)
+                    item = await (agen.asend(sent) if thrown is None else agen.athrow(thrown))
                 except StopAsyncIteration:
                     break
+                sent, thrown = None, None
                 try:
                     sent = yield item
                 except GeneratorExit:
                     await agen.aclose()
                     raise
                 except BaseException as exc:  # thrown in by the consumer: pass it on
-                    try:
-                        item = await agen.athrow(exc)
-                    except StopAsyncIteration:
-                        break
-                    sent = yield item
+                    thrown = exc
         except BaseException as exc:
             failure = exc
             raise

@@ -123,6 +123,7 @@ class Recorder:
         self._flushes_done = 0
         self._flushes_asked = 0
         self._last_counters: tuple | None = None
+        self._counter_base = (0, 0)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -130,6 +131,7 @@ class Recorder:
         """Set up samplers and the flusher thread, write run.json, start accepting spans."""
         from . import _samplers, _segments, _tables
 
+        self._counter_base = _probe.counters()
         if self.record_spans:
             _probe.activate(self.max_buffered_spans)  # buffer from now; written once the flusher runs
         self._converter = _tables.SpanConverter(self.run_id)
@@ -168,6 +170,9 @@ class Recorder:
 
     def stop(self, timeout: float = 10.0) -> RecorderStats:
         """Stop sampling and recording, write what is left, finish the files as Parquet."""
+        global _current
+        if _current is self:  # stopped directly: the next loadprobe.start() makes a new recorder
+            _current = None
         if self.record_spans:
             _probe.deactivate()
         if self._sampler is not None:
@@ -180,6 +185,8 @@ class Recorder:
 
     def stats(self) -> RecorderStats:
         dropped, extractor_errors = _probe.counters() if self.record_spans else (0, 0)
+        dropped -= self._counter_base[0]  # the process-wide counters, since this recorder started
+        extractor_errors -= self._counter_base[1]
         buffered = _probe.buffered() if self.record_spans and _probe._active else 0
         spans_writer = self._writers.get("spans")
         samples_writer = self._writers.get("samples")
@@ -191,7 +198,7 @@ class Recorder:
             samples_written=samples_writer.rows_written if samples_writer else 0,
             samples_dropped=(self._sampler.dropped if self._sampler else 0) + self._lost("samples"),
             files=sum(w.files_written for w in self._writers.values()),
-            write_errors=self._write_errors,
+            write_errors=self._write_errors + sum(w.rotation_errors for w in self._writers.values()),
             extractor_errors=extractor_errors,
             invalid_values=self._converter.invalid_values if self._converter else 0,
         )
@@ -226,7 +233,13 @@ class Recorder:
                 rows = _probe.drain()
                 self._spans_drained += len(rows)
                 for at in range(0, len(rows), _CONVERT_ROWS):
-                    self._pending["spans"].append(self._converter.batch(rows[at:at + _CONVERT_ROWS], offset))
+                    chunk = rows[at:at + _CONVERT_ROWS]
+                    try:
+                        self._pending["spans"].append(self._converter.batch(chunk, offset))
+                    except Exception as exc:  # a value the converter cannot take: count the loss, go on
+                        self._lost_rows["spans"] = self._lost_rows.get("spans", 0) + len(chunk)
+                        self._warn_once("convert", f"loadprobe: could not convert {len(chunk)} spans ({exc!r}); "
+                                                   "they are counted as dropped")
                 del rows
             if self._sampler is not None:
                 samples = self._sampler.drain()
@@ -442,8 +455,13 @@ def start_from_env() -> None:
     _install_hooks()  # now, so a short-lived program still finishes its files at exit
     _probe.activate(_probe.DEFAULT_MAX_BUFFERED_SPANS)
     _env_start_done.clear()
-    # Not a daemon: an interpreter that exits at once waits for it, so atexit finds a recorder.
-    threading.Thread(target=_start_from_env_now, name="loadprobe-start").start()
+    try:
+        # Not a daemon: an interpreter that exits at once waits for it, so atexit finds a recorder.
+        threading.Thread(target=_start_from_env_now, name="loadprobe-start").start()
+    except RuntimeError as exc:  # no new threads (interpreter shutting down)
+        _probe.deactivate()
+        _env_start_done.set()
+        log.warning("loadprobe: could not start from %s: %s", _env.LOADPROBE_DIR, exc)
 
 
 def _start_from_env_now() -> None:
@@ -470,16 +488,28 @@ def _install_hooks() -> None:
     if not _hooks_installed:
         _hooks_installed = True
         atexit.register(stop)
-        os.register_at_fork(after_in_child=_after_fork_in_child)
+        os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+def _before_fork() -> None:
+    """A fork during the environment start would leave the child half-imported modules: let the
+    start finish first (a one-time wait of a fraction of a second, at a pre-forking server's start)."""
+    if not _env_start_done.is_set() and threading.current_thread().name != "loadprobe-start":
+        _env_start_done.wait(5)
 
 
 def _after_fork_in_child() -> None:
     """Each forked worker records into a run directory of its own."""
-    global _current, _lock
+    global _current, _lock, _env_start_done
     _lock = threading.Lock()
     parent = _current
+    starting = not _env_start_done.is_set()  # the parent was still starting from the environment
+    _env_start_done = threading.Event()
+    _env_start_done.set()
     _probe.reset_after_fork()
     if parent is None:
+        if starting:  # that start's thread did not survive the fork: start afresh in this child
+            start_from_env()
         return
     _inherited.append(parent)  # its threads are gone and its files belong to the parent
     _current = None

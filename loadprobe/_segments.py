@@ -50,6 +50,7 @@ class SegmentWriter:
         self.rotate_interval_s = rotate_interval_s
         self.files_written = 0
         self.rows_written = 0
+        self.rotation_errors = 0
         self._seq = 0
         self._sink = None
         self._writer = None
@@ -66,10 +67,14 @@ class SegmentWriter:
             self._abandon()
             raise OSError(f"writing {self.kind} to {self.directory}: {exc}") from exc
         self.rows_written += batch.num_rows
-        if self._sink.tell() >= self.rotate_bytes:
-            self.rotate()
-        else:
-            self.rotate_if_due()
+        # The batch is on disk now; a failed rotation must not make the caller write it twice.
+        try:
+            if self._sink.tell() >= self.rotate_bytes:
+                self.rotate()
+            else:
+                self.rotate_if_due()
+        except OSError:
+            self.rotation_errors += 1  # the stream stays pending; the next rotation retries it
 
     def rotate_if_due(self) -> None:
         """Rotate a segment older than ``rotate_interval_s``, so readers see quiet periods too."""

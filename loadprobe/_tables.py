@@ -46,7 +46,7 @@ class SpanConverter:
         start = np.array(t0, dtype=np.int64)
         parents = np.array(parent_sid, dtype=np.int64)
         if full:
-            status = _dictionary(["ok"] * n_plain + list(f[5]))
+            status = _dictionary(["ok"] * n_plain + [s if type(s) is str else str(s) for s in f[5]])
             extras = [e or _NO_EXTRAS for e in f[6]]
             batch, shape, engine, flops, nbytes, queue = zip(*extras)
             has_extras = any(e is not _NO_EXTRAS for e in extras)
@@ -82,23 +82,24 @@ class SpanConverter:
         return pa.RecordBatch.from_arrays(columns, schema=SPANS)
 
     def _request_ids(self, request: tuple) -> pa.Array:
-        """Generated ids (ints) become ``<run_tag>-<n>`` in one vectorised step; others as given."""
+        """Generated ids (negative span ids) become ``<run_tag>-<n>`` in one vectorised step;
+        ids the user gave are written as they are (``str()`` of them)."""
         kinds = set(map(type, request))
         if kinds <= {int, type(None)}:
-            values = np.array([-1 if r is None else r for r in request] if type(None) in kinds else request,
-                              dtype=np.int64)
-            valid = values >= 0
-            ints = _int64(values, valid)
-            # Scalars taken from arrays: pa.scalar() would import pandas (see _validity's note).
-            prefix, separator = _strings([self.run_tag + "-", ""])
-            return pc.binary_join_element_wise(prefix, pc.cast(ints, pa.string()), separator)
+            try:
+                ints = np.array([0 if r is None else r for r in request], dtype=np.int64)
+            except OverflowError:
+                ints = None
+            if ints is not None and (ints <= 0).all():  # all generated (or absent): the common case
+                prefix, separator = _strings([self.run_tag + "-", ""])  # pa.scalar() would import pandas
+                return pc.binary_join_element_wise(prefix, pc.cast(_int64(-ints, ints < 0), pa.string()), separator)
         return _strings([self._request_id(r) for r in request])
 
     def _request_id(self, value) -> str | None:
         if value is None or isinstance(value, str):
             return value
-        if isinstance(value, int):
-            return f"{self.run_tag}-{value}"
+        if type(value) is int and value < 0:
+            return f"{self.run_tag}-{-value}"
         return str(value)
 
     def _number(self, value, kind):
@@ -122,15 +123,29 @@ class SpanConverter:
                 if len(self._shapes) < 65536:
                     self._shapes[key] = text
             return text
-        except (TypeError, ValueError):
+        except Exception:  # whatever a shape callable returned that is not a shape
             self.invalid_values += 1
             return None
 
 
+def _is_sequence(value) -> bool:
+    return isinstance(value, (tuple, list)) or (
+        hasattr(value, "__len__") and hasattr(value, "__getitem__") and not isinstance(value, (str, bytes)))
+
+
 def _format_shape(dims: tuple) -> str:
-    if dims and all(not isinstance(d, (int, np.integer)) for d in dims):
-        return ",".join(_format_shape(tuple(d)) for d in dims)
-    return "x".join(str(int(d)) if d is not None else "?" for d in dims)
+    """Dims joined by ``x``; several inputs (a sequence of shapes) joined by ``,``; None as ``?``."""
+    if any(_is_sequence(d) for d in dims):
+        return ",".join(_format_shape(tuple(d)) if _is_sequence(d) else _dim(d) for d in dims)
+    return "x".join(_dim(d) for d in dims)
+
+
+def _dim(d) -> str:
+    if d is None:
+        return "?"
+    if isinstance(d, str):
+        return d
+    return str(int(d))
 
 
 # Columns are assembled from numpy buffers rather than with pa.array(): pa.array() asks

@@ -164,7 +164,7 @@ def _devices(part: Partial) -> Devices:
             util[(host, device)] = series
             out.idle_share[f"{host}/{device}"] = float((values < IDLE_UTIL_PCT).mean())
         if metric == "power_w":
-            requests = sum(part.arrivals.get(s, 0) for s in series)
+            requests = sum(part.host_arrivals.get((host, s), 0) for s in series)  # served by this host
             if requests:
                 out.energy_per_request_j[f"{host}/{device}"] = float(values.sum()) / requests
     busy = defaultdict(dict)

@@ -114,6 +114,7 @@ class Partial:
     request_self_ns: int = 0
     arrivals: Counter = field(default_factory=Counter)  # epoch second -> requests started
     root_arrivals: Counter = field(default_factory=Counter)  # epoch second -> root spans started
+    host_arrivals: Counter = field(default_factory=Counter)  # (host, epoch second) -> requests started
     gaps: dict = field(default_factory=dict)  # run -> [n, Σgap_s, Σgap_s²] per file, as lists
     busy: Counter = field(default_factory=Counter)  # (host, stage, second) -> ns of stage time started then
     samples: dict = field(default_factory=dict)  # (host, device, metric) -> SamplePartial
@@ -140,6 +141,7 @@ class Partial:
         self.request_statuses.update(o.request_statuses)
         self.arrivals.update(o.arrivals)
         self.root_arrivals.update(o.root_arrivals)
+        self.host_arrivals.update(o.host_arrivals)
         for run, values in o.gaps.items():
             self.gaps.setdefault(run, []).extend(values)
         self.busy.update(o.busy)
@@ -447,7 +449,9 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
     part.request_total_ns += int(dur[r_ok].sum())
     part.request_self_ns += int(self_ns[r_ok].sum())
     part.request_statuses.update(_count_codes(status_codes[requests], status_names))
-    part.arrivals.update(_counts(seconds[requests]))
+    arrivals = _counts(seconds[requests])
+    part.arrivals.update(arrivals)
+    part.host_arrivals.update({(ref.host, sec): n for sec, n in arrivals.items()})
     part.root_arrivals.update(_counts(seconds[roots]))
     arrivals_ts = np.sort(ts[requests] if requests.any() else ts[roots])
     if len(arrivals_ts) > 1:

@@ -298,6 +298,39 @@ def test_probes_never_raise_into_the_host_when_the_flusher_breaks(recorder, monk
     with caplog.at_level(logging.WARNING, logger="loadprobe"):
         assert [work(i) for i in range(100)] == list(range(1, 101))
         assert loadprobe.flush()
+        assert [work(i) for i in range(50)] == list(range(1, 51))
         assert loadprobe.flush()
-    warnings = [r for r in caplog.records if "flusher error" in r.getMessage()]
+    warnings = [r for r in caplog.records if "could not convert" in r.getMessage()]
     assert len(warnings) == 1
+    stats = recorder.stats()
+    assert stats.spans_dropped == 150 and stats.spans_written == 0  # lost, but counted
+
+
+def test_async_generators_pass_every_throw_and_close_through(recorder):
+    log = []
+
+    async def inner():
+        try:
+            while True:
+                try:
+                    yield "item"
+                except ValueError as exc:
+                    log.append(str(exc))
+        finally:
+            log.append("closed")
+
+    wrapped = probe("agen")(inner)
+
+    async def drive(gen):
+        assert await gen.__anext__() == "item"
+        assert await gen.athrow(ValueError("one")) == "item"
+        assert await gen.athrow(ValueError("two")) == "item"
+        await gen.aclose()
+
+    asyncio.run(drive(inner()))
+    plain = list(log)
+    log.clear()
+    asyncio.run(drive(wrapped()))
+    assert log == plain == ["one", "two", "closed"]
+    rows = by_stage(stopped_spans(recorder))
+    assert rows["agen"][0]["status"] == "cancelled"

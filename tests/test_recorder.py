@@ -307,3 +307,63 @@ def test_environment_start_keeps_the_spans_of_threads_racing_the_first_probe(tmp
     assert done.returncode == 0, done.stderr
     rows = spans_in(tmp_path)
     assert sum(r["stage"] == "request" for r in rows) == 400 and len(rows) == 800
+
+
+def test_a_worker_forked_while_the_environment_start_runs_records_its_own_spans(tmp_path):
+    code = textwrap.dedent("""
+        import os, sys
+        from loadprobe import probe
+        @probe("work")
+        def work(i):
+            return i
+        work(0)                 # starts recording from LOADPROBE_DIR, in the background
+        pid = os.fork()         # at once, while that start is still running
+        if pid == 0:
+            for i in range(500):
+                work(i)
+            sys.exit(0)
+        _, status = os.waitpid(pid, 0)
+        print(status)
+    """)
+    done = run_python(code, env={"LOADPROBE_DIR": str(tmp_path), "LOADPROBE_SERVICE": "pre",
+                                 "LOADPROBE_SAMPLE_DEVICES": "0"}, timeout=25)
+    assert done.returncode == 0 and done.stdout.strip() == "0", done.stderr
+    counts = sorted(len(spans_in(p.parent)) for p in tmp_path.glob("*/pre/*/run.json"))
+    assert counts[-1] >= 500  # the child's run holds its 500 spans (the parent's holds 1)
+
+
+def test_a_recorder_stopped_directly_is_not_handed_out_again(tmp_path):
+    first = loadprobe.start(tmp_path / "a", sample_devices=False)
+    first.stop()
+    second = loadprobe.start(tmp_path / "b", sample_devices=False)
+    assert second is not first and loadprobe.current() is second
+    loadprobe.stop()
+
+
+def test_a_failed_rotation_neither_loses_nor_duplicates_spans(tmp_path, monkeypatch):
+    from loadprobe import _segments
+
+    real = _segments.finish_stream
+    failures = iter([True, True])
+
+    def flaky(stream):
+        if next(failures, False):
+            raise OSError(28, "No space left on device")
+        return real(stream)
+
+    monkeypatch.setattr(_segments, "finish_stream", flaky)
+    rec = loadprobe.start(tmp_path, sample_devices=False, flush_interval_s=60, rotate_bytes=2_000)
+
+    @probe("p")
+    def p(i):
+        return i
+
+    for round_ in range(5):
+        for i in range(200):
+            p(i)
+        loadprobe.flush()
+    stats = loadprobe.stop()
+    rows = spans_in(rec.run_dir)
+    assert len(rows) == 1000 == stats.spans_written
+    assert len({r["span_id"] for r in rows}) == 1000
+    assert stats.write_errors >= 1
