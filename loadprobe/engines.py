@@ -10,6 +10,7 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import ProcessPoolExecutor
 
 from ._errors import LoadprobeError
@@ -30,6 +31,8 @@ def _merge_two(a: Partial, b: Partial) -> Partial:
 def run_map(refs, filters: Filters, windows: dict, *, engine: str = "inprocess", workers: int = 1,
             scheduler: str | None = None, progress=None) -> Partial:
     """Map every file and merge the results; ``progress(done, total)`` is called as files finish."""
+    if engine == "inprocess" or workers <= 1:
+        filters = dataclasses.replace(filters, read_threads=True)  # the only process: use every core
     jobs = [(ref, filters, windows.get(ref.run_id)) for ref in refs]
     # Big files first, so a pool's workers finish together.
     total = Partial()

@@ -44,6 +44,7 @@ class Filters:
     since_ns: int | None = None
     until_ns: int | None = None
     sample_skew: bool = True
+    read_threads: bool = False  # let Arrow decode columns in parallel (when one process maps alone)
 
 
 @dataclass
@@ -218,7 +219,7 @@ def _read(ref: FileRef, filters: Filters = Filters()) -> pa.Table:
         if ref.stream:
             table = pa.Table.from_batches(list(iter_stream(source)), schema=SCHEMAS[ref.kind])
         else:
-            pf = pq.ParquetFile(source)
+            pf = pq.ParquetFile(source, pre_buffer=False)
             metadata = pf.schema_arrow.metadata or {}
             if SCHEMA_KEY in metadata:
                 check_version(metadata[SCHEMA_KEY].decode(), ref.path)
@@ -226,7 +227,7 @@ def _read(ref: FileRef, filters: Filters = Filters()) -> pa.Table:
             known = _request_ids_known(pf) if ref.kind == "spans" and not filters.sample_skew else None
             if known is not None:  # the footer says every span has (or none has) a request id
                 present.remove("request_id")
-            table = pf.read(columns=present, use_threads=False)
+            table = pf.read(columns=present, use_threads=filters.read_threads)
             if known is not None:
                 ids = pa.array([known] * table.num_rows, pa.bool_())
                 table = table.append_column("request_id", pc.if_else(ids, pa.scalar("", pa.string()),
