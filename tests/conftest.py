@@ -67,6 +67,25 @@ def run_python(code: str, *, env: dict | None = None, timeout: float = 120, **kw
                           capture_output=True, text=True, **kwargs)
 
 
+def record_and_crash(out: Path, requests: int) -> None:
+    """A real process records ``requests`` one-span requests into ``out`` (service "svc"),
+    flushes, and dies without stopping: its segment stays an unfinished stream."""
+    code = f"""
+import os, loadprobe
+from loadprobe import probe, request
+@probe("x")
+def x():
+    pass
+loadprobe.start({str(out)!r}, service="svc", sample_devices=False)
+for _ in range({requests}):
+    with request():
+        x()
+loadprobe.flush()
+os._exit(0)
+"""
+    assert run_python(code).returncode == 0
+
+
 def by_stage(rows: list[dict]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for row in rows:
@@ -74,4 +93,4 @@ def by_stage(rows: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-__all__ = ["REPO", "by_stage", "pa", "run_python", "samples_in", "spans_in", "stopped_spans"]
+__all__ = ["REPO", "by_stage", "pa", "record_and_crash", "run_python", "samples_in", "spans_in", "stopped_spans"]

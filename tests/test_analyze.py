@@ -298,24 +298,9 @@ def test_real_traces_import_and_analyse_with_sane_figures(tmp_path):
 
 
 def test_a_crashed_runs_unfinished_stream_is_analysed_without_touching_it(tmp_path):
-    import textwrap
+    from .conftest import record_and_crash
 
-    from .conftest import run_python
-
-    code = textwrap.dedent(f"""
-        import os, loadprobe
-        from loadprobe import probe, request
-        @probe("x")
-        def x():
-            pass
-        loadprobe.start({str(tmp_path)!r}, service="svc", sample_devices=False)
-        for _ in range(300):
-            with request():
-                x()
-        loadprobe.flush()
-        os._exit(0)            # no atexit: the segment stays an unfinished stream
-    """)
-    assert run_python(code).returncode == 0
+    record_and_crash(tmp_path, 300)
     (stream,) = tmp_path.glob("*/svc/*/.spans-*.arrows")
     before = _digest(tmp_path)
     p = loadprobe.analyze([tmp_path])

@@ -18,7 +18,7 @@ import loadprobe
 from loadprobe import probe, request
 from loadprobe._segments import read_stream, recover_run
 
-from .conftest import run_python, spans_in
+from .conftest import record_and_crash, run_python, spans_in
 
 
 def test_run_directory_layout_run_json_and_schema_tags(tmp_path):
@@ -242,19 +242,7 @@ def test_kill_9_leaves_readable_files_and_loses_at_most_one_flush_interval(tmp_p
 
 
 def test_a_new_recorder_finishes_files_that_a_crashed_sibling_left(tmp_path):
-    code = textwrap.dedent(f"""
-        import os, loadprobe
-        from loadprobe import probe
-        @probe("x")
-        def x():
-            pass
-        loadprobe.start({str(tmp_path)!r}, service="svc", sample_devices=False)
-        for _ in range(500):
-            x()
-        loadprobe.flush()
-        os._exit(0)            # no atexit: the segment stays an unfinished stream
-    """)
-    assert run_python(code).returncode == 0
+    record_and_crash(tmp_path, 250)
     (crashed,) = tmp_path.glob("*/svc/*")
     assert list(crashed.glob(".spans-*.arrows")) and not list(crashed.glob("spans-*.parquet"))
     loadprobe.start(tmp_path, service="svc", sample_devices=False)
@@ -262,7 +250,7 @@ def test_a_new_recorder_finishes_files_that_a_crashed_sibling_left(tmp_path):
     while not list(crashed.glob("spans-*.parquet")) and time.monotonic() < deadline:
         time.sleep(0.02)
     loadprobe.stop()
-    assert len(spans_in(crashed)) == 500
+    assert len(spans_in(crashed)) == 500  # 250 requests of 2 spans
     assert not list(crashed.glob(".spans-*"))
 
 
