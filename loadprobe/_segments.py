@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from itertools import chain
 from pathlib import Path
 
 import pyarrow as pa
@@ -195,7 +196,7 @@ def finish_stream(stream: Path) -> bool:
     try:
         writer = None
         group: list[pa.RecordBatch] = []
-        for batch in _chain(_complete_batches(stream), [None]):
+        for batch in chain(_complete_batches(stream), [None]):  # None: flush the last group
             if batch is not None:
                 group.append(batch)
                 rows += batch.num_rows
@@ -221,11 +222,6 @@ def finish_stream(stream: Path) -> bool:
         raise
     stream.unlink()
     return True
-
-
-def _chain(*iterables):
-    for iterable in iterables:
-        yield from iterable
 
 
 def recover_run(run_dir: Path) -> int:

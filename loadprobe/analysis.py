@@ -52,11 +52,12 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
     """
     if isinstance(paths, str):
         paths = [paths]
-    filters = Filters(parse_time(since, "--since"), parse_time(until, "--until"))
-    if filters.since_ns is not None and filters.until_ns is not None and filters.since_ns >= filters.until_ns:
+    since_ns, until_ns = parse_time(since, "--since"), parse_time(until, "--until")
+    if since_ns is not None and until_ns is not None and since_ns >= until_ns:
         raise LoadprobeError(f"--since {since} is not before --until {until}")
     runs, skipped = discover(paths, service=service, host=host)
-    filters = Filters(filters.since_ns, filters.until_ns, sample_skew=len({r.host for r in runs}) > 1)
+    # Clock skew between hosts needs the request ids; with one host they need not be decoded.
+    filters = Filters(since_ns, until_ns, sample_skew=len({r.host for r in runs}) > 1)
     windows = {r.run_id: (r.info["started_ns"], r.info.get("stopped_ns"))
                for r in runs if isinstance(r.info.get("started_ns"), int) and r.info.get("role") != "imported"}
     part = run_map(file_refs(runs), filters, windows, engine=engine, workers=workers, scheduler=scheduler,

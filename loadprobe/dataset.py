@@ -200,7 +200,7 @@ def _drop_converted_streams(files: list[str]) -> list[str]:
 
 
 def file_refs(runs: list[Run]) -> list[FileRef]:
-    """Every file to map, largest runs first so a pool's workers finish together."""
+    """Every file to map, run by run."""
     refs = []
     for run in runs:
         for kind, files in (("spans", run.span_files), ("samples", run.sample_files)):

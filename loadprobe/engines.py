@@ -34,7 +34,6 @@ def run_map(refs, filters: Filters, windows: dict, *, engine: str = "inprocess",
     if engine == "inprocess" or workers <= 1:
         filters = dataclasses.replace(filters, read_threads=True)  # the only process: use every core
     jobs = [(ref, filters, windows.get(ref.run_id)) for ref in refs]
-    # Big files first, so a pool's workers finish together.
     total = Partial()
     done = 0
 
