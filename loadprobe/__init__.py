@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os as _os
 
-from ._probe import Span, probe, request
+from ._probe import Span, probe, record_span, request
 from ._version import __version__
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "current",
     "flush",
     "probe",
+    "record_span",
     "request",
     "start",
     "stop",

@@ -38,7 +38,7 @@ from time import perf_counter_ns
 
 from ._env import LOADPROBE_DIR
 
-__all__ = ["Span", "probe", "request"]
+__all__ = ["Span", "probe", "record_span", "request"]
 
 # A frame is (request_id, span_id) of the innermost open span; span_id 0 means "none".
 ROOT = (None, 0)
@@ -554,3 +554,38 @@ def request(id=None, *, name: str = "request"):  # noqa: A002 - public keyword
     """
     return Span(name, request_id=id, is_request=True)
 
+
+
+def record_span(stage: str, start_ns: int, end_ns: int, *, status: str = "ok", batch=None, shape=None,
+                engine=None, flops=None, bytes=None, queue_ns=None) -> None:  # noqa: A002
+    """Record a stage that was timed elsewhere, as a child of the innermost open span.
+
+    For work done once on behalf of several requests -- a dynamic batcher runs the
+    backbone once for N queued requests -- each request records the shared execution
+    with the batcher's ``perf_counter_ns()`` readings::
+
+        record_span("backbone", t0, t1, batch=len(batch), queue_ns=t0 - enqueued,
+                    flops=batch_flops if first else None)
+
+    Give the batch's FLOPs and bytes on one member only, so achieved FLOP/s counts the
+    execution once. Like a probe it never raises and records nothing when not recording.
+    """
+    if not (_active or (_env_pending and _start_from_env())):
+        return
+    try:
+        buf = _local.buf
+    except AttributeError:
+        buf = _attach()
+    cur = _frame_get()
+    outer = buf.frame
+    if outer[1] > cur[1]:
+        cur = outer
+    extras = (batch, shape, engine, flops, bytes, queue_ns)
+    if extras == _NO_EXTRAS:
+        extras = None
+    try:
+        record = (int(start_ns), int(end_ns), next(_span_ids), cur, stage_id(str(stage)), str(status), extras)
+    except (TypeError, ValueError):
+        buf.extract_errors += 1
+        return
+    _append(buf, record)

@@ -334,3 +334,31 @@ def test_async_generators_pass_every_throw_and_close_through(recorder):
     assert log == plain == ["one", "two", "closed"]
     rows = by_stage(stopped_spans(recorder))
     assert rows["agen"][0]["status"] == "cancelled"
+
+
+def test_record_span_attaches_a_batch_execution_to_each_member_request(recorder):
+    from loadprobe import record_span
+
+    t0 = time.perf_counter_ns()
+    t1 = t0 + 5_000_000
+    for i in range(3):
+        with request(id=f"r{i}"):
+            record_span("backbone", t0, t1, batch=3, queue_ns=1000 * i, flops=9e9 if i == 0 else None)
+    record_span("orphan", t0, t1, status="error")
+    rows = stopped_spans(recorder)
+    backbone = sorted((r for r in rows if r["stage"] == "backbone"), key=lambda r: r["request_id"])
+    roots = {r["request_id"]: r["span_id"] for r in rows if r["stage"] == "request"}
+    assert [r["request_id"] for r in backbone] == ["r0", "r1", "r2"]
+    assert all(r["parent_id"] == roots[r["request_id"]] for r in backbone)
+    assert {r["dur_ns"] for r in backbone} == {5_000_000}
+    assert [r["queue_ns"] for r in backbone] == [0, 1000, 2000]
+    assert [r["flops"] for r in backbone] == [9e9, None, None]
+    orphan = [r for r in rows if r["stage"] == "orphan"]
+    assert orphan[0]["status"] == "error" and orphan[0]["request_id"] is None
+
+
+def test_record_span_with_bad_times_counts_an_extractor_error(recorder):
+    from loadprobe import record_span
+
+    record_span("bad", "soon", None)
+    assert recorder.stats().extractor_errors == 1
