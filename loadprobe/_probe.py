@@ -557,7 +557,7 @@ def request(id=None, *, name: str = "request"):  # noqa: A002 - public keyword
 
 
 def record_span(stage: str, start_ns: int, end_ns: int, *, status: str = "ok", batch=None, shape=None,
-                engine=None, flops=None, bytes=None, queue_ns=None) -> None:  # noqa: A002
+                engine=None, flops=None, bytes=None, queue_ns=None, request_id=None) -> None:  # noqa: A002
     """Record a stage that was timed elsewhere, as a child of the innermost open span.
 
     For work done once on behalf of several requests -- a dynamic batcher runs the
@@ -568,7 +568,9 @@ def record_span(stage: str, start_ns: int, end_ns: int, *, status: str = "ok", b
                     flops=batch_flops if first else None)
 
     Give the batch's FLOPs and bytes on one member only, so achieved FLOP/s counts the
-    execution once. Like a probe it never raises and records nothing when not recording.
+    execution once. With ``request_id`` the span is instead the root of that request (a
+    load generator records each request it sent this way, under the id it sent). Like a
+    probe it never raises and records nothing when not recording.
     """
     if not (_active or (_env_pending and _start_from_env())):
         return
@@ -576,10 +578,13 @@ def record_span(stage: str, start_ns: int, end_ns: int, *, status: str = "ok", b
         buf = _local.buf
     except AttributeError:
         buf = _attach()
-    cur = _frame_get()
-    outer = buf.frame
-    if outer[1] > cur[1]:
-        cur = outer
+    if request_id is not None:
+        cur = (request_id, 0)
+    else:
+        cur = _frame_get()
+        outer = buf.frame
+        if outer[1] > cur[1]:
+            cur = outer
     extras = (batch, shape, engine, flops, bytes, queue_ns)
     if extras == _NO_EXTRAS:
         extras = None

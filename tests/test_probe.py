@@ -362,3 +362,12 @@ def test_record_span_with_bad_times_counts_an_extractor_error(recorder):
 
     record_span("bad", "soon", None)
     assert recorder.stats().extractor_errors == 1
+
+
+def test_record_span_with_a_request_id_is_that_requests_root(recorder):
+    from loadprobe import record_span
+
+    t0 = time.perf_counter_ns()
+    record_span("client", t0, t0 + 1000, request_id="abc-1", queue_ns=10)
+    (row,) = stopped_spans(recorder)
+    assert (row["stage"], row["request_id"], row["parent_id"], row["dur_ns"]) == ("client", "abc-1", None, 1000)
