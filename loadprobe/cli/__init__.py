@@ -45,12 +45,22 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 def _register() -> None:
     from .analyze import analyze
+    from .demo import demo
     from .import_ import import_command
+    from .load import load
     from .record import record
+    from .recommend import recommend
+    from .tco import tco
+    from .validate import validate
 
     main.add_command(analyze)
+    main.add_command(demo)
     main.add_command(import_command)
+    main.add_command(load)
     main.add_command(record)
+    main.add_command(recommend)
+    main.add_command(tco)
+    main.add_command(validate)
 
 
 _register()

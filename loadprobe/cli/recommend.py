@@ -1,0 +1,82 @@
+"""``loadprobe recommend``: a portrait (or recorded data) in, pipeline.yaml and plans.json out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("source", nargs=-1, required=True)
+@click.option("-o", "--output", default="loadprobe-report/pipeline.yaml", show_default=True,
+              type=click.Path(dir_okay=False), help="Where to write pipeline.yaml (plans.json goes beside it).")
+@click.option("--engines", help="Engines you have: KIND[:DEVICE][xN], e.g. cpu,gpu:nvidia-l4x2,npu:ascend-310p "
+                                "(default: cpu,gpu:nvidia-l4,npu:ascend-310p).")
+@click.option("--slo-p95-ms", type=float, help="End-to-end p95 latency target (default: the recorded p95).")
+@click.option("--slo-p99-ms", type=float, help="End-to-end p99 latency target.")
+@click.option("--min-rps", type=float, help="Rate to size for (default: the recorded peak).")
+@click.option("--power-budget-w", type=float, help="Power budget for the whole line-up, in watts.")
+@click.option("--precision", multiple=True, metavar="[STAGE=]POLICY",
+              help="fp16-only (default) or int8-ok, for all stages or one: --precision backbone=int8-ok.")
+@click.option("--price", "prices", multiple=True, metavar="DEVICE=AMOUNT",
+              help="Purchase price per unit of a catalog device, any currency (repeatable).")
+@click.option("--years", type=float, default=3.0, show_default=True, help="Lifetime for the cost of ownership.")
+@click.option("--price-per-kwh", type=float, default=0.15, show_default=True, help="Electricity price.")
+@click.option("--cpu-cores", type=click.IntRange(min=1), help="Host CPU cores (default: inferred from the recording).")
+@click.option("--catalog", "catalogs", multiple=True, type=click.Path(dir_okay=False),
+              help="Extra device catalog file (JSON); repeatable.")
+@click.option("--force", is_flag=True, help="Overwrite an existing pipeline.yaml / plans.json.")
+@click.option("--json", "as_json", is_flag=True, help="Print plans.json to stdout instead of the tables.")
+def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, precision, prices, years,
+              price_per_kwh, cpu_cores, catalogs, force, as_json):
+    """Plan which engine runs each stage, and write it as pipeline.yaml.
+
+    SOURCE is a portrait.json or recorded data (directories, globs, URIs), analysed first.
+
+    \b
+    Example:
+        loadprobe recommend loadprobe-report/portrait.json --engines cpu,gpu:nvidia-l4,npu:ascend-310p \\
+            --slo-p95-ms 200 --precision backbone=int8-ok -o plan/pipeline.yaml
+    """
+    from ..catalog import load_catalog
+    from ..constraints import Constraints
+    from ..pipeline import save
+    from ..plan_files import plan_dict, render
+    from ..recommend import recommend as make_plan
+
+    catalog = load_catalog(*catalogs)
+    portrait = _portrait(list(source), catalogs)
+    constraints = Constraints.parse(engines=engines, slo_p95_ms=slo_p95_ms, slo_p99_ms=slo_p99_ms, min_rps=min_rps,
+                                    power_budget_w=power_budget_w, precision=precision, years=years,
+                                    price_per_kwh=price_per_kwh, prices=prices, catalog=catalog)
+    plan = make_plan(portrait, constraints, catalog=catalog, cpu_cores=cpu_cores)
+    config = plan.to_pipeline()
+    plans = json.dumps(plan_dict(plan), indent=2, allow_nan=False) + "\n"
+    path = Path(output)
+    plans_path = path.with_name("plans.json")
+    if plans_path.exists() and not force:
+        from .._errors import LoadprobeError
+
+        raise LoadprobeError(f"{plans_path} exists; pass --force to replace it or choose another -o")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save(config, path, overwrite=force)
+    tmp = plans_path.with_name(f".{plans_path.name}.tmp")
+    tmp.write_text(plans, encoding="utf-8")
+    tmp.replace(plans_path)
+    if as_json:
+        click.echo(plans, nl=False)
+        return
+    click.echo(render(plan))
+    click.echo(f"\npipeline: {path}\nplans:    {plans_path}", err=True)
+
+
+def _portrait(source: list[str], catalogs):
+    from ..portrait import Portrait
+
+    if len(source) == 1 and source[0].endswith(".json") and Path(source[0]).is_file():
+        return Portrait.load(source[0])
+    from ..analysis import analyze
+
+    return analyze(source, catalog=catalogs)

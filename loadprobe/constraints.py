@@ -1,0 +1,143 @@
+"""What the team has and needs: engines, latency SLO, throughput, power budget, precision policy.
+
+Usage::
+
+    c = Constraints.parse(engines="cpu,gpu:nvidia-l4x2,npu:ascend-310p", slo_p95_ms=200,
+                          precision=["int8-ok", "head=fp16-only"])
+    c.engines[1]          # EngineSpec(kind="gpu", device="nvidia-l4", count=2, name="gpu0")
+    c.precision_for("backbone")   # "int8-ok"
+
+Every figure is optional: a plan made without an SLO keeps the recorded p95, without
+``min_rps`` sizes for the recorded peak rate, without a power budget ignores power.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ._errors import LoadprobeError
+
+DEFAULT_ENGINES = "cpu,gpu:nvidia-l4,npu:ascend-310p"
+"""The seeds' line-up, used when the team names none: a host CPU, a small GPU and an NPU."""
+
+POLICIES = ("fp16-only", "int8-ok")
+_KIND = re.compile(r"(cpu|gpu|npu)(?:x(\d+))?")  # "gpu", "gpux2"
+_COUNTED = re.compile(r"(.+?)x(\d+)")  # "nvidia-l4x2"
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """An engine the team has: a kind, optionally a catalog device, and how many."""
+
+    kind: str
+    device: str | None = None
+    count: int = 1
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Constraints:
+    engines: tuple[EngineSpec, ...]
+    slo_p95_ms: float | None = None
+    slo_p99_ms: float | None = None
+    min_rps: float | None = None
+    power_budget_w: float | None = None
+    precision: str = "fp16-only"
+    precision_by_stage: dict = field(default_factory=dict)
+    years: float = 3.0
+    price_per_kwh: float = 0.15
+    prices: dict = field(default_factory=dict)  # catalog id -> purchase price per unit
+
+    def precision_for(self, stage: str) -> str:
+        return self.precision_by_stage.get(stage, self.precision)
+
+    @classmethod
+    def parse(cls, *, engines: str | None = None, slo_p95_ms=None, slo_p99_ms=None, min_rps=None,
+              power_budget_w=None, precision=(), years: float = 3.0, price_per_kwh: float = 0.15,
+              prices=(), catalog=None) -> Constraints:
+        """Build from CLI-style strings; a LoadprobeError names the bad part and what is allowed."""
+        specs = parse_engines(engines or DEFAULT_ENGINES, catalog)
+        default, by_stage = parse_precision(precision)
+        for option, value in (("--slo-p95-ms", slo_p95_ms), ("--slo-p99-ms", slo_p99_ms), ("--min-rps", min_rps),
+                              ("--power-budget-w", power_budget_w), ("--years", years),
+                              ("--price-per-kwh", price_per_kwh)):
+            if value is not None and not value > 0:
+                raise LoadprobeError(f"{option} {value:g} must be a positive number")
+        return cls(specs, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, default, by_stage, float(years),
+                   float(price_per_kwh), parse_prices(prices))
+
+
+def parse_engines(text: str, catalog=None) -> tuple[EngineSpec, ...]:
+    """``"cpu,gpu:nvidia-l4x2,npu:ascend-310p"`` -> engine specs named cpu, gpu0, npu0, ...
+
+    A device must be in the hardware catalog and of the stated kind.
+    """
+    if catalog is None:
+        from .catalog import load_catalog
+
+        catalog = load_catalog()
+    known_ids = set(catalog.ids())
+    specs: list[EngineSpec] = []
+    per_kind: dict[str, int] = {}
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            continue
+        head, _, device = part.partition(":")
+        m = _KIND.fullmatch(head)
+        if m is None:
+            raise LoadprobeError(f"--engines: cannot read {part!r}; write KIND[:DEVICE][xN] with KIND cpu, gpu or "
+                                 "npu, e.g. cpu,gpu:nvidia-l4x2,npu:ascend-310p")
+        kind, count = m.group(1), int(m.group(2) or 1)
+        counted = _COUNTED.fullmatch(device)
+        if device and device not in known_ids and counted:
+            device, count = counted.group(1), int(counted.group(2))
+        device = device or None
+        if device is not None:
+            if device not in known_ids:
+                known = ", ".join(d.id for d in catalog if d.kind == kind)
+                raise LoadprobeError(f"--engines: {device!r} is not in the hardware catalog; known {kind}s: {known} "
+                                     "(add your own with --catalog, see docs/catalog.md)")
+            entry = catalog.get(device)
+            if entry.kind != kind:
+                raise LoadprobeError(f"--engines: {device} is a {entry.kind}, not a {kind}; write {entry.kind}:{device}")
+        if count < 1:
+            raise LoadprobeError(f"--engines: {part!r} has a count of 0; write x1 or more")
+        n = per_kind.get(kind, 0)
+        per_kind[kind] = n + 1
+        name = "cpu" if kind == "cpu" and n == 0 else f"{kind}{n}"
+        specs.append(EngineSpec(kind, device, count, name))
+    if not specs:
+        raise LoadprobeError("--engines is empty; name at least one engine, e.g. --engines cpu")
+    if not any(s.kind == "cpu" for s in specs):
+        specs.insert(0, EngineSpec("cpu", None, 1, "cpu"))  # every accelerator has a host CPU
+    return tuple(specs)
+
+
+def parse_precision(values) -> tuple[str, dict]:
+    """``["int8-ok", "head=fp16-only"]`` -> ("int8-ok", {"head": "fp16-only"})."""
+    default, by_stage = "fp16-only", {}
+    for value in values or ():
+        stage, _, policy = str(value).rpartition("=")
+        if policy not in POLICIES:
+            raise LoadprobeError(f"--precision {value!r}: the policy must be one of {', '.join(POLICIES)} "
+                                 "(per stage: --precision backbone=int8-ok)")
+        if stage:
+            by_stage[stage] = policy
+        else:
+            default = policy
+    return default, by_stage
+
+
+def parse_prices(values) -> dict:
+    """``["nvidia-l4=2500"]`` -> {"nvidia-l4": 2500.0}: purchase prices per unit, any currency."""
+    prices = {}
+    for value in values or ():
+        device, _, amount = str(value).partition("=")
+        try:
+            prices[device.strip()] = float(amount)
+        except ValueError:
+            raise LoadprobeError(f"--price {value!r}: write DEVICE=AMOUNT, e.g. --price nvidia-l4=2500") from None
+        if not prices[device.strip()] >= 0:
+            raise LoadprobeError(f"--price {value!r}: the amount must be zero or more")
+    return prices

@@ -1,0 +1,154 @@
+"""``loadprobe demo``: a whole check-up of the sample vision service, on this machine, in a minute.
+
+Usage::
+
+    from loadprobe.demo import run_demo
+    outputs = run_demo(seconds=60)          # {"data": ..., "portrait": ..., "client": ...}
+
+Steps: build the sample's ONNX models (once, cached); start samples/vision on 127.0.0.1
+under a recorder (spans and device samples into ``<out>/data``); drive it with a day's
+traffic compressed into ``seconds`` plus a burst near the evening peak, open loop;
+stop the server cleanly so its files are finished; analyse the recording; print where
+every output is. The server runs in its own process group and is stopped on every exit
+path, Ctrl-C included. Each run writes a new timestamped folder: nothing is overwritten.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.error import URLError
+from urllib.request import urlopen
+
+import numpy as np
+
+from ._errors import LoadprobeError
+
+SERVICE = "vision"
+BURST_AT, BURST_S, BURST_X = 0.62, 0.08, 2.5  # burst start and length (fractions of the run), rate multiple
+
+
+def schedule(seconds: float, rate: float, *, seed: int = 0) -> np.ndarray:
+    """Arrival offsets: a compressed day (peak 2x the mean mid-run) plus a 2.5x burst near 62%."""
+    from . import load
+
+    day = load.diurnal(rate, duration=seconds, peak_to_mean=2.0, seed=seed)
+    start, length = BURST_AT * seconds, max(1.0, BURST_S * seconds)
+    burst = start + load.poisson(BURST_X * rate, duration=length, seed=seed + 1)
+    return np.sort(np.concatenate([day, burst[burst < seconds]]))
+
+
+def run_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 60.0, rate: float = 20.0,
+             precision: str = "fp32", echo=print) -> dict[str, Path]:
+    """Run the check-up; returns the paths of what it wrote. Raises LoadprobeError on failure."""
+    try:
+        from .samples.vision.images import inspection_jpegs
+        from .samples.vision.model import ensure_models
+    except ImportError as exc:
+        raise LoadprobeError(f"the demo needs the sample's dependencies ({exc.name} is missing): "
+                             "run pip install 'loadprobe[demo]'") from None
+    from . import load
+
+    run_dir = _new_run_dir(Path(out))
+    data, client = run_dir / "data", run_dir / "client"
+    echo(f"demo: building the vision sample's models (cached after the first run) ...")
+    ensure_models()
+    bodies = inspection_jpegs(48, seed=2)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    echo(f"demo: serving samples/vision on {url}, recording into {data}")
+    server = _start_server(data, port, precision)
+    try:
+        _wait_ready(server, url + "/health", timeout=90)
+        offsets = schedule(seconds, rate)
+        echo(f"demo: sending {len(offsets):,} requests over {seconds:g} s: a day compressed, "
+             f"mean {rate:g}/s, peak ~{2 * rate:g}/s, a {BURST_X:g}x burst at {BURST_AT * seconds:.0f} s")
+        report = load.run(url + "/inspect", offsets, method="POST", body=bodies, timeout=30.0,
+                          record=str(client), mode="demo: compressed day + burst")
+        echo(report.render())
+    finally:
+        _stop_server(server)
+    return analyse(data, run_dir, echo=echo) | {"data": data, "client": client}
+
+
+def analyse(data: Path, run_dir: Path, *, echo=print) -> dict[str, Path]:
+    """Every analysis step that exists, on the recording; returns the outputs' paths."""
+    from .analysis import analyze
+    from .reports.summary import render
+
+    portrait = analyze([str(data)])
+    outputs = {"portrait": portrait.save(run_dir / "report" / "portrait.json")}
+    echo(render(portrait))
+    echo("\ndemo: outputs")
+    for name, path in {"recording": data, **outputs}.items():
+        echo(f"  {name:<10} {path}")
+    return outputs
+
+
+def _new_run_dir(out: Path) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    for n in range(1000):
+        run_dir = out / (stamp if n == 0 else f"{stamp}-{n}")
+        try:
+            run_dir.mkdir(parents=True)
+            return run_dir
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise LoadprobeError(f"{out}: cannot create the demo's output folder ({exc.strerror}); "
+                                 "give a writable --output") from None
+    raise LoadprobeError(f"{out}: too many demo runs this second; try again")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start_server(data: Path, port: int, precision: str) -> subprocess.Popen:
+    env = dict(os.environ, LOADPROBE_DIR=str(data), LOADPROBE_SERVICE=SERVICE)
+    command = [sys.executable, "-m", "loadprobe.samples.vision.serve", "--port", str(port), "--precision", precision]
+    # Its own process group: a Ctrl-C in the terminal reaches us, and we stop the server in order.
+    return subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+
+
+def _wait_ready(server: subprocess.Popen, health: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            err = server.stderr.read().decode(errors="replace").strip().splitlines()
+            raise LoadprobeError(f"the vision sample exited with code {server.returncode} before serving: "
+                                 f"{err[-1] if err else 'no message'}; run it alone with "
+                                 "python -m loadprobe.samples.vision.serve to see why")
+        try:
+            with urlopen(health, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (URLError, OSError):
+            time.sleep(0.2)
+    raise LoadprobeError(f"the vision sample did not answer {health} within {timeout:g} s")
+
+
+def _stop_server(server: subprocess.Popen) -> None:
+    """SIGINT (uvicorn shuts down, the recorder finishes its files), then SIGKILL if it hangs."""
+    if server.poll() is None:
+        for sig, wait in ((signal.SIGINT, 30), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(server.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                server.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    if server.stderr is not None:
+        server.stderr.close()

@@ -1,0 +1,118 @@
+"""Analytic estimates of a plan at a given arrival rate: latency, capacity, power, energy.
+
+Usage::
+
+    est = estimate(assignments, engines, rate=120.0, unattributed_ms=1.5)
+    est.p50_ms, est.p95_ms, est.max_rps, est.power_w, est.energy_per_request_j, est.utilisation
+
+Each engine is an M/M/c queue (Erlang C) whose servers are its devices (CPU: cores) and whose
+service time per request is the sum, over the stages it runs, of one execution's time
+divided by the batch. A batching window adds half its length on average and all of it at
+worst. End-to-end: the stages' medians add up for p50; for p95 the stages' mean times add
+and their spreads combine as independent (root of the sum of squares). These are
+estimates, labelled as such everywhere they appear; ``loadprobe simulate`` replaces them
+with a replay of the recorded traffic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+IDLE_POWER_SHARE = 0.3
+"""An idle accelerator or CPU draws about this share of its TDP (assumption, stated in plans)."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One stage as placed: on which engine, its execution time and batching."""
+
+    stage: str
+    engine: str
+    p50_ms: float  # one execution of ``batch`` items
+    p95_ms: float
+    batch: int
+    window_ms: float
+
+
+@dataclass(frozen=True)
+class EngineCapacity:
+    name: str
+    servers: int  # devices, or CPU cores
+    power_w: float | None  # all its units at full load (TDP x count); None when unknown
+
+
+@dataclass
+class Estimate:
+    rate_rps: float
+    p50_ms: float | None  # None: the plan cannot carry this rate
+    p95_ms: float | None
+    max_rps: float
+    power_w: float | None
+    energy_per_request_j: float | None
+    utilisation: dict = field(default_factory=dict)  # engine -> busy share at rate
+    stage_p95_ms: dict = field(default_factory=dict)
+    bottleneck: str | None = None  # the engine that saturates first
+    method: str = "analytic estimate (M/M/c per engine)"
+
+
+def erlang_c(servers: int, load: float) -> float:
+    """Probability that an arrival waits in an M/M/c queue with offered load ``load`` (< servers)."""
+    if load <= 0:
+        return 0.0
+    term, total = 1.0, 1.0
+    for k in range(1, servers):
+        term *= load / k
+        total += term
+    last = term * load / servers * servers / (servers - load)
+    return last / (total + last)
+
+
+def estimate(placements: list[Placement], engines: dict[str, EngineCapacity], *, rate: float,
+             unattributed_ms: float = 0.0) -> Estimate:
+    work: dict[str, float] = {}  # engine -> seconds of service per request
+    for p in placements:
+        work[p.engine] = work.get(p.engine, 0.0) + p.p50_ms / 1000.0 / max(1, p.batch)
+    capacity = {e: engines[e].servers / w for e, w in work.items() if w > 0}
+    max_rps = min(capacity.values()) if capacity else math.inf
+    bottleneck = min(capacity, key=capacity.get) if capacity else None
+    util = {e: min(1.0, rate * w / engines[e].servers) for e, w in work.items()}
+    power = _power(engines, util)
+    if rate >= max_rps:
+        return Estimate(rate, None, None, max_rps, power, None, util, {}, bottleneck)
+    waits = {e: _wait(engines[e].servers, rate, w) for e, w in work.items()}
+    p50 = unattributed_ms
+    mean_total = unattributed_ms
+    spread = 0.0
+    stage_p95 = {}
+    for p in placements:
+        median_wait, mean_wait, p95_wait = waits[p.engine]
+        window_mean = min(p.window_ms, 1000.0 * (p.batch - 1) / rate) / 2 if p.batch > 1 else 0.0
+        p50 += p.p50_ms + window_mean + median_wait
+        mean_total += p.p50_ms + window_mean + mean_wait
+        stage_p95[p.stage] = p.p95_ms + p.window_ms + p95_wait
+        spread += (stage_p95[p.stage] - (p.p50_ms + window_mean + mean_wait)) ** 2
+    p95 = mean_total + math.sqrt(spread)
+    energy = power / rate if power is not None and rate > 0 else None
+    return Estimate(rate, p50, max(p95, p50), max_rps, power, energy, util, stage_p95, bottleneck)
+
+
+def _wait(servers: int, rate: float, work_s: float) -> tuple[float, float, float]:
+    """Median, mean and p95 queueing delay (ms) on one engine: P(wait > t) = C exp(-drain t)."""
+    load = rate * work_s
+    if load <= 0:
+        return 0.0, 0.0, 0.0
+    c = erlang_c(servers, load)
+    drain = (servers - load) / work_s  # per second
+    quantile = lambda q: math.log(c / (1 - q)) / drain if c > 1 - q else 0.0  # noqa: E731
+    return 1000.0 * quantile(0.5), 1000.0 * c / drain, 1000.0 * quantile(0.95)
+
+
+def _power(engines: dict[str, EngineCapacity], util: dict[str, float]) -> float | None:
+    total = 0.0
+    for name, engine in engines.items():
+        if engine.power_w is None:
+            return None
+        busy = util.get(name, 0.0)
+        total += engine.power_w * (IDLE_POWER_SHARE + (1 - IDLE_POWER_SHARE) * busy)
+    return total

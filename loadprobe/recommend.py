@@ -1,0 +1,679 @@
+"""From a load portrait to a plan: which engine runs each stage, how, and why.
+
+Usage::
+
+    from loadprobe.constraints import Constraints
+    from loadprobe.recommend import recommend
+
+    plan = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-l4,npu:ascend-310p",
+                                                 slo_p95_ms=200, precision=["int8-ok"]))
+    plan.scenario, plan.recommended.decisions[0].why
+    plan.to_pipeline()        # PipelineConfig -> pipeline.yaml
+    plan.to_dict()            # plans.json: the recommended plan and its alternatives
+
+The rules are the seeds' reasoning made explicit, each applied from measured figures:
+
+1. a stage with no FLOPs and no shapes recorded is host code (decoding, parsing): CPU;
+2. a light stage (self p50 under ``LIGHT_MS`` and under ``LIGHT_SHARE`` of request time)
+   stays on the CPU unless the CPU is saturated (``CPU_SATURATED_PCT``);
+3. dynamic shapes keep a stage off engines without native dynamic-shape support;
+4. INT8 only where the precision policy allows it (``--precision``, or ``loadprobe align``);
+5. among the engines left, the one with the least energy per item that meets the
+   stage's latency budget (its share of the SLO) -- which is the NPU for a fixed-shape,
+   compute-bound, INT8-tolerant stage, and the device with the most bandwidth per watt
+   for a memory-bound one; when none meets the budget, the fastest;
+6. batch: the largest of 1, 2, 4 ... 32 whose execution plus gathering window fits the
+   budget; window: the time the peak rate takes to fill the batch;
+7. timeout: twice the stage's estimated p99 plus its window; concurrency: Little's law at
+   the peak rate with 50% headroom; queue bound: the arrivals of one latency budget;
+8. fallback: another engine able to run the stage, for the share of its traffic that
+   engine's spare capacity at peak can absorb, capped at ``FAILOVER_CAP``.
+
+Alternatives -- every stage on one kind of engine where it can run there -- are estimated
+the same way, so the table compares like with like.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from ._errors import LoadprobeError
+from .constraints import Constraints, EngineSpec
+from .queueing import IDLE_POWER_SHARE, EngineCapacity, Estimate, Placement, estimate
+from .servicetime import DEFAULT_DEVICE, ServiceTime, StageProfile, service_time
+
+LIGHT_MS = 1.0
+LIGHT_SHARE = 0.10
+CPU_SATURATED_PCT = 85.0
+FAILOVER_CAP = 0.3  # the seeds: move at most ~30% of a backed-up engine's traffic, never all of it
+BATCHES = (1, 2, 4, 8, 16, 32)
+HEADROOM = 1.5
+DEFAULT_CPU_CORES = 4
+PLAN_KINDS = {"hybrid": None, "all-gpu": "gpu", "all-npu": "npu", "all-cpu": "cpu"}
+
+
+@dataclass
+class Decision:
+    """One stage's placement and settings; ``why`` has a reason for every field."""
+
+    stage: str
+    engine: str
+    kind: str
+    device: str | None
+    precision: str
+    batch: int
+    window_ms: float
+    timeout_ms: float
+    max_concurrency: int
+    fallback: dict | None
+    service: ServiceTime
+    shape: list | None
+    dynamic_shape: bool
+    why: dict = field(default_factory=dict)
+
+
+@dataclass
+class Option:
+    """A complete plan: the recommended hybrid or a single-engine alternative."""
+
+    name: str
+    decisions: list
+    engines: dict  # name -> {"kind", "device", "count", "max_concurrency", "max_queue", "power_w", "why"}
+    estimate: Estimate | None
+    stress: Estimate | None  # at 1.5x the sizing rate
+    tco: dict | None
+    meets_slo: bool | None
+    notes: list = field(default_factory=list)
+    feasible: bool = True
+
+
+@dataclass
+class Plan:
+    service: str
+    scenario: str
+    scenario_why: str
+    constraints: Constraints
+    rate_rps: float
+    slo_p95_ms: float | None
+    recommended: Option
+    alternatives: list
+    verdict: str  # how the recommendation compares with the alternatives, in one paragraph
+
+    def to_pipeline(self):
+        from .plan_files import to_pipeline
+
+        return to_pipeline(self)
+
+    def to_dict(self) -> dict:
+        from .plan_files import plan_dict
+
+        return plan_dict(self)
+
+
+def recommend(portrait, constraints: Constraints | None = None, *, catalog=None, cpu_cores: int | None = None) -> Plan:
+    """The plan for ``portrait`` under ``constraints`` (default: the seeds' cpu + L4 + 310P line-up)."""
+    from .catalog import load_catalog
+
+    catalog = catalog or load_catalog()
+    constraints = constraints or Constraints.parse(catalog=catalog)
+    stages = _plan_stages(portrait)
+    if not stages:
+        raise LoadprobeError("the portrait has no stages to place; record with @probe around the service's stages")
+    rate = constraints.min_rps or (portrait.traffic.peak_rps if portrait.traffic else None)
+    if not rate:
+        raise LoadprobeError("the portrait has no request rate; give --min-rps")
+    req = portrait.requests
+    slo = constraints.slo_p95_ms or (req.latency_ms.p95 if req is not None and req.latency_ms else None)
+    recorded = _recorded_device(portrait, catalog)
+    profiles = [StageProfile.of(s, recorded_device=recorded if _recorded_kind(s) == "cpu" or recorded is None
+                                else None) for s in stages]
+    cores = (cpu_cores, f"{cpu_cores} cores (given)") if cpu_cores else _cpu_cores(portrait)
+    ctx = _Context(portrait, constraints, catalog, rate, slo, cores, stages)
+    options = [_build_option(name, kind, profiles, ctx) for name, kind in PLAN_KINDS.items()]
+    options = [o for o in options if o is not None]
+    recommended, alternatives = _select(options)
+    scenario, why = _scenario(portrait, constraints, profiles, slo)
+    return Plan(_service(portrait), scenario, why, constraints, rate, slo, recommended, alternatives,
+                _verdict(recommended, alternatives, slo))
+
+
+# -- context ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Context:
+    portrait: object
+    constraints: Constraints
+    catalog: object
+    rate: float
+    slo_ms: float | None
+    cpu_cores: tuple[int, str]
+    stages: list
+
+    def budget_ms(self, stage) -> float | None:
+        """A stage's share of the SLO: the SLO times its share of request time (at least 5% of it)."""
+        if self.slo_ms is None:
+            return None
+        share = stage.share if stage.share is not None else 1.0 / max(1, len(self.stages))
+        return self.slo_ms * max(0.05, share)
+
+    def device(self, spec: EngineSpec):
+        name = spec.device or DEFAULT_DEVICE.get(spec.kind)
+        return self.catalog.get(name) if name else None
+
+
+def _plan_stages(portrait) -> list:
+    """The stages a plan places: every recorded stage except request roots (whole requests)."""
+    return [s for s in portrait.stages if not (s.share is not None and s.share >= 0.999 and not s.engines)]
+
+
+def _recorded_kind(stage) -> str:
+    engines = list(stage.engines or {})
+    return "gpu" if any(e.startswith(("gpu", "cuda")) for e in engines) else \
+        "npu" if any(e.startswith("npu") for e in engines) else "cpu"
+
+
+def _recorded_device(portrait, catalog):
+    if portrait.roofline_device:
+        try:
+            return catalog.get(portrait.roofline_device)
+        except LoadprobeError:
+            return None
+    return None
+
+
+def _cpu_cores(portrait) -> tuple[int, str]:
+    """Cores the CPU stages had, inferred from the recording: busy core-seconds / CPU utilisation."""
+    util = next((m.mean for m in portrait.devices.metrics if m.device == "cpu" and m.metric == "util_pct"), None)
+    duration = portrait.traffic.duration_s if portrait.traffic else None
+    busy = sum(s.count * (s.self_ms_mean or 0.0) for s in _plan_stages(portrait) if _recorded_kind(s) == "cpu")
+    if util and util > 5 and duration:
+        cores = max(1, round(busy / 1000.0 / duration / (util / 100.0)))
+        return cores, (f"{cores} cores: the CPU stages kept {busy / 1000.0 / duration:.2f} cores busy at "
+                       f"{util:.0f}% CPU utilisation")
+    return DEFAULT_CPU_CORES, f"{DEFAULT_CPU_CORES} cores assumed: no CPU utilisation was recorded"
+
+
+def _service(portrait) -> str:
+    services = portrait.data_quality.services if portrait.data_quality else []
+    return services[0] if services else "service"
+
+
+# -- one option -----------------------------------------------------------------------
+
+
+def _engine_specs(ctx: _Context, kind: str | None) -> list[EngineSpec]:
+    specs = list(ctx.constraints.engines)
+    if kind is None or kind == "cpu":
+        return specs if kind is None else [s for s in specs if s.kind == "cpu"]
+    return [s for s in specs if s.kind in ("cpu", kind)]
+
+
+def _build_option(name: str, kind: str | None, profiles, ctx: _Context) -> Option | None:
+    specs = _engine_specs(ctx, kind)
+    if kind not in (None, "cpu") and not any(s.kind == kind for s in specs):
+        return None  # the team has no such engine
+    choices = [_candidates(stage, profile, specs, ctx) for stage, profile in zip(ctx.stages, profiles)]
+    for stage, (candidates, excluded) in zip(ctx.stages, choices):
+        if not candidates:
+            return Option(name, [], {}, None, None, None, None,
+                          [f"{stage.name} cannot run on any engine of this plan"], feasible=False)
+    notes = []
+    met = True
+    if kind is None:
+        picks, searched, met = _search(choices, profiles, specs, ctx)
+        notes.append(searched)
+    else:
+        picks = []
+        for stage, (candidates, excluded) in zip(ctx.stages, choices):
+            pick = next((c for c in candidates if c["spec"].kind == kind), None)
+            if pick is None:
+                pick = next(c for c in candidates if c["spec"].kind == "cpu")
+                notes.append(f"{stage.name} stays on the CPU: " + "; ".join(excluded.values()))
+            picks.append(pick)
+    decisions = []
+    for stage, profile, pick, (candidates, excluded) in zip(ctx.stages, profiles, picks, choices):
+        basis = (f"{kind} plan" if kind is not None and pick["spec"].kind == kind else
+                 "the plan's engine cannot run it" if kind is not None else
+                 "part of the cheapest line-up meeting the targets" if met else
+                 "part of the line-up closest to the targets (none meets them)")
+        decisions.append(_decision(stage, profile, pick, _engine_why(basis, stage, profile, pick, candidates,
+                                                                     excluded), ctx.budget_ms(stage), ctx))
+    return _assemble(name, decisions, specs, profiles, ctx, notes)
+
+
+def _assemble(name: str, decisions: list, specs, profiles, ctx: _Context, notes: list, *,
+              fallbacks: bool = True) -> Option:
+    """Engines, limits, fallbacks, the estimate at the sizing rate and at 1.5x, and the cost."""
+    engines = _engines(decisions, specs, ctx)
+    if fallbacks:
+        _add_fallbacks(decisions, engines, specs, profiles, ctx)
+    capacities = {n: EngineCapacity(n, e["servers"], e["power_w"]) for n, e in engines.items()}
+    placements = [Placement(d.stage, d.engine, d.service.p50_ms, d.service.p95_ms, d.batch, d.window_ms)
+                  for d in decisions]
+    unattributed = _unattributed_ms(ctx.portrait)
+    est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=unattributed)
+    stress = estimate(placements, capacities, rate=ctx.rate * 1.5, unattributed_ms=unattributed)
+    meets = None
+    if ctx.slo_ms is not None:
+        meets = est.p95_ms is not None and est.p95_ms <= ctx.slo_ms
+    notes = list(notes)
+    if any(e["power_w"] is None for e in engines.values()):
+        notes.append("power counts only engines with a known power figure ("
+                     + ", ".join(n for n, e in engines.items() if e["power_w"] is None) + " unknown: no RAPL "
+                     "reading and no catalog device; it is common to every plan)")
+        est.power_w = _known_power(engines, est.utilisation)
+        est.energy_per_request_j = est.power_w / ctx.rate if est.power_w else None
+    if ctx.constraints.power_budget_w and est.power_w and est.power_w > ctx.constraints.power_budget_w:
+        notes.append(f"over the power budget: {est.power_w:.0f} W > {ctx.constraints.power_budget_w:g} W")
+        meets = False
+    option = Option(name, decisions, engines, est, stress, None, meets, notes)
+    option.tco = _tco(option, ctx)
+    return option
+
+
+MAX_COMBINATIONS = 4096
+
+
+def _search(choices, profiles, specs, ctx: _Context) -> tuple[list, str]:
+    """The hybrid: the cheapest assignment of stages to engines that meets the SLO and power budget.
+
+    Every combination of each stage's admissible engines is estimated (up to
+    ``MAX_COMBINATIONS``; beyond, each stage takes its fastest engine). Ties in cost go to
+    the lower estimated p95, so an engine the line-up already pays for is used when it helps.
+    """
+    import itertools
+
+    lists = [candidates for candidates, _ in choices]
+    total = math.prod(len(c) for c in lists)
+    if total > MAX_COMBINATIONS:
+        fastest = [min(c, key=lambda x: x["per_item_s"]) for c in lists]
+        return fastest, f"{total:,} combinations: too many to search; each stage takes its fastest engine", True
+    best, best_key, tried, met = None, None, 0, 0
+    for combo in itertools.product(*lists):
+        decisions = [_decision(stage, profile, c, "", ctx.budget_ms(stage), ctx)
+                     for stage, profile, c in zip(ctx.stages, profiles, combo)]
+        option = _assemble("search", decisions, specs, profiles, ctx, [], fallbacks=False)
+        tried += 1
+        ok = option.meets_slo is not False and option.estimate.p95_ms is not None
+        met += ok
+        cost = option.tco["total"] if option.tco else math.inf
+        p95 = option.estimate.p95_ms if option.estimate.p95_ms is not None else math.inf
+        if best_key is None or _better((not ok, cost if ok else 0.0, p95), best_key):
+            best, best_key = list(combo), (not ok, cost if ok else 0.0, p95)
+    summary = (f"searched {tried} stage-to-engine combinations; {met} meet the targets at "
+               f"{ctx.rate:.3g} req/s" + (f" within {ctx.slo_ms:g} ms p95" if ctx.slo_ms else "")
+               + "; the cheapest to own is recommended, ties to the lower p95")
+    return best, summary, met > 0
+
+
+def _better(a: tuple, b: tuple) -> bool:
+    """(misses targets, cost, p95) ordering, costs within 0.5% counting as equal."""
+    if a[0] != b[0]:
+        return a[0] < b[0]
+    if abs(a[1] - b[1]) > 0.005 * max(abs(a[1]), abs(b[1]), 1.0):
+        return a[1] < b[1]
+    return a[2] < b[2]
+
+
+def _candidates(stage, profile: StageProfile, specs, ctx: _Context) -> tuple[list, dict]:
+    """Every engine able to run the stage, with its batch, window and estimated time (rules 1-4, 6)."""
+    tensor = profile.flops_per_byte is not None or stage.shapes is not None
+    budget = ctx.budget_ms(stage)
+    cpu_util = _cpu_util(ctx.portrait)
+    saturated = cpu_util is not None and cpu_util >= CPU_SATURATED_PCT
+    light = profile.p50_ms < LIGHT_MS and (stage.share or 0.0) < LIGHT_SHARE
+    candidates, excluded = [], {}
+    for spec in specs:
+        reason = _cannot_run(stage, profile, spec, ctx, tensor)
+        if reason is None and spec.kind != "cpu" and light and not saturated:
+            reason = (f"light stage ({profile.p50_ms:.3g} ms self time at p50, {100 * (stage.share or 0):.1f}% of "
+                      f"request time) and the CPU is not saturated ({_fmt_pct(cpu_util)} mean utilisation): "
+                      "moving it would add a transfer for little gain")
+        if reason:
+            excluded[spec.name] = reason
+            continue
+        precision, precision_why = _precision(stage, spec, ctx)
+        device = ctx.device(spec)
+        batch, window, svc = _batch(profile, spec, device, precision, budget, ctx, stage)
+        if svc.source == "unscaled" and spec.kind != profile.kind and not saturated:
+            excluded[spec.name] = (f"no FLOPs/bytes recorded to estimate a gain on {spec.name}, and the CPU is not "
+                                   f"saturated ({_fmt_pct(cpu_util)})")
+            continue
+        per_item_s = svc.p50_ms / 1000.0 / batch
+        power = _unit_power(spec, device, ctx)
+        candidates.append(dict(spec=spec, device=device, precision=precision, precision_why=precision_why,
+                               batch=batch, window=window, svc=svc, per_item_s=per_item_s,
+                               energy=power * per_item_s if power is not None else None,
+                               fits=budget is None or svc.p95_ms + window <= budget))
+    return candidates, excluded
+
+
+def _cannot_run(stage, profile, spec, ctx, tensor) -> str | None:
+    if spec.kind == "cpu":
+        return None
+    if not tensor:
+        return "no FLOPs and no input shapes were recorded for it: host code, not a tensor workload"
+    device = ctx.device(spec)
+    if spec.kind == "npu":
+        if profile.flops_per_byte is None:
+            return "no FLOPs/bytes recorded, so there is no evidence it compiles to a fixed NPU graph"
+        if profile.dynamic_shape and device is not None and device.dynamic_shapes == "poor":
+            return (f"dynamic shapes (top shape {100 * stage.shapes.top_share:.0f}% of spans) and "
+                    f"{device.id} handles them poorly")
+        if ctx.constraints.precision_for(stage.name) == "fp16-only" and device is not None \
+                and not device.peak("fp16") and not device.peak("bf16"):
+            return f"FP16 required and {device.id} publishes no FP16 peak"
+    if profile.dynamic_shape and device is not None and device.dynamic_shapes != "native":
+        return (f"dynamic shapes: its commonest shape covers only {100 * stage.shapes.top_share:.0f}% of "
+                f"{stage.count:,} spans ({stage.shapes.distinct} distinct) and {device.id} "
+                f"{'recompiles on' if device.dynamic_shapes == 'recompile' else 'handles poorly'} changing shapes")
+    return None
+
+
+def _precision(stage, spec: EngineSpec, ctx) -> tuple[str, str]:
+    policy = ctx.constraints.precision_for(stage.name)
+    device = ctx.device(spec)
+    if spec.kind == "cpu":
+        return "fp32", "CPU stages keep the precision they were recorded at (fp32)"
+    if policy == "int8-ok" and device is not None and device.peak("int8") and device.int8:
+        return "int8", (f"precision policy int8-ok for {stage.name}; {device.id} runs INT8 at "
+                        f"{device.peak('int8') / 1e12:.0f} TOPS vs {(device.peak('fp16') or 0) / 1e12:.0f} FP16 TFLOP/s")
+    for p in ("fp16", "bf16", "fp32"):
+        if device is None or device.peak(p):
+            return p, f"precision policy {policy}: {p}, the lowest float precision {spec.name} publishes a peak for"
+    return "fp32", "no float peak published; fp32 assumed"
+
+
+def _batch(profile, spec, device, precision, budget, ctx, stage) -> tuple[int, float, ServiceTime]:
+    """Rule 6: the largest batch whose execution and gathering window fit the stage's budget."""
+    sizes = BATCHES if spec.kind != "cpu" or profile.fit_b_ms is not None else (1,)
+    best = None
+    for b in sizes:
+        svc = service_time(profile, target=device if spec.kind != "cpu" or spec.device else None, kind=spec.kind,
+                           precision=precision, batch=b)
+        window = 0.0 if b == 1 else round(1000.0 * (b - 1) / ctx.rate * 1.2, 1)
+        fits = budget is None or (svc.p95_ms + window <= budget and window <= budget / 2)
+        if best is None or (fits and svc.p50_ms / b < best[2].p50_ms / best[0] * 0.95):
+            best = (b, window, svc)
+        if not fits:
+            break
+    return best
+
+
+def _engine_why(basis: str, stage, profile, pick, candidates, excluded) -> str:
+    """The engine decision in words: the basis, every candidate's figures, exclusions, the estimate."""
+    compare = "; ".join(
+        f"{c['spec'].name} {c['svc'].p50_ms:.3g} ms/batch of {c['batch']}"
+        + (f", {1000 * c['energy']:.3g} mJ/item" if c["energy"] is not None else "")
+        for c in sorted(candidates, key=lambda c: c["spec"].name))
+    bound = ""
+    if profile.flops_per_byte is not None and pick["device"] is not None:
+        ridge = pick["device"].ridge_point(pick["precision"])
+        if ridge:
+            kind = "compute" if profile.flops_per_byte >= ridge else "memory"
+            bound = (f"; {profile.flops_per_byte:.3g} FLOP/byte vs {pick['device'].id}'s {pick['precision']} ridge "
+                     f"{ridge:.3g}: {kind}-bound there")
+    shape = ""
+    if stage.shapes is not None:
+        shape = (f"; shapes {'dynamic' if profile.dynamic_shape else 'fixed'} (commonest "
+                 f"{100 * stage.shapes.top_share:.0f}% of spans)")
+    text = f"{basis} ({compare}){bound}{shape}."
+    if excluded:
+        text += " Excluded: " + "; ".join(f"{name}: {reason}" for name, reason in excluded.items()) + "."
+    return f"{text} {pick['svc'].how}"
+
+
+def _decision(stage, profile, c, engine_why, budget, ctx) -> Decision:
+    spec, svc, batch, window = c["spec"], c["svc"], c["batch"], c["window"]
+    p99 = svc.p50_ms * (profile.p99_ms / profile.p50_ms if profile.p50_ms > 0 else 1.0)
+    timeout = max(1.0, math.ceil(2 * (p99 + window)))
+    in_flight = ctx.rate / batch * svc.p50_ms / 1000.0
+    concurrency = max(1, math.ceil(HEADROOM * in_flight))
+    budget_text = f"its {budget:.3g} ms share of the {ctx.slo_ms:g} ms p95 SLO" if budget else "no SLO given"
+    why = {
+        "engine": engine_why,
+        "precision": c["precision_why"],
+        "batch": (f"batch {batch}, window {window:g} ms: the largest of {', '.join(map(str, BATCHES))} whose "
+                  f"execution ({svc.p95_ms:.3g} ms p95) plus gathering window fits {budget_text}; the window is the "
+                  f"time {batch - 1} more requests take to arrive at {ctx.rate:.3g} req/s, +20%" if batch > 1
+                  else "batch 1: " + ("the CPU runs one request at a time" if spec.kind == "cpu" else
+                                      "batching gains nothing here (no batch->latency fit with a fixed cost)")),
+        "timeout_ms": f"2 x (estimated p99 {p99:.3g} ms + window {window:g} ms), from the recorded p99/p50 of "
+                      f"{profile.p99_ms / profile.p50_ms if profile.p50_ms else 1:.3g}",
+        "max_concurrency": f"Little's law: {ctx.rate:.3g} req/s / batch {batch} x {svc.p50_ms:.3g} ms = "
+                           f"{in_flight:.2f} executions in flight, x{HEADROOM:g} headroom",
+        "service_time_ms": svc.how,
+    }
+    shape = None
+    if stage.shapes is not None and not profile.dynamic_shape:
+        try:
+            shape = [int(x) for x in str(stage.shapes.top).split(",")[0].split("x")]
+        except ValueError:
+            shape = None
+    return Decision(stage.name, spec.name, spec.kind, c["device"].id if c["device"] is not None and
+                    (spec.kind != "cpu" or spec.device) else None, c["precision"], batch, window, float(timeout),
+                    concurrency, None, svc, shape, profile.dynamic_shape, why)
+
+
+def _engines(decisions, specs, ctx) -> dict:
+    engines = {}
+    for spec in specs:
+        mine = [d for d in decisions if d.engine == spec.name]
+        if not mine and spec.kind != "cpu":
+            continue
+        device = ctx.device(spec)
+        if spec.kind == "cpu":
+            servers, servers_why = ctx.cpu_cores
+            servers *= spec.count
+        else:
+            servers, servers_why = spec.count, f"{spec.count} x {device.id if device else spec.kind}"
+        work = sum(d.service.p50_ms / 1000.0 / d.batch for d in mine)
+        in_flight = ctx.rate * work
+        concurrency = max(servers, math.ceil(HEADROOM * in_flight))
+        budget = ctx.slo_ms / 1000.0 if ctx.slo_ms else 1.0
+        queue = max(1, math.ceil(ctx.rate * budget))
+        power = _unit_power(spec, device, ctx)
+        engines[spec.name] = {
+            "kind": spec.kind, "device": device.id if device is not None and (spec.kind != "cpu" or spec.device)
+            else None, "count": spec.count, "servers": servers,
+            "max_concurrency": concurrency, "max_queue": queue,
+            "power_w": power * spec.count if power is not None else None,
+            "why": (f"{servers_why}; max_concurrency {concurrency} = max(servers, {HEADROOM:g} x {in_flight:.2f} "
+                    f"in flight by Little's law at {ctx.rate:.3g} req/s); max_queue {queue} = arrivals in "
+                    f"{'the SLO' if ctx.slo_ms else '1 s'} ({budget * 1000:.0f} ms) at that rate, beyond which "
+                    "requests are rejected fast with a capacity hint"),
+        }
+    return engines
+
+
+def _add_fallbacks(decisions, engines, specs, profiles, ctx) -> None:
+    """Rule 8: a capped share of a backed-up accelerator stage goes to another engine that can run it."""
+    work = {n: sum(d.service.p50_ms / 1000.0 / d.batch for d in decisions if d.engine == n) for n in engines}
+    by_name = {s.name: s for s in ctx.stages}
+    for d, profile in zip(decisions, profiles):
+        if d.kind == "cpu":
+            d.why["fallback"] = "none: the CPU is the last resort"
+            continue
+        stage = by_name[d.stage]
+        tensor = profile.flops_per_byte is not None or stage.shapes is not None
+        # only engines the plan already has: a fallback is no reason to buy a device
+        options = [s for s in specs if s.name != d.engine and s.name in engines and
+                   _cannot_run(stage, profile, s, ctx, tensor) is None]
+        best = None
+        for spec in options:
+            device = ctx.device(spec)
+            precision, _ = _precision(stage, spec, ctx)
+            svc = service_time(profile, target=device if spec.kind != "cpu" or spec.device else None,
+                               kind=spec.kind, precision=precision, batch=1)
+            servers = engines[spec.name]["servers"] if spec.name in engines else spec.count
+            spare = servers - ctx.rate * work.get(spec.name, 0.0)
+            absorbable = spare / (svc.p50_ms / 1000.0) / ctx.rate if svc.p50_ms > 0 else 0.0
+            if absorbable > 0.01 and (best is None or absorbable > best[1]):
+                best = (spec, absorbable, svc)
+        if best is None:
+            d.why["fallback"] = "none: no other engine can run it with spare capacity at the peak rate"
+            continue
+        spec, absorbable, svc = best
+        ratio = round(min(FAILOVER_CAP, absorbable), 2)
+        over = max(1, math.ceil(0.75 * engines[d.engine]["max_queue"]))
+        d.fallback = {"engine": spec.name, "queue_len_over": over, "max_ratio": ratio, "otherwise": "reject"}
+        d.why["fallback"] = (f"to {spec.name} when {d.engine}'s queue passes {over} (75% of its bound), for at most "
+                             f"{ratio:.0%} of the stage's traffic: {spec.name} has spare capacity for "
+                             f"{min(absorbable, 9.99):.0%} of it at {ctx.rate:.3g} req/s ({svc.p50_ms:.3g} ms per "
+                             f"item there), capped at {FAILOVER_CAP:.0%} so a backlog never all lands on one engine; "
+                             "past the cap requests are rejected fast")
+
+
+def _unit_power(spec: EngineSpec, device, ctx) -> float | None:
+    if spec.kind != "cpu" or spec.device:
+        return device.tdp_w if device is not None else None
+    measured = next((m.mean for m in ctx.portrait.devices.metrics if m.device == "cpu" and m.metric == "power_w"), None)
+    util = _cpu_util(ctx.portrait)
+    if measured is not None and util is not None:
+        return measured / (IDLE_POWER_SHARE + (1 - IDLE_POWER_SHARE) * util / 100.0)
+    return None
+
+
+def _known_power(engines, util) -> float | None:
+    known = [(n, e) for n, e in engines.items() if e["power_w"] is not None]
+    if not known:
+        return None
+    return sum(e["power_w"] * (IDLE_POWER_SHARE + (1 - IDLE_POWER_SHARE) * util.get(n, 0.0)) for n, e in known)
+
+
+def _cpu_util(portrait) -> float | None:
+    return next((m.mean for m in portrait.devices.metrics if m.device == "cpu" and m.metric == "util_pct"), None)
+
+
+def _unattributed_ms(portrait) -> float:
+    req = portrait.requests
+    if req is None or req.latency_ms is None or req.unattributed_share is None or req.latency_ms.mean is None:
+        return 0.0
+    return req.latency_ms.mean * req.unattributed_share
+
+
+def _tco(option: Option, ctx: _Context) -> dict | None:
+    from .tco import tco
+
+    est = option.estimate
+    if est is None:
+        return None
+    # Engines without a power figure (a host CPU without RAPL) are left out of every plan alike.
+    power = _known_power(option.engines, est.utilisation) or 0.0
+    purchase, unknown = 0.0, []
+    for name, engine in option.engines.items():
+        if engine["kind"] == "cpu" and not engine["device"]:
+            continue  # the host is common to every plan
+        price = ctx.constraints.prices.get(engine["device"]) if engine["device"] else None
+        if price is None and engine["device"]:
+            price = ctx.catalog.get(engine["device"]).price_usd
+        if price is None:
+            unknown.append(engine["device"] or name)
+        else:
+            purchase += price * engine["count"]
+    cost = tco(power_w=power, price_per_kwh=ctx.constraints.price_per_kwh, years=ctx.constraints.years,
+               purchase=purchase)
+    out = asdict(cost) if hasattr(cost, "__dataclass_fields__") else dict(cost)
+    out["purchase_unknown"] = unknown
+    out["power_unknown"] = [n for n, e in option.engines.items() if e["power_w"] is None]
+    return out
+
+
+# -- choosing between options ---------------------------------------------------------------
+
+
+def _select(options: list) -> tuple[Option, list]:
+    """The option to recommend: the cheapest to own among those meeting the SLO and power budget.
+
+    The rule-based hybrid comes first; a single-engine plan replaces it only when it is
+    cheaper over the plan's lifetime by more than 1%, and the hybrid's notes say so. A
+    single-engine plan that places every stage exactly as the hybrid does is dropped.
+    """
+    hybrid, rest = options[0], []
+    for o in options[1:]:
+        same = o.feasible and [(d.stage, d.engine) for d in o.decisions] == \
+            [(d.stage, d.engine) for d in hybrid.decisions]
+        if same:
+            hybrid.notes.append(f"the stage rules place every stage as the {o.name} plan does")
+        else:
+            rest.append(o)
+    ok = [o for o in [hybrid, *rest] if o.feasible and o.meets_slo is not False and o.tco is not None]
+    best = hybrid
+    if hybrid in ok:
+        cheaper = [o for o in ok if o.tco["total"] < 0.99 * hybrid.tco["total"]]
+        if cheaper:
+            best = min(cheaper, key=lambda o: o.tco["total"])
+            best.notes.append(f"recommended over the stage-by-stage hybrid: it also meets the targets and costs "
+                              f"{best.tco['total']:,.0f} vs {hybrid.tco['total']:,.0f} to own")
+    elif ok:
+        best = min(ok, key=lambda o: o.tco["total"])
+        best.notes.append("recommended because the stage-by-stage hybrid misses the SLO or the power budget")
+    return best, [o for o in [hybrid, *rest] if o is not best]
+
+
+# -- scenario and verdict ------------------------------------------------------------------
+
+
+def _scenario(portrait, constraints: Constraints, profiles, slo) -> tuple[str, str]:
+    """The four dimensions -> online API, offline bulk, edge/power-bound, LLM split, or mixed."""
+    traffic, req = portrait.traffic, portrait.requests
+    batch_means = [p.batch_mean for p in profiles if p.batch_mean]
+    batch = max(batch_means) if batch_means else 1.0
+    p95 = req.latency_ms.p95 if req is not None and req.latency_ms else None
+    facts = [f"latency p95 {p95:.3g} ms" if p95 else "no request latency",
+             f"peak {traffic.peak_rps:.3g} req/s (mean {traffic.mean_rps:.3g}, peak/mean "
+             f"{traffic.peak_to_mean or 0:.3g})" if traffic else "no traffic series",
+             f"largest mean batch {batch:.3g}",
+             f"power budget {constraints.power_budget_w:g} W" if constraints.power_budget_w else "no power budget"]
+    found = []
+    names = {p.name.lower() for p in profiles}
+    intensities = [p.flops_per_byte for p in profiles if p.flops_per_byte]
+    llm = any("prefill" in n for n in names) and any("decode" in n or "token" in n for n in names)
+    if llm or any(p.name for p in profiles if getattr(p, "tokens", False)):
+        found.append(("llm-prefill-decode-split", "prefill is compute-heavy and decode bandwidth-bound "
+                      f"({max(intensities):.3g} vs {min(intensities):.3g} FLOP/byte)" if intensities else
+                      "prefill and decode stages"))
+    if constraints.power_budget_w is not None and constraints.power_budget_w <= 150:
+        found.append(("edge-power-bound", f"a {constraints.power_budget_w:g} W power budget"))
+    if (slo is None or slo >= 1000) and batch >= 8:
+        found.append(("offline-bulk", f"large batches ({batch:.3g}) and a loose latency target"))
+    elif slo is not None and slo < 1000:
+        found.append(("online-api", f"a {slo:.3g} ms p95 target with batches of {batch:.3g}"))
+    if not found:
+        found.append(("online-api", "request/response traffic"))
+    name = found[0][0] if len(found) == 1 else "mixed"
+    return name, "; ".join(reason for _, reason in found) + " -- from " + ", ".join(facts)
+
+
+def _verdict(rec: Option, alternatives: list, slo) -> str:
+    parts = []
+    est = rec.estimate
+    if est is not None and est.p95_ms is not None:
+        parts.append(f"The {rec.name} plan is estimated at p95 {est.p95_ms:.3g} ms"
+                     + (f" against a {slo:g} ms SLO ({'met' if rec.meets_slo else 'NOT met'})" if slo else "")
+                     + f", capacity {est.max_rps:.3g} req/s.")
+    elif est is not None:
+        parts.append(f"The {rec.name} plan cannot carry the sizing rate: capacity {est.max_rps:.3g} req/s, "
+                     f"saturating {est.bottleneck}.")
+    rec_total = rec.tco["total"] if rec.tco else None
+    for alt in alternatives:
+        if not alt.feasible:
+            parts.append(f"{alt.name}: infeasible ({'; '.join(alt.notes)}).")
+            continue
+        alt_total = alt.tco["total"] if alt.tco else None
+        if rec_total is not None and alt_total is not None:
+            cheaper = rec_total <= alt_total
+            unknown = sorted(set((rec.tco or {}).get("purchase_unknown", []) + (alt.tco or {}).get("purchase_unknown", [])))
+            caveat = f" (purchase price unknown for {', '.join(unknown)}: give --price DEVICE=AMOUNT)" if unknown else ""
+            parts.append(f"vs {alt.name}: {'cheaper' if cheaper else 'dearer'} to own ({rec_total:,.0f} vs "
+                         f"{alt_total:,.0f}){caveat}"
+                         + ("" if alt.meets_slo in (None, True) else ", and it misses the SLO") + ".")
+        else:
+            parts.append(f"vs {alt.name}: cost not comparable (power unknown).")
+    return " ".join(parts)
+
+
+def _fmt_pct(x) -> str:
+    return "unknown" if x is None else f"{x:.0f}%"

@@ -1,0 +1,173 @@
+"""How long a stage would take on an engine: measured where it was recorded, else scaled on the roofline.
+
+Usage::
+
+    profile = StageProfile.of(portrait.stage("backbone"), recorded_device=catalog.get("amd-epyc-9654"))
+    est = service_time(profile, target=catalog.get("ascend-310p"), kind="npu", precision="int8", batch=4)
+    est.p50_ms, est.p95_ms, est.source, est.how      # per batch of 4; "roofline-estimate", why
+
+The rule: a stage moving ``F`` FLOPs and ``B`` bytes takes ``B * max(I / peak, 1 / bandwidth)``
+on a device at its roof, with ``I = F / B`` its arithmetic intensity. Moving it keeps its
+measured efficiency, so the estimated time is the measured time times the ratio of the two
+roof times -- only the intensity matters, not how the FLOPs were annotated. When the
+recorded device is not in the catalog, the target is assumed to reach
+``ASSUMED_EFFICIENCY`` of its roof instead, and the ``how`` says so. A stage with no FLOPs or
+bytes recorded cannot be scaled: its measured time is kept, said plainly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ASSUMED_EFFICIENCY = 0.5
+"""Share of a target's roof reached when the recorded device's own roof is unknown."""
+
+DEFAULT_DEVICE = {"gpu": "nvidia-l4", "npu": "ascend-310p"}
+"""Catalog device assumed for an accelerator named without one (``--engines gpu``)."""
+
+
+@dataclass(frozen=True)
+class StageProfile:
+    """The measured figures of one stage that service-time estimates start from."""
+
+    name: str
+    kind: str  # the engine kind it was recorded on
+    p50_ms: float  # self time per execution (children excluded)
+    p95_ms: float
+    p99_ms: float
+    batch_mean: float
+    items_per_request: float  # batch items one request brings (1 when a batcher's batch counts requests)
+    fit_a_ms: float | None  # self time ~ a + b * batch, when recorded at several batch sizes
+    fit_b_ms: float | None
+    flops_per_byte: float | None
+    achieved_bytes_per_s: float | None
+    dynamic_shape: bool
+    shape_growth: float  # largest / mean elements of the recorded shapes (padding cost)
+    recorded_device: object | None  # catalog Device or None
+    recorded_precision: str
+
+    @classmethod
+    def of(cls, stage, *, recorded_device=None, recorded_precision: str | None = None) -> StageProfile:
+        lat = stage.latency_ms
+        self_fraction = 1.0
+        if stage.share and stage.self_share is not None:
+            self_fraction = max(0.0, min(1.0, stage.self_share / stage.share))
+        kinds = [_kind_of_engine(e) for e in (stage.engines or {})]
+        kind = max(set(kinds), key=kinds.count) if kinds else "cpu"
+        fit = stage.batch.fit if stage.batch is not None else None
+        intensity = stage.intensity
+        shapes = stage.shapes
+        return cls(
+            name=stage.name, kind=kind,
+            p50_ms=(lat.p50 or 0.0) * self_fraction, p95_ms=(lat.p95 or lat.p50 or 0.0) * self_fraction,
+            p99_ms=(lat.p99 or lat.p95 or lat.p50 or 0.0) * self_fraction,
+            batch_mean=stage.batch.mean if stage.batch is not None else 1.0,
+            # A stage that records queue time is fed by a batcher: its batch counts requests. Otherwise
+            # the batch is the items of one request (boxes, tokens) and plan batches multiply it.
+            items_per_request=1.0 if stage.queue_ms is not None or stage.batch is None else stage.batch.mean,
+            fit_a_ms=fit.a_ms * self_fraction if fit is not None and fit.r2 is not None and fit.r2 >= 0.5 else None,
+            fit_b_ms=fit.b_ms_per_item * self_fraction if fit is not None and fit.r2 is not None and fit.r2 >= 0.5
+            else None,
+            flops_per_byte=intensity.flops_per_byte if intensity is not None else None,
+            achieved_bytes_per_s=intensity.achieved_bytes_per_s if intensity is not None else None,
+            dynamic_shape=bool(shapes is not None and shapes.dynamic_shape),
+            shape_growth=_shape_growth(shapes),
+            recorded_device=recorded_device,
+            recorded_precision=recorded_precision or ("fp32" if kind == "cpu" else "fp16"),
+        )
+
+    def measured_ms(self, requests: float) -> float:
+        """Median self time of one execution serving ``requests`` requests, on the recorded engine."""
+        items = requests * self.items_per_request
+        if self.fit_a_ms is not None and self.fit_b_ms is not None and self.fit_b_ms > 0:
+            return max(1e-6, self.fit_a_ms + self.fit_b_ms * items)
+        # no usable batch->latency fit: time grows in proportion, batching gains nothing
+        return self.p50_ms * items / max(1.0, self.batch_mean)
+
+    @property
+    def tail(self) -> float:
+        """p95 / p50 of the measured time: the stage's own variability, carried to any engine."""
+        return self.p95_ms / self.p50_ms if self.p50_ms > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class ServiceTime:
+    p50_ms: float  # one execution of ``batch`` items
+    p95_ms: float
+    batch: int
+    source: str  # measured | roofline-estimate | unscaled
+    how: str  # one sentence: where the figure comes from
+
+
+def service_time(profile: StageProfile, *, target, kind: str, precision: str, batch: int) -> ServiceTime:
+    """Estimated self time of one execution of ``batch`` items on ``target`` (a catalog Device or None)."""
+    base = profile.measured_ms(batch)
+    same_place = kind == profile.kind and (target is None or target == profile.recorded_device
+                                           or profile.recorded_device is None and kind == "cpu")
+    if same_place:
+        how = f"measured: {base:.3g} ms at batch {batch}"
+        if profile.fit_b_ms is not None:
+            how += f" from the recorded fit {profile.fit_a_ms:.3g} + {profile.fit_b_ms:.3g} ms x batch"
+        return ServiceTime(base, base * profile.tail, batch, "measured", how)
+    if profile.flops_per_byte is None or target is None:
+        why = "no FLOPs/bytes were recorded for it" if target is not None else "the engine has no catalog device"
+        return ServiceTime(base, base * profile.tail, batch, "unscaled",
+                           f"kept at the measured {base:.3g} ms: {why}, so the roofline cannot scale it")
+    ratio, detail = _roof_ratio(profile, target, precision)
+    pad = profile.shape_growth if profile.dynamic_shape and target.dynamic_shapes != "native" else 1.0
+    t = base * ratio * pad
+    how = f"roofline estimate: measured {base:.3g} ms x {ratio:.3g} ({detail})"
+    if pad > 1.0:
+        how += f" x {pad:.3g} for padding dynamic shapes to the largest recorded ({target.name} {target.dynamic_shapes}s)"
+    return ServiceTime(t, t * profile.tail, batch, "roofline-estimate", how)
+
+
+def roof_seconds_per_byte(intensity: float, peak: float, bandwidth: float) -> float:
+    """Seconds per byte moved at the roof: the slower of compute and memory."""
+    return max(intensity / peak, 1.0 / bandwidth)
+
+
+def _roof_ratio(profile: StageProfile, target, precision: str) -> tuple[float, str]:
+    ai = profile.flops_per_byte
+    peak_t, bw_t = target.peak(precision), target.memory_bandwidth_bytes_per_s
+    if not peak_t or not bw_t:
+        return 1.0, f"{target.id} publishes no {precision} peak or bandwidth; time kept"
+    dest = roof_seconds_per_byte(ai, peak_t, bw_t)
+    bound = "compute" if ai * bw_t >= peak_t else "memory"
+    src = profile.recorded_device
+    if src is not None and src.peak(profile.recorded_precision) and src.memory_bandwidth_bytes_per_s:
+        origin = roof_seconds_per_byte(ai, src.peak(profile.recorded_precision), src.memory_bandwidth_bytes_per_s)
+        return dest / origin, (f"roof time at {ai:.3g} FLOP/byte on {target.id} {precision} ({bound}-bound) / "
+                               f"on the recorded {src.id} {profile.recorded_precision}")
+    if profile.achieved_bytes_per_s:
+        measured = 1.0 / profile.achieved_bytes_per_s  # seconds per byte as recorded
+        return (dest / ASSUMED_EFFICIENCY) / measured, (
+            f"{target.id} {precision} at {ASSUMED_EFFICIENCY:.0%} of its roof ({bound}-bound at {ai:.3g} FLOP/byte) "
+            f"vs the recorded {profile.achieved_bytes_per_s / 1e9:.3g} GB/s; the recorded device is not in the catalog")
+    return 1.0, "no achieved rate recorded; time kept"
+
+
+def _kind_of_engine(engine: str) -> str:
+    e = engine.lower()
+    for kind in ("gpu", "npu"):
+        if e.startswith(kind) or e.startswith("cuda"):
+            return "gpu" if e.startswith("cuda") else kind
+    return "cpu"
+
+
+def _shape_growth(shapes) -> float:
+    """Largest / span-weighted mean element count among the top recorded shapes (1 when unknown)."""
+    if shapes is None or not shapes.top_shapes:
+        return 1.0
+    sizes = []
+    for shape, spans in shapes.top_shapes:
+        elements = 1
+        try:
+            for part in str(shape).split(",")[0].split("x"):
+                elements *= max(1, int(part))
+        except ValueError:
+            return 1.0
+        sizes.append((elements, spans))
+    total = sum(n for _, n in sizes)
+    mean = sum(e * n for e, n in sizes) / total if total else 0
+    return max(e for e, _ in sizes) / mean if mean else 1.0

@@ -1,0 +1,169 @@
+"""The seeds' scenario table, reproduced from recordings made with the probe API."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from click.testing import CliRunner
+
+import loadprobe
+from loadprobe import record_span, request
+from loadprobe.cli import main
+from loadprobe.constraints import Constraints
+from loadprobe.pipeline import loads, validate_text
+from loadprobe.recommend import recommend
+
+from .conftest import REPO
+
+FIELDS = ("engine", "precision", "batch", "timeout_ms", "max_concurrency", "service_time_ms", "fallback")
+
+
+def record(tmp_path, stages: dict, *, requests: int = 120, gap_ms: float = 4.0):
+    """Record ``requests`` requests whose stages take the given times, then analyse them.
+
+    ``stages``: name -> {"ms": self time, "flops", "bytes", "shapes": [shape per request, cycled],
+    "engine", "batch"}. Each request is a real request span; its stages are recorded with
+    ``record_span`` inside it, back to back, and the request lasts until they are done.
+    """
+    loadprobe.start(tmp_path / "data", service="scenario", sample_devices=False, flush_interval_s=0.05)
+    for i in range(requests):
+        with request(id=f"r{i}"):
+            t = time.perf_counter_ns()
+            for name, s in stages.items():
+                dur = int(s["ms"] * 1e6)
+                shapes = s.get("shapes")
+                record_span(name, t, t + dur, engine=s.get("engine", "cpu"), batch=s.get("batch"),
+                            shape=shapes[i % len(shapes)] if shapes else None,
+                            flops=s.get("flops"), bytes=s.get("bytes"))
+                t += dur
+            while time.perf_counter_ns() < t:  # the request lasts as long as its stages
+                time.sleep((t - time.perf_counter_ns()) / 1e9)
+        time.sleep(gap_ms / 1000)
+    loadprobe.stop()
+    return loadprobe.analyze([str(tmp_path / "data")])
+
+
+VISION = {
+    "decode": {"ms": 2.0},  # host code: no FLOPs, no shapes
+    # a heavy, frozen, fixed-shape backbone: compute-bound on every accelerator in the catalog
+    "backbone": {"ms": 15.0, "flops": 3.6e11, "bytes": 2.0e7, "shapes": [(3, 640, 640)], "batch": 1},
+    # box decoding and NMS: output sizes change with every image
+    "nms": {"ms": 10.0, "flops": 2.0e6, "bytes": 4.0e5, "shapes": [(n, 4) for n in (3, 17, 40, 8, 91, 2, 55)]},
+}
+PRICES = ["nvidia-l4=2500", "ascend-310p=1500", "nvidia-a100-sxm-80gb=15000"]
+
+
+def hybrid_of(plan):
+    return next(o for o in [plan.recommended, *plan.alternatives] if o.name == "hybrid")
+
+
+def test_inspection_line_up_cpu_decode_npu_backbone_gpu_nms(tmp_path):
+    portrait = record(tmp_path, VISION, requests=40)
+    constraints = Constraints.parse(engines="cpu,gpu:nvidia-l4,npu:ascend-310px2", slo_p95_ms=50, min_rps=300,
+                                    precision=["backbone=int8-ok"], prices=PRICES)
+    plan = recommend(portrait, constraints, cpu_cores=4)
+    assert plan.recommended.name == "hybrid", plan.verdict
+    placed = {d.stage: d for d in plan.recommended.decisions}
+    assert placed["decode"].kind == "cpu" and "host code" in placed["decode"].why["engine"]
+    assert placed["backbone"].kind == "npu" and placed["backbone"].precision == "int8"
+    assert placed["nms"].kind == "gpu"
+    assert "dynamic shapes" in placed["nms"].why["engine"] and "ascend-310p" in placed["nms"].why["engine"]
+    assert "roofline estimate" in placed["backbone"].why["service_time_ms"]
+    for d in plan.recommended.decisions:  # every field has its reason
+        assert set(FIELDS) <= set(d.why), d.stage
+    assert plan.recommended.meets_slo
+    # the single-engine line-ups cannot carry 300 req/s within 50 ms
+    for alt in plan.alternatives:
+        assert alt.meets_slo is False or not alt.feasible, alt.name
+    assert placed["backbone"].fallback is None or placed["backbone"].fallback["max_ratio"] <= 0.3
+    config = plan.to_pipeline()
+    assert {s.name for s in config.stages} == set(VISION)
+
+
+def test_fp16_only_backbone_goes_to_the_gpu(tmp_path):
+    portrait = record(tmp_path, VISION, requests=40)
+    plan = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-l4,npu:ascend-310px2", slo_p95_ms=300,
+                                                 min_rps=100, precision=["fp16-only"], prices=PRICES), cpu_cores=1)
+    backbone = next(d for d in hybrid_of(plan).decisions if d.stage == "backbone")
+    assert backbone.kind == "gpu" and backbone.precision == "fp16"
+
+
+def test_a_light_load_needs_no_accelerator(tmp_path):
+    portrait = record(tmp_path, VISION, requests=40)
+    plan = recommend(portrait, Constraints.parse(slo_p95_ms=500, min_rps=5, prices=PRICES), cpu_cores=4)
+    assert plan.recommended.name in ("hybrid", "all-cpu")
+    assert {d.kind for d in plan.recommended.decisions} == {"cpu"}
+
+
+def test_prefill_and_decode_are_split(tmp_path):
+    llm = {  # per request: prefill is ~1000 FLOP/byte, decode ~2 FLOP/byte
+        "prefill": {"ms": 40.0, "flops": 4.0e10, "bytes": 4.0e7, "shapes": [(512,)]},
+        "decode": {"ms": 60.0, "flops": 6.0e9, "bytes": 3.0e9, "shapes": [(1,)]},
+    }
+    portrait = record(tmp_path, llm, requests=20)
+    plan = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-a100-sxm-80gb", slo_p95_ms=400,
+                                                 min_rps=60, prices=PRICES), cpu_cores=4)
+    assert plan.scenario in ("llm-prefill-decode-split", "mixed") and "prefill" in plan.scenario_why
+    placed = {d.stage: d for d in hybrid_of(plan).decisions}
+    assert "compute-bound" in placed["prefill"].why["engine"], placed["prefill"].why["engine"]
+    assert "memory-bound" in placed["decode"].why["engine"], placed["decode"].why["engine"]
+
+
+def test_power_budget_scenario_and_plans_file(tmp_path):
+    portrait = record(tmp_path, VISION)
+    runner = CliRunner()
+    portrait_path = portrait.save(tmp_path / "portrait.json")
+    out = tmp_path / "plan" / "pipeline.yaml"
+    result = runner.invoke(main, ["recommend", str(portrait_path), "-o", str(out), "--power-budget-w", "40",
+                                  "--precision", "int8-ok", "--engines", "cpu,gpu:nvidia-l4,npu:ascend-310p",
+                                  "--price", "nvidia-l4=2500", "--price", "ascend-310p=1500"])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert validate_text(text, str(out)) == []
+    config = loads(text)
+    assert config.why["scenario"].startswith(("edge-power-bound", "mixed"))
+    plans = json.loads((out.parent / "plans.json").read_text())
+    names = [plans["recommended"]["name"]] + [a["name"] for a in plans["alternatives"]]
+    assert {"hybrid", "all-gpu", "all-npu", "all-cpu"} >= set(names) and len(names) >= 3
+    assert "estimate" in plans["estimates_are"]
+    # nothing is overwritten without --force
+    again = runner.invoke(main, ["recommend", str(portrait_path), "-o", str(out)])
+    assert again.exit_code == 2 and "--force" in again.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--engines", "tpu"], "KIND"),
+    (["--engines", "gpu:nvidia-x9"], "not in the hardware catalog"),
+    (["--precision", "int4-ok"], "fp16-only, int8-ok"),
+    (["--slo-p95-ms", "-5"], "positive"),
+])
+def test_bad_constraints_are_one_line_errors(tmp_path, args, message):
+    portrait = record(tmp_path, {"decode": {"ms": 1.0}}, requests=10)
+    path = portrait.save(tmp_path / "portrait.json")
+    result = CliRunner().invoke(main, ["recommend", str(path), "-o", str(tmp_path / "p.yaml"), *args])
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("name", ["vision", "llm"])
+def test_committed_sample_recordings_get_a_plan_that_meets_its_slo(name, tmp_path):
+    data = REPO / "samples" / "data" / name
+    if not data.exists():
+        pytest.skip(f"samples/data/{name} is not recorded")
+    portrait = loadprobe.analyze([str(data)])
+    plan = recommend(portrait, Constraints.parse(precision=["int8-ok"],
+                                                 prices=["nvidia-l4=2500", "ascend-310p=1500"]))
+    assert plan.recommended.meets_slo
+    assert validate_text(_dump(plan), name) == []
+    # it beats every single-engine plan on cost, or says why it does not
+    for alt in plan.alternatives:
+        if alt.tco and plan.recommended.tco and alt.meets_slo:
+            assert plan.recommended.tco["total"] <= alt.tco["total"] or alt.name in plan.verdict
+
+
+def _dump(plan) -> str:
+    from loadprobe.pipeline import dump
+
+    return dump(plan.to_pipeline())
