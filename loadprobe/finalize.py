@@ -93,6 +93,7 @@ def _stage(name: str, sp, part: Partial, device, precision) -> Stage:
         intensity=intensity,
         tokens_in=percentiles(sp.tokens_in, 1.0),
         tokens_out=percentiles(sp.tokens_out, 1.0),
+        start_offset_ms=sp.offset_ns / sp.offset_n / 1e6 if sp.offset_n else None,
     )
 
 

@@ -30,7 +30,6 @@ import select
 import selectors
 import socket
 import tempfile
-import time
 from collections import Counter, deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -161,7 +160,7 @@ def arrivals(source, *, preset: str | None = None, ts_col: str | None = None, ts
 def _recorded_arrivals(source: str) -> np.ndarray:
     """Start times of root spans; of request roots only, when the data has any (as analysis counts)."""
     from .dataset import discover, file_refs
-    from .partials import _read
+    from .partials import _read  # analysis's reader: Parquet and unfinished streams, version-checked
 
     requests, roots = [], []
     runs, _skipped = discover([source])
@@ -868,7 +867,8 @@ def run(url: str, offsets=None, *, concurrency: int | None = None, duration: flo
     counts from the intended send time; ``connections`` caps the keep-alive connections.
     ``record`` writes the client's view -- one root span "client" per request, under its
     x-request-id -- as a loadprobe run in that directory. ``precise=False`` uses asyncio's
-    stock event loop, whose timers wake up to 1 ms late: for benchmarks only. ``mode`` and ``seed`` only label the report.
+    stock event loop, whose timers wake up to 1 ms late: for benchmarks only. ``mode`` and
+    ``seed`` only label the report.
     Raises LoadprobeError on bad input or when the server cannot be reached at all.
     """
     target = _target(url, method, list(headers), body.encode() if isinstance(body, str) else bytes(body))

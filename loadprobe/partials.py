@@ -67,6 +67,8 @@ class StagePartial:
     bytes_dur_ns: int = 0
     tokens_in: Histogram = field(default_factory=Histogram)
     tokens_out: Histogram = field(default_factory=Histogram)
+    offset_ns: int = 0  # Σ (start - parent's start) over spans whose parent is in the same file
+    offset_n: int = 0
 
     def merge(self, o: StagePartial) -> StagePartial:
         self.latency.merge(o.latency)
@@ -77,6 +79,8 @@ class StagePartial:
         self.self_ns += o.self_ns
         self.in_request_ns += o.in_request_ns
         self.self_in_request_ns += o.self_in_request_ns
+        self.offset_ns += o.offset_ns
+        self.offset_n += o.offset_n
         self.statuses.update(o.statuses)
         self.batch.update(o.batch)
         self.fit += o.fit
@@ -368,6 +372,10 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
     part.unjoined_children += int((~found).sum())
     child_sum = np.bincount(order[pos_clipped[found]], weights=dur[child][found], minlength=len(ts))
     self_ns = np.maximum(dur - child_sum.astype(np.int64), 0)
+    # Where each child starts within its parent: orders a request's stages as they run.
+    offset = np.full(len(ts), -1, dtype=np.int64)
+    child_rows = np.flatnonzero(child)[found]
+    offset[child_rows] = np.maximum(ts[child_rows] - ts[order[pos_clipped[found]]], 0)
 
     batch = _ints(table, "batch")
     queue = _ints(table, "queue_ns")
@@ -383,9 +391,9 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
     order = np.argsort(stage_codes.astype(np.int16 if len(stage_names) < 2**15 else np.int64), kind="stable")
     bounds = np.searchsorted(stage_codes[order], np.arange(len(stage_names) + 1))
     columns = {"dur": dur, "valid": valid, "self": self_ns, "req": has_request, "status": status_codes,
-               "sec": seconds, "batch": batch, "queue": queue, "tin": tokens_in, "tout": tokens_out,
+               "sec": seconds, "offset": offset, "batch": batch, "queue": queue, "tin": tokens_in, "tout": tokens_out,
                "shape": shape_codes, "engine": engine_codes, "flops": flops, "bytes": nbytes}
-    absent = {"batch": -1, "queue": -1, "tin": -1, "tout": -1, "shape": -1, "engine": -1}
+    absent = {"offset": -1, "batch": -1, "queue": -1, "tin": -1, "tout": -1, "shape": -1, "engine": -1}
     g = {}
     for key, values in columns.items():
         if key in absent and not (values != absent[key]).any():
@@ -409,6 +417,10 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
         sp.in_request_ns += int(s["dur"][inreq].sum())
         sp.self_in_request_ns += int(s["self"][inreq].sum())
         sp.statuses.update(_count_codes(s["status"], status_names))
+        if "offset" in s:
+            joined = s["offset"] >= 0
+            sp.offset_ns += int(s["offset"][joined].sum())
+            sp.offset_n += int(joined.sum())
         if "queue" in s:
             sp.queue.record(s["queue"][s["queue"] >= 0])
         if "batch" in s:

@@ -22,7 +22,7 @@ from pathlib import Path
 from ._errors import LoadprobeError
 from .schema import SchemaVersionError, check_version
 
-PORTRAIT_VERSION = "1.0"
+PORTRAIT_VERSION = "1.1"
 _DIGITS = 9  # significant digits kept for floats: merge order cannot change the portrait
 
 
@@ -128,6 +128,7 @@ class Stage:
     intensity: Intensity | None
     tokens_in: Percentiles | None = None
     tokens_out: Percentiles | None = None
+    start_offset_ms: float | None = None  # mean start after its parent's start (1.1)
 
 
 @dataclass

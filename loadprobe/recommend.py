@@ -164,8 +164,9 @@ class _Context:
 
 
 def _plan_stages(portrait) -> list:
-    """The stages a plan places: every recorded stage except request roots (whole requests)."""
-    return [s for s in portrait.stages if not (s.share is not None and s.share >= 0.999 and not s.engines)]
+    """The stages a plan places, in the order a request runs them: every stage but request roots."""
+    stages = [s for s in portrait.stages if not (s.share is not None and s.share >= 0.999 and not s.engines)]
+    return sorted(stages, key=lambda s: (s.start_offset_ms is None, s.start_offset_ms or 0.0))
 
 
 def _recorded_kind(stage) -> str:

@@ -79,7 +79,7 @@ def test_inspection_line_up_cpu_decode_npu_backbone_gpu_nms(tmp_path):
         assert alt.meets_slo is False or not alt.feasible, alt.name
     assert placed["backbone"].fallback is None or placed["backbone"].fallback["max_ratio"] <= 0.3
     config = plan.to_pipeline()
-    assert {s.name for s in config.stages} == set(VISION)
+    assert [s.name for s in config.stages] == list(VISION)  # in the order requests run them
 
 
 def test_fp16_only_backbone_goes_to_the_gpu(tmp_path):

@@ -96,7 +96,9 @@ def load(url, rate, process, peak_to_mean, burst_rate, on_s, off_s, replay, spee
             raise LoadprobeError("--bursty needs --burst-rate R (requests per second during a burst)")
         offsets = lg.bursty(burst_rate, rate=rate or 0.0, on_s=on_s, off_s=off_s, duration=duration,
                             requests=requests, seed=seed)
-        mode = f"bursty {burst_rate:g}/s for ~{on_s:g} s every ~{on_s + off_s:g} s" + (f", {rate:g}/s between" if rate else "")
+        mode = f"bursty {burst_rate:g}/s for ~{on_s:g} s every ~{on_s + off_s:g} s"
+        if rate:
+            mode += f", {rate:g}/s between"
     else:
         if rate is None:
             raise LoadprobeError("how fast? give --rate R (requests per second), --replay SOURCE or --concurrency N")
@@ -106,7 +108,9 @@ def load(url, rate, process, peak_to_mean, burst_rate, on_s, off_s, replay, spee
             offsets = lg.diurnal(rate, duration=duration, peak_to_mean=peak_to_mean, requests=requests, seed=seed)
         else:
             offsets = lg.constant(rate, duration=duration, requests=requests)
-        mode = f"{process or 'constant'} {rate:g}/s" + (f", peak {peak_to_mean:g}x mean" if process == "diurnal" else "")
+        mode = f"{process or 'constant'} {rate:g}/s"
+        if process == "diurnal":
+            mode += f", peak {peak_to_mean:g}x mean"
     report = lg.run(url, offsets, concurrency=concurrency, duration=duration, requests=requests, method=method,
                     body=payload, headers=headers, timeout=timeout, connections=connections, record=record,
                     mode=mode, seed=seed)
