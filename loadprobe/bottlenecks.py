@@ -34,6 +34,9 @@ def find_bottlenecks(p: Portrait) -> list[Verdict]:
         share = stage.self_share if stage.self_share is not None else stage.share
         if share is None or share < DOMINANT_SHARE:
             continue
+        if stage.start_offset_ms is None and not stage.engines and stage.child_ms_mean:
+            continue  # a request root with stages: its own time is the unattributed-time verdict's
+
         evidence = {"stage": stage.name, "self_share": share, "p95_ms": stage.latency_ms.p95,
                     "engines": stage.engines}
         on_cpu = not stage.engines or "cpu" in stage.engines

@@ -83,12 +83,30 @@ def analyse(data: Path, run_dir: Path, *, echo=print) -> dict[str, Path]:
     from .reports.summary import render
 
     portrait = analyze([str(data)])
-    outputs = {"portrait": portrait.save(run_dir / "report" / "portrait.json")}
+    report = run_dir / "report"
+    outputs = {"portrait": portrait.save(report / "portrait.json")}
     echo(render(portrait))
+    outputs.update(_recommend(portrait, report, echo))
     echo("\ndemo: outputs")
     for name, path in {"recording": data, **outputs}.items():
         echo(f"  {name:<10} {path}")
     return outputs
+
+
+def _recommend(portrait, report: Path, echo) -> dict[str, Path]:
+    """The plan for the recorded load on the seeds' line-up (CPU, an L4, a 310P), sized for its peak."""
+    import json
+
+    from .pipeline import save
+    from .plan_files import plan_dict, render
+    from .recommend import recommend
+
+    plan = recommend(portrait)
+    echo("\n" + render(plan))
+    pipeline = save(plan.to_pipeline(), report / "pipeline.yaml")
+    plans = report / "plans.json"
+    plans.write_text(json.dumps(plan_dict(plan), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    return {"pipeline": pipeline, "plans": plans}
 
 
 def _new_run_dir(out: Path) -> Path:

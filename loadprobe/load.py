@@ -236,11 +236,11 @@ class _Target:
     host: str
     port: int
     head: bytes  # the request up to the x-request-id value
-    tail: bytes  # after it: end of headers and the body
+    tails: tuple  # after it, one per body (request n takes n mod len): Content-Length, end of headers, body
     head_only: bool  # a HEAD request: responses describe a body they do not carry
 
 
-def _target(url: str, method: str, headers: list[str] | tuple = (), body: bytes = b"") -> _Target:
+def _target(url: str, method: str, headers: list[str] | tuple = (), body=b"") -> _Target:
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         why = "https is not supported (send through a plain-HTTP port or a local proxy)" \
@@ -266,14 +266,21 @@ def _target(url: str, method: str, headers: list[str] | tuple = (), body: bytes 
         lines.append(f"{name}: {value}")
     if "host" not in names:
         lines.append(f"Host: {parts.netloc.rsplit('@', 1)[-1]}")
-    if body or method.upper() not in ("GET", "HEAD", "DELETE", "OPTIONS"):
-        lines.append(f"Content-Length: {len(body)}")
+    bodies = [_as_bytes(b) for b in body] if isinstance(body, (list, tuple)) else [_as_bytes(body)]
+    if not bodies:
+        raise LoadprobeError("the list of request bodies is empty; give at least one")
+    sized = any(bodies) or method.upper() not in ("GET", "HEAD", "DELETE", "OPTIONS")
+    tails = tuple((f"\r\nContent-Length: {len(b)}".encode() if sized else b"") + b"\r\n\r\n" + b for b in bodies)
     try:
         head = ("\r\n".join(lines) + "\r\nx-request-id: ").encode("latin-1")
     except UnicodeEncodeError:
         raise LoadprobeError(f"URL {url!r} or a --header holds characters HTTP headers cannot carry; "
                              "percent-encode the URL (e.g. %C3%A9) and keep headers to Latin-1") from None
-    return _Target(url, parts.hostname, port, head, b"\r\n\r\n" + body, method.upper() == "HEAD")
+    return _Target(url, parts.hostname, port, head, tails, method.upper() == "HEAD")
+
+
+def _as_bytes(body) -> bytes:
+    return body.encode() if isinstance(body, str) else bytes(body)
 
 
 def _reason(exc: OSError) -> str:
@@ -322,7 +329,8 @@ class _Connection(asyncio.Protocol):
         request.conn = self
         self.request = request
         self.state, self.body_bytes = _HEAD, 0
-        data = b"".join((self.pool.target.head, request.rid.encode(), self.pool.target.tail))
+        tails = self.pool.target.tails
+        data = b"".join((self.pool.target.head, request.rid.encode(), tails[request.number % len(tails)]))
         request.sent_ns = perf_counter_ns()
         self.transport.write(data)
 
@@ -857,7 +865,7 @@ def _rate(times_ns: np.ndarray) -> float | None:
 
 
 def run(url: str, offsets=None, *, concurrency: int | None = None, duration: float | None = None,
-        requests: int | None = None, method: str = "GET", body: bytes | str = b"", headers=(),
+        requests: int | None = None, method: str = "GET", body: bytes | str | list = b"", headers=(),
         timeout: float = 10.0, connections: int = 256, record: str | None = None, mode: str | None = None,
         seed: int | None = None, precise: bool = True) -> LoadReport:
     """Send the requests at ``offsets`` (seconds from the start) to ``url``; return what happened.
@@ -866,12 +874,13 @@ def run(url: str, offsets=None, *, concurrency: int | None = None, duration: flo
     back to back for ``duration`` seconds (default 10) or ``requests`` requests. ``timeout``
     counts from the intended send time; ``connections`` caps the keep-alive connections.
     ``record`` writes the client's view -- one root span "client" per request, under its
-    x-request-id -- as a loadprobe run in that directory. ``precise=False`` uses asyncio's
+    x-request-id -- as a loadprobe run in that directory. ``body`` is bytes or text, or a
+    list of them sent in turn (request n carries body n mod len). ``precise=False`` uses asyncio's
     stock event loop, whose timers wake up to 1 ms late: for benchmarks only. ``mode`` and
     ``seed`` only label the report.
     Raises LoadprobeError on bad input or when the server cannot be reached at all.
     """
-    target = _target(url, method, list(headers), body.encode() if isinstance(body, str) else bytes(body))
+    target = _target(url, method, list(headers), body)
     _positive("--timeout", timeout)
     if connections < 1:
         raise LoadprobeError(f"--connections {connections} must be at least 1")

@@ -519,7 +519,9 @@ def _message(rule: str, value: Any, limit: Any, schema_: Mapping[str, Any]) -> s
     if rule == "const":
         return f"{_show(value)} is not supported; expected {_show(limit)}"
     if rule == "pattern":
-        return f"{_show(value)} is not a valid name; {_NAME_RULE}"
+        if "A-Za-z" in str(limit):
+            return f"{_show(value)} is not a valid name; {_NAME_RULE}"
+        return f"{_show(value)} holds control characters; a stage name is printable text"
     if rule == "minLength":
         return "must not be empty"
     if rule == "maxLength":

@@ -33,6 +33,7 @@ class Placement:
     p95_ms: float
     batch: int
     window_ms: float
+    calls: float = 1.0  # executions per request (an LLM's decode: once per generated token)
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def estimate(placements: list[Placement], engines: dict[str, EngineCapacity], *,
              unattributed_ms: float = 0.0) -> Estimate:
     work: dict[str, float] = {}  # engine -> seconds of service per request
     for p in placements:
-        work[p.engine] = work.get(p.engine, 0.0) + p.p50_ms / 1000.0 / max(1, p.batch)
+        work[p.engine] = work.get(p.engine, 0.0) + p.calls * p.p50_ms / 1000.0 / max(1, p.batch)
     capacity = {e: engines[e].servers / w for e, w in work.items() if w > 0}
     max_rps = min(capacity.values()) if capacity else math.inf
     bottleneck = min(capacity, key=capacity.get) if capacity else None
@@ -88,10 +89,11 @@ def estimate(placements: list[Placement], engines: dict[str, EngineCapacity], *,
     for p in placements:
         median_wait, mean_wait, p95_wait = waits[p.engine]
         window_mean = min(p.window_ms, 1000.0 * (p.batch - 1) / rate) / 2 if p.batch > 1 else 0.0
-        p50 += p.p50_ms + window_mean + median_wait
-        mean_total += p.p50_ms + window_mean + mean_wait
-        stage_p95[p.stage] = p.p95_ms + p.window_ms + p95_wait
-        spread += (stage_p95[p.stage] - (p.p50_ms + window_mean + mean_wait)) ** 2
+        # A stage run several times per request (decode steps) queues once and executes each time.
+        p50 += p.calls * p.p50_ms + window_mean + median_wait
+        mean_total += p.calls * p.p50_ms + window_mean + mean_wait
+        stage_p95[p.stage] = p.calls * p.p95_ms + p.window_ms + p95_wait
+        spread += (stage_p95[p.stage] - (p.calls * p.p50_ms + window_mean + mean_wait)) ** 2
     p95 = mean_total + math.sqrt(spread)
     energy = power / rate if power is not None and rate > 0 else None
     return Estimate(rate, p50, max(p95, p50), max_rps, power, energy, util, stage_p95, bottleneck)

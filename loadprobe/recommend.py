@@ -165,8 +165,14 @@ class _Context:
 
 def _plan_stages(portrait) -> list:
     """The stages a plan places, in the order a request runs them: every stage but request roots."""
-    stages = [s for s in portrait.stages if not (s.share is not None and s.share >= 0.999 and not s.engines)]
+    stages = [s for s in portrait.stages if not _is_root(s)]
     return sorted(stages, key=lambda s: (s.start_offset_ms is None, s.start_offset_ms or 0.0))
+
+
+def _is_root(stage) -> bool:
+    """A request root (an HTTP route, ``request``): never inside another span, no engine of its own."""
+    whole = stage.share is not None and stage.share >= 0.999
+    return not stage.engines and (whole or stage.start_offset_ms is None)
 
 
 def _recorded_kind(stage) -> str:
@@ -251,8 +257,9 @@ def _assemble(name: str, decisions: list, specs, profiles, ctx: _Context, notes:
     if fallbacks:
         _add_fallbacks(decisions, engines, specs, profiles, ctx)
     capacities = {n: EngineCapacity(n, e["servers"], e["power_w"]) for n, e in engines.items()}
-    placements = [Placement(d.stage, d.engine, d.service.p50_ms, d.service.p95_ms, d.batch, d.window_ms)
-                  for d in decisions]
+    calls = _calls_per_request(ctx)
+    placements = [Placement(d.stage, d.engine, d.service.p50_ms, d.service.p95_ms, d.batch, d.window_ms,
+                            calls.get(d.stage, 1.0)) for d in decisions]
     unattributed = _unattributed_ms(ctx.portrait)
     est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=unattributed)
     stress = estimate(placements, capacities, rate=ctx.rate * 1.5, unattributed_ms=unattributed)
@@ -430,7 +437,8 @@ def _decision(stage, profile, c, engine_why, budget, ctx) -> Decision:
     spec, svc, batch, window = c["spec"], c["svc"], c["batch"], c["window"]
     p99 = svc.p50_ms * (profile.p99_ms / profile.p50_ms if profile.p50_ms > 0 else 1.0)
     timeout = max(1.0, math.ceil(2 * (p99 + window)))
-    in_flight = ctx.rate / batch * svc.p50_ms / 1000.0
+    calls = _calls_per_request(ctx).get(stage.name, 1.0)
+    in_flight = ctx.rate * calls / batch * svc.p50_ms / 1000.0
     concurrency = max(1, math.ceil(HEADROOM * in_flight))
     budget_text = f"its {budget:.3g} ms share of the {ctx.slo_ms:g} ms p95 SLO" if budget else "no SLO given"
     why = {
@@ -443,7 +451,8 @@ def _decision(stage, profile, c, engine_why, budget, ctx) -> Decision:
                                       "batching gains nothing here (no batch->latency fit with a fixed cost)")),
         "timeout_ms": f"2 x (estimated p99 {p99:.3g} ms + window {window:g} ms), from the recorded p99/p50 of "
                       f"{profile.p99_ms / profile.p50_ms if profile.p50_ms else 1:.3g}",
-        "max_concurrency": f"Little's law: {ctx.rate:.3g} req/s / batch {batch} x {svc.p50_ms:.3g} ms = "
+        "max_concurrency": f"Little's law: {ctx.rate:.3g} req/s" + (f" x {calls:.3g} calls" if calls > 1 else "")
+                           + f" / batch {batch} x {svc.p50_ms:.3g} ms = "
                            f"{in_flight:.2f} executions in flight, x{HEADROOM:g} headroom",
         "service_time_ms": svc.how,
     }
@@ -470,7 +479,8 @@ def _engines(decisions, specs, ctx) -> dict:
             servers *= spec.count
         else:
             servers, servers_why = spec.count, f"{spec.count} x {device.id if device else spec.kind}"
-        work = sum(d.service.p50_ms / 1000.0 / d.batch for d in mine)
+        calls = _calls_per_request(ctx)
+        work = sum(calls.get(d.stage, 1.0) * d.service.p50_ms / 1000.0 / d.batch for d in mine)
         in_flight = ctx.rate * work
         concurrency = max(servers, math.ceil(HEADROOM * in_flight))
         budget = ctx.slo_ms / 1000.0 if ctx.slo_ms else 1.0
@@ -491,7 +501,9 @@ def _engines(decisions, specs, ctx) -> dict:
 
 def _add_fallbacks(decisions, engines, specs, profiles, ctx) -> None:
     """Rule 8: a capped share of a backed-up accelerator stage goes to another engine that can run it."""
-    work = {n: sum(d.service.p50_ms / 1000.0 / d.batch for d in decisions if d.engine == n) for n in engines}
+    calls = _calls_per_request(ctx)
+    work = {n: sum(calls.get(d.stage, 1.0) * d.service.p50_ms / 1000.0 / d.batch for d in decisions if d.engine == n)
+            for n in engines}
     by_name = {s.name: s for s in ctx.stages}
     for d, profile in zip(decisions, profiles):
         if d.kind == "cpu":
@@ -546,6 +558,14 @@ def _known_power(engines, util) -> float | None:
 
 def _cpu_util(portrait) -> float | None:
     return next((m.mean for m in portrait.devices.metrics if m.device == "cpu" and m.metric == "util_pct"), None)
+
+
+def _calls_per_request(ctx: _Context) -> dict[str, float]:
+    """Executions of each stage per request (spans / requests): decode runs once per token."""
+    requests = ctx.portrait.requests.count if ctx.portrait.requests is not None else 0
+    if not requests:
+        return {}
+    return {s.name: max(1.0, s.count / requests) for s in ctx.stages}
 
 
 def _unattributed_ms(portrait) -> float:
@@ -668,7 +688,9 @@ def _verdict(rec: Option, alternatives: list, slo) -> str:
             cheaper = rec_total <= alt_total
             unknown = sorted(set((rec.tco or {}).get("purchase_unknown", []) + (alt.tco or {}).get("purchase_unknown", [])))
             caveat = f" (purchase price unknown for {', '.join(unknown)}: give --price DEVICE=AMOUNT)" if unknown else ""
-            parts.append(f"vs {alt.name}: {'cheaper' if cheaper else 'dearer'} to own ({rec_total:,.0f} vs "
+            same = abs(rec_total - alt_total) <= 0.01 * max(rec_total, alt_total, 1.0)
+            word = "about the same cost" if same else "cheaper" if cheaper else "dearer"
+            parts.append(f"vs {alt.name}: {word} to own ({rec_total:,.0f} vs "
                          f"{alt_total:,.0f}){caveat}"
                          + ("" if alt.meets_slo in (None, True) else ", and it misses the SLO") + ".")
         else:

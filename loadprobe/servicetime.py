@@ -22,6 +22,10 @@ from dataclasses import dataclass
 ASSUMED_EFFICIENCY = 0.5
 """Share of a target's roof reached when the recorded device's own roof is unknown."""
 
+ACCELERATOR_CALL_MS = 0.1
+"""Fixed cost of one execution on an accelerator the stage was not recorded on: kernel launches,
+host-device copies and synchronisation, which the roofline does not see (assumption)."""
+
 DEFAULT_DEVICE = {"gpu": "nvidia-l4", "npu": "ascend-310p"}
 """Catalog device assumed for an accelerator named without one (``--engines gpu``)."""
 
@@ -115,10 +119,13 @@ def service_time(profile: StageProfile, *, target, kind: str, precision: str, ba
                            f"kept at the measured {base:.3g} ms: {why}, so the roofline cannot scale it")
     ratio, detail = _roof_ratio(profile, target, precision)
     pad = profile.shape_growth if profile.dynamic_shape and target.dynamic_shapes != "native" else 1.0
-    t = base * ratio * pad
+    call = ACCELERATOR_CALL_MS if kind != "cpu" else 0.0
+    t = base * ratio * pad + call
     how = f"roofline estimate: measured {base:.3g} ms x {ratio:.3g} ({detail})"
     if pad > 1.0:
         how += f" x {pad:.3g} for padding dynamic shapes to the largest recorded ({target.name} {target.dynamic_shapes}s)"
+    if call:
+        how += f" + {call:g} ms per call for launches and host-device copies (assumed)"
     return ServiceTime(t, t * profile.tail, batch, "roofline-estimate", how)
 
 

@@ -372,3 +372,34 @@ def test_cli_choices_match_the_importer():
     assert list(options["preset"].type.choices) == sorted(importer.PRESETS)
     assert list(options["ts_unit"].type.choices) == list(importer.UNITS)
     assert cli_import._PRESETS == list(options["preset"].type.choices)
+
+
+def test_several_bodies_are_sent_in_turn():
+    import http.server
+    import threading
+
+    seen = []
+
+    class Echo(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            seen.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        report = load.run(f"http://127.0.0.1:{server.server_port}/x", load.constant(50, requests=6), method="POST",
+                          body=[b"one", b"three", "five"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert report.responses == 6
+    assert sorted(seen) == sorted([b"one", b"three", b"five"] * 2)

@@ -40,7 +40,8 @@ _UNITS = ["s", "ms", "us", "ns"]
 @click.option("--seed", type=int, help="Seed of the random schedules (default: a fresh one, printed).")
 @click.option("--method", help="HTTP method [default: GET, or POST with a body].")
 @click.option("--body", help="Request body (text).")
-@click.option("--body-file", type=click.Path(dir_okay=False), help="Request body read from this file.")
+@click.option("--body-file", multiple=True, type=click.Path(dir_okay=False),
+              help="Request body read from this file; repeat it to send several bodies in turn.")
 @click.option("--header", "headers", multiple=True, metavar="NAME:VALUE", help="Extra request header; repeatable.")
 @click.option("--timeout", type=float, default=10.0, show_default=True,
               help="Seconds after its intended send time a request counts as timed out.")
@@ -69,9 +70,9 @@ def load(url, rate, process, peak_to_mean, burst_rate, on_s, off_s, replay, spee
     """
     from .. import load as lg
 
-    if body is not None and body_file is not None:
+    if body is not None and body_file:
         raise LoadprobeError("give --body or --body-file, not both")
-    payload = body.encode() if body is not None else _read_body(body_file) if body_file else b""
+    payload = body.encode() if body is not None else [_read_body(f) for f in body_file] if body_file else b""
     method = method or ("POST" if payload else "GET")
     ways = [name for name, given in ((f"--{process}", process), ("--replay", replay),
                                      ("--concurrency", concurrency is not None)) if given]

@@ -1,0 +1,72 @@
+"""``loadprobe demo`` end to end: a real server process, real HTTP load, a real recording."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("onnxruntime")
+
+from .conftest import spans_in  # noqa: E402
+
+
+def demo(out, *args, env=None, **kwargs):
+    full_env = dict(os.environ, LOADPROBE_CACHE=str(out / "cache"), **(env or {}))
+    full_env.pop("LOADPROBE_DIR", None)
+    return subprocess.Popen([sys.executable, "-m", "loadprobe", "demo", "-o", str(out / "runs"), *args],
+                            env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def test_demo_serves_loads_records_and_analyses(tmp_path):
+    proc = demo(tmp_path, "--seconds", "6", "--rate", "8")
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    (run,) = (tmp_path / "runs").iterdir()
+    portrait = json.loads((run / "report" / "portrait.json").read_text())
+    stages = {s["name"] for s in portrait["stages"]}
+    assert {"POST /inspect", "decode", "preprocess", "backbone", "head", "nms"} <= stages
+    served = [r for r in spans_in(run / "data") if r["stage"] == "POST /inspect"]
+    sent = spans_in(run / "client")
+    ok_at_client = {r["request_id"] for r in sent if r["status"] == "ok"}
+    assert len(ok_at_client) > 20
+    # every request the client saw complete has exactly one request span at the server
+    served_ids = [r["request_id"] for r in served]
+    assert ok_at_client <= set(served_ids) and len(served_ids) == len(set(served_ids))
+    assert portrait["devices"], "the server's recorder sampled the devices"
+    assert str(run / "report" / "portrait.json") in out
+    # a second run never touches the first
+    before = sorted(p.name for p in run.rglob("*"))
+    again = demo(tmp_path, "--seconds", "2", "--rate", "4")
+    again.communicate(timeout=240)
+    assert len(list((tmp_path / "runs").iterdir())) == 2
+    assert sorted(p.name for p in run.rglob("*")) == before
+
+
+def test_ctrl_c_stops_the_server(tmp_path):
+    proc = demo(tmp_path, "--seconds", "60", "--rate", "4")
+    parent = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 120
+    server = None
+    while time.monotonic() < deadline and server is None:
+        for child in parent.children(recursive=True):
+            if "loadprobe.samples.vision.serve" in " ".join(child.cmdline()):
+                server = child
+        time.sleep(0.2)
+    assert server is not None, "the demo did not start its server"
+    while not list((tmp_path / "runs").rglob("client")) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the load has started
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "Traceback" not in err
+    server.wait(timeout=30) if server.is_running() else None
+    assert not server.is_running()
