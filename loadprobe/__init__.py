@@ -33,6 +33,7 @@ __all__ = [
     "current",
     "flush",
     "probe",
+    "recommend",
     "record_span",
     "request",
     "start",
@@ -101,6 +102,18 @@ def analyze(paths, **options):
     from .analysis import analyze as run
 
     return run(paths, **options)
+
+
+def recommend(portrait, constraints=None, **options):
+    """A stage-to-engine plan for a Portrait: ``loadprobe.recommend(portrait, constraints) -> Plan``.
+
+    ``constraints`` is a ``loadprobe.constraints.Constraints`` (``Constraints.parse(engines=
+    "cpu,gpu:nvidia-l4", slo_p95_ms=200)``), default the seeds' CPU + L4 + 310P line-up sized
+    for the recorded peak. ``plan.to_pipeline()`` is the pipeline.yaml config; docs/recommend.md.
+    """
+    from .recommend import recommend as plan
+
+    return plan(portrait, constraints, **options)
 
 
 def __getattr__(name: str):

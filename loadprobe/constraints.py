@@ -48,6 +48,7 @@ class Constraints:
     years: float = 3.0
     price_per_kwh: float = 0.15
     prices: dict = field(default_factory=dict)  # catalog id -> purchase price per unit
+    changes_often: frozenset = frozenset()  # stages whose model is replaced often (kept off NPUs)
 
     def precision_for(self, stage: str) -> str:
         return self.precision_by_stage.get(stage, self.precision)
@@ -55,7 +56,7 @@ class Constraints:
     @classmethod
     def parse(cls, *, engines: str | None = None, slo_p95_ms=None, slo_p99_ms=None, min_rps=None,
               power_budget_w=None, precision=(), years: float = 3.0, price_per_kwh: float = 0.15,
-              prices=(), catalog=None) -> Constraints:
+              prices=(), changes_often=(), catalog=None) -> Constraints:
         """Build from CLI-style strings; a LoadprobeError names the bad part and what is allowed."""
         specs = parse_engines(engines or DEFAULT_ENGINES, catalog)
         default, by_stage = parse_precision(precision)
@@ -64,8 +65,9 @@ class Constraints:
                               ("--price-per-kwh", price_per_kwh)):
             if value is not None and not value > 0:
                 raise LoadprobeError(f"{option} {value:g} must be a positive number")
+        changing = frozenset(n.strip() for v in changes_often for n in str(v).split(",") if n.strip())
         return cls(specs, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, default, by_stage, float(years),
-                   float(price_per_kwh), parse_prices(prices))
+                   float(price_per_kwh), parse_prices(prices), changing)
 
 
 def parse_engines(text: str, catalog=None) -> tuple[EngineSpec, ...]:

@@ -105,14 +105,14 @@ def render(plan) -> str:
     for o in [plan.recommended, *plan.alternatives]:
         est = o.estimate
         if not o.feasible or est is None:
-            rows.append([o.name, "infeasible", "", "", "", "", "", ""])
+            rows.append([o.name, "infeasible", "", "", "", "", "", "", ""])
             continue
-        rows.append([o.name + (" *" if o is plan.recommended else ""), _ms(est.p50_ms), _ms(est.p95_ms),
+        rows.append([o.name + (" *" if o is plan.recommended else ""), _ms(est.p50_ms), _ms(est.p95_ms), _ms(est.p99_ms),
                      f"{est.max_rps:.3g}", "-" if est.power_w is None else f"{est.power_w:.0f}",
                      "-" if est.energy_per_request_j is None else f"{est.energy_per_request_j:.3g}",
                      "-" if not o.tco else f"{o.tco['total']:,.0f}",
                      {True: "yes", False: "no", None: "-"}[o.meets_slo]])
-    lines += _table(["plan", "p50 ms", "p95 ms", "max req/s", "power W", "J/request", f"{plan.constraints.years:g}y cost",
+    lines += _table(["plan", "p50 ms", "p95 ms", "p99 ms", "max req/s", "power W", "J/request", f"{plan.constraints.years:g}y cost",
                      "meets SLO"], rows)
     lines += ["", plan.verdict]
     return "\n".join(lines)
@@ -154,6 +154,8 @@ def _plain(value):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(_plain(v) for v in value)
     if isinstance(value, float) and value != value:
         return None
     if isinstance(value, float) and value in (float("inf"), float("-inf")):

@@ -9,7 +9,7 @@ Each engine is an M/M/c queue (Erlang C) whose servers are its devices (CPU: cor
 service time per request is the sum, over the stages it runs, of one execution's time
 divided by the batch. A batching window adds half its length on average and all of it at
 worst. End-to-end: the stages' medians add up for p50; for p95 the stages' mean times add
-and their spreads combine as independent (root of the sum of squares). These are
+and their spreads combine as independent (root of the sum of squares); p99 likewise. These are
 estimates, labelled as such everywhere they appear; ``loadprobe simulate`` replaces them
 with a replay of the recorded traffic.
 """
@@ -34,6 +34,7 @@ class Placement:
     batch: int
     window_ms: float
     calls: float = 1.0  # executions per request (an LLM's decode: once per generated token)
+    p99_ms: float | None = None  # one execution's p99 (default: its p95)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class Estimate:
     utilisation: dict = field(default_factory=dict)  # engine -> busy share at rate
     stage_p95_ms: dict = field(default_factory=dict)
     bottleneck: str | None = None  # the engine that saturates first
+    p99_ms: float | None = None
     method: str = "analytic estimate (M/M/c per engine)"
 
 
@@ -84,30 +86,33 @@ def estimate(placements: list[Placement], engines: dict[str, EngineCapacity], *,
     waits = {e: _wait(engines[e].servers, rate, w) for e, w in work.items()}
     p50 = unattributed_ms
     mean_total = unattributed_ms
-    spread = 0.0
+    spread = spread99 = 0.0
     stage_p95 = {}
     for p in placements:
-        median_wait, mean_wait, p95_wait = waits[p.engine]
+        median_wait, mean_wait, p95_wait, p99_wait = waits[p.engine]
         window_mean = min(p.window_ms, 1000.0 * (p.batch - 1) / rate) / 2 if p.batch > 1 else 0.0
         # A stage run several times per request (decode steps) queues once and executes each time.
         p50 += p.calls * p.p50_ms + window_mean + median_wait
         mean_total += p.calls * p.p50_ms + window_mean + mean_wait
         stage_p95[p.stage] = p.calls * p.p95_ms + p.window_ms + p95_wait
-        spread += (stage_p95[p.stage] - (p.calls * p.p50_ms + window_mean + mean_wait)) ** 2
-    p95 = mean_total + math.sqrt(spread)
+        mean_stage = p.calls * p.p50_ms + window_mean + mean_wait
+        spread += (stage_p95[p.stage] - mean_stage) ** 2
+        spread99 += (p.calls * (p.p99_ms or p.p95_ms) + p.window_ms + p99_wait - mean_stage) ** 2
+    p95 = max(mean_total + math.sqrt(spread), p50)
+    p99 = max(mean_total + math.sqrt(spread99), p95)
     energy = power / rate if power is not None and rate > 0 else None
-    return Estimate(rate, p50, max(p95, p50), max_rps, power, energy, util, stage_p95, bottleneck)
+    return Estimate(rate, p50, p95, max_rps, power, energy, util, stage_p95, bottleneck, p99_ms=p99)
 
 
-def _wait(servers: int, rate: float, work_s: float) -> tuple[float, float, float]:
-    """Median, mean and p95 queueing delay (ms) on one engine: P(wait > t) = C exp(-drain t)."""
+def _wait(servers: int, rate: float, work_s: float) -> tuple[float, float, float, float]:
+    """Median, mean, p95 and p99 queueing delay (ms) on one engine: P(wait > t) = C exp(-drain t)."""
     load = rate * work_s
     if load <= 0:
-        return 0.0, 0.0, 0.0
+        return 0.0, 0.0, 0.0, 0.0
     c = erlang_c(servers, load)
     drain = (servers - load) / work_s  # per second
     quantile = lambda q: math.log(c / (1 - q)) / drain if c > 1 - q else 0.0  # noqa: E731
-    return 1000.0 * quantile(0.5), 1000.0 * c / drain, 1000.0 * quantile(0.95)
+    return 1000.0 * quantile(0.5), 1000.0 * c / drain, 1000.0 * quantile(0.95), 1000.0 * quantile(0.99)
 
 
 def _power(engines: dict[str, EngineCapacity], util: dict[str, float]) -> float | None:

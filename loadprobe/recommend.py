@@ -259,7 +259,7 @@ def _assemble(name: str, decisions: list, specs, profiles, ctx: _Context, notes:
     capacities = {n: EngineCapacity(n, e["servers"], e["power_w"]) for n, e in engines.items()}
     calls = _calls_per_request(ctx)
     placements = [Placement(d.stage, d.engine, d.service.p50_ms, d.service.p95_ms, d.batch, d.window_ms,
-                            calls.get(d.stage, 1.0)) for d in decisions]
+                            calls.get(d.stage, 1.0), d.service.p99_ms) for d in decisions]
     unattributed = _unattributed_ms(ctx.portrait)
     est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=unattributed)
     stress = estimate(placements, capacities, rate=ctx.rate * 1.5, unattributed_ms=unattributed)
@@ -267,6 +267,14 @@ def _assemble(name: str, decisions: list, specs, profiles, ctx: _Context, notes:
     if ctx.slo_ms is not None:
         meets = est.p95_ms is not None and est.p95_ms <= ctx.slo_ms
     notes = list(notes)
+    p99_target = ctx.constraints.slo_p99_ms
+    if p99_target is not None:
+        if est.p99_ms is None or est.p99_ms > p99_target:
+            meets = False
+            if est.p99_ms is not None:
+                notes.append(f"misses the p99 target: {est.p99_ms:.3g} ms > {p99_target:g} ms")
+        elif meets is None:
+            meets = True
     if any(e["power_w"] is None for e in engines.values()):
         notes.append("power counts only engines with a known power figure ("
                      + ", ".join(n for n, e in engines.items() if e["power_w"] is None) + " unknown: no RAPL "
@@ -365,6 +373,9 @@ def _cannot_run(stage, profile, spec, ctx, tensor) -> str | None:
         return "no FLOPs and no input shapes were recorded for it: host code, not a tensor workload"
     device = ctx.device(spec)
     if spec.kind == "npu":
+        if stage.name in ctx.constraints.changes_often:
+            return ("its model changes often (--changes-often): every version needs an offline NPU conversion and "
+                    "re-validation, so it stays on engines that run the framework's model as is")
         if profile.flops_per_byte is None:
             return "no FLOPs/bytes recorded, so there is no evidence it compiles to a fixed NPU graph"
         if profile.dynamic_shape and device is not None and device.dynamic_shapes == "poor":

@@ -93,6 +93,10 @@ class StageProfile:
         """p95 / p50 of the measured time: the stage's own variability, carried to any engine."""
         return self.p95_ms / self.p50_ms if self.p50_ms > 0 else 1.0
 
+    @property
+    def tail99(self) -> float:
+        return self.p99_ms / self.p50_ms if self.p50_ms > 0 else 1.0
+
 
 @dataclass(frozen=True)
 class ServiceTime:
@@ -101,6 +105,7 @@ class ServiceTime:
     batch: int
     source: str  # measured | roofline-estimate | unscaled
     how: str  # one sentence: where the figure comes from
+    p99_ms: float | None = None
 
 
 def service_time(profile: StageProfile, *, target, kind: str, precision: str, batch: int) -> ServiceTime:
@@ -112,11 +117,12 @@ def service_time(profile: StageProfile, *, target, kind: str, precision: str, ba
         how = f"measured: {base:.3g} ms at batch {batch}"
         if profile.fit_b_ms is not None:
             how += f" from the recorded fit {profile.fit_a_ms:.3g} + {profile.fit_b_ms:.3g} ms x batch"
-        return ServiceTime(base, base * profile.tail, batch, "measured", how)
+        return ServiceTime(base, base * profile.tail, batch, "measured", how, base * profile.tail99)
     if profile.flops_per_byte is None or target is None:
         why = "no FLOPs/bytes were recorded for it" if target is not None else "the engine has no catalog device"
         return ServiceTime(base, base * profile.tail, batch, "unscaled",
-                           f"kept at the measured {base:.3g} ms: {why}, so the roofline cannot scale it")
+                           f"kept at the measured {base:.3g} ms: {why}, so the roofline cannot scale it",
+                           base * profile.tail99)
     ratio, detail = _roof_ratio(profile, target, precision)
     pad = profile.shape_growth if profile.dynamic_shape and target.dynamic_shapes != "native" else 1.0
     call = ACCELERATOR_CALL_MS if kind != "cpu" else 0.0
@@ -126,7 +132,7 @@ def service_time(profile: StageProfile, *, target, kind: str, precision: str, ba
         how += f" x {pad:.3g} for padding dynamic shapes to the largest recorded ({target.name} {target.dynamic_shapes}s)"
     if call:
         how += f" + {call:g} ms per call for launches and host-device copies (assumed)"
-    return ServiceTime(t, t * profile.tail, batch, "roofline-estimate", how)
+    return ServiceTime(t, t * profile.tail, batch, "roofline-estimate", how, t * profile.tail99)
 
 
 def roof_seconds_per_byte(intensity: float, peak: float, bandwidth: float) -> float:

@@ -82,12 +82,45 @@ def test_inspection_line_up_cpu_decode_npu_backbone_gpu_nms(tmp_path):
     assert [s.name for s in config.stages] == list(VISION)  # in the order requests run them
 
 
+def test_a_tight_power_budget_sends_the_frozen_backbone_to_the_npu(tmp_path):
+    portrait = record(tmp_path, VISION, requests=40)
+    constraints = Constraints.parse(engines="cpu,gpu:nvidia-l40s,npu:ascend-310p", slo_p95_ms=200, min_rps=60,
+                                    power_budget_w=100, precision=["int8-ok"],
+                                    prices=["nvidia-l40s=1000", "ascend-310p=1500"])
+    plan = recommend(portrait, constraints, cpu_cores=2)
+    placed = {d.stage: d for d in plan.recommended.decisions}
+    assert placed["backbone"].kind == "npu" and placed["backbone"].precision == "int8"
+    assert plan.recommended.estimate.power_w <= 100
+    gpu = next(o for o in plan.alternatives if o.name == "all-gpu")
+    assert gpu.meets_slo is False and any("power budget" in n for n in gpu.notes)  # cheaper, but 350 W TDP
+
+
 def test_fp16_only_backbone_goes_to_the_gpu(tmp_path):
     portrait = record(tmp_path, VISION, requests=40)
     plan = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-l4,npu:ascend-310px2", slo_p95_ms=300,
                                                  min_rps=100, precision=["fp16-only"], prices=PRICES), cpu_cores=1)
     backbone = next(d for d in hybrid_of(plan).decisions if d.stage == "backbone")
     assert backbone.kind == "gpu" and backbone.precision == "fp16"
+
+
+def test_a_model_that_changes_often_stays_off_the_npu(tmp_path):
+    portrait = record(tmp_path, VISION, requests=40)
+    plan = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-l4,npu:ascend-310px2", slo_p95_ms=50,
+                                                 min_rps=300, precision=["int8-ok"], changes_often=["backbone"],
+                                                 prices=PRICES), cpu_cores=4)
+    backbone = next(d for d in hybrid_of(plan).decisions if d.stage == "backbone")
+    assert backbone.kind == "gpu"
+    assert "changes often" in backbone.why["engine"]
+
+
+def test_a_p99_target_is_checked_too(tmp_path):
+    portrait = record(tmp_path, VISION, requests=40)
+    loose = recommend(portrait, Constraints.parse(slo_p95_ms=500, min_rps=5, prices=PRICES), cpu_cores=4)
+    assert loose.recommended.meets_slo and loose.recommended.estimate.p99_ms >= loose.recommended.estimate.p95_ms
+    tight = recommend(portrait, Constraints.parse(slo_p95_ms=500, slo_p99_ms=1, min_rps=5, prices=PRICES),
+                      cpu_cores=4)
+    assert tight.recommended.meets_slo is False
+    assert any("p99 target" in n for n in tight.recommended.notes)
 
 
 def test_a_light_load_needs_no_accelerator(tmp_path):

@@ -20,6 +20,8 @@ import click
 @click.option("--power-budget-w", type=float, help="Power budget for the whole line-up, in watts.")
 @click.option("--precision", multiple=True, metavar="[STAGE=]POLICY",
               help="fp16-only (default) or int8-ok, for all stages or one: --precision backbone=int8-ok.")
+@click.option("--changes-often", multiple=True, metavar="STAGE[,STAGE]",
+              help="Stages whose model is replaced often (monthly): kept off NPUs that need offline conversion.")
 @click.option("--price", "prices", multiple=True, metavar="DEVICE=AMOUNT",
               help="Purchase price per unit of a catalog device, any currency (repeatable).")
 @click.option("--years", type=float, default=3.0, show_default=True, help="Lifetime for the cost of ownership.")
@@ -29,8 +31,8 @@ import click
               help="Extra device catalog file (JSON); repeatable.")
 @click.option("--force", is_flag=True, help="Overwrite an existing pipeline.yaml / plans.json.")
 @click.option("--json", "as_json", is_flag=True, help="Print plans.json to stdout instead of the tables.")
-def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, precision, prices, years,
-              price_per_kwh, cpu_cores, catalogs, force, as_json):
+def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, precision, changes_often,
+              prices, years, price_per_kwh, cpu_cores, catalogs, force, as_json):
     """Plan which engine runs each stage, and write it as pipeline.yaml.
 
     SOURCE is a portrait.json or recorded data (directories, globs, URIs), analysed first.
@@ -50,7 +52,8 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_bu
     portrait = _portrait(list(source), catalogs)
     constraints = Constraints.parse(engines=engines, slo_p95_ms=slo_p95_ms, slo_p99_ms=slo_p99_ms, min_rps=min_rps,
                                     power_budget_w=power_budget_w, precision=precision, years=years,
-                                    price_per_kwh=price_per_kwh, prices=prices, catalog=catalog)
+                                    price_per_kwh=price_per_kwh, prices=prices, changes_often=changes_often,
+                                    catalog=catalog)
     plan = make_plan(portrait, constraints, catalog=catalog, cpu_cores=cpu_cores)
     config = plan.to_pipeline()
     plans = json.dumps(plan_dict(plan), indent=2, allow_nan=False) + "\n"
