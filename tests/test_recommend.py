@@ -144,6 +144,22 @@ def test_prefill_and_decode_are_split(tmp_path):
     assert "memory-bound" in placed["decode"].why["engine"], placed["decode"].why["engine"]
 
 
+def test_prefill_goes_to_compute_and_decode_to_bandwidth(tmp_path):
+    llm = {
+        "prefill": {"ms": 40.0, "flops": 4.0e10, "bytes": 4.0e7, "shapes": [(512,)]},
+        "decode": {"ms": 60.0, "flops": 6.0e9, "bytes": 3.0e9, "shapes": [(1,)]},
+    }
+    portrait = record(tmp_path, llm, requests=20)
+    # At 300 req/s the A100 cannot run both phases, two L4s cannot keep up with decode's bytes:
+    # only the split carries the load.
+    plan = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-l4x2,gpu:nvidia-a100-sxm-80gb",
+                                                 slo_p95_ms=400, min_rps=300, prices=PRICES), cpu_cores=4)
+    placed = {d.stage: d for d in plan.recommended.decisions}
+    assert placed["prefill"].device == "nvidia-l4", placed["prefill"].why["engine"]
+    assert placed["decode"].device == "nvidia-a100-sxm-80gb", placed["decode"].why["engine"]
+    assert plan.recommended.meets_slo
+
+
 def test_power_budget_scenario_and_plans_file(tmp_path):
     portrait = record(tmp_path, VISION)
     runner = CliRunner()
