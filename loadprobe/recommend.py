@@ -495,7 +495,7 @@ def _engines(decisions, specs, ctx) -> dict:
         in_flight = ctx.rate * work
         concurrency = max(servers, math.ceil(HEADROOM * in_flight))
         budget = ctx.slo_ms / 1000.0 if ctx.slo_ms else 1.0
-        queue = max(1, math.ceil(ctx.rate * budget))
+        queue = max(2 * servers, math.ceil(HEADROOM * ctx.rate * budget))
         power = _unit_power(spec, device, ctx)
         engines[spec.name] = {
             "kind": spec.kind, "device": device.id if device is not None and (spec.kind != "cpu" or spec.device)
@@ -503,9 +503,9 @@ def _engines(decisions, specs, ctx) -> dict:
             "max_concurrency": concurrency, "max_queue": queue,
             "power_w": power * spec.count if power is not None else None,
             "why": (f"{servers_why}; max_concurrency {concurrency} = max(servers, {HEADROOM:g} x {in_flight:.2f} "
-                    f"in flight by Little's law at {ctx.rate:.3g} req/s); max_queue {queue} = arrivals in "
-                    f"{'the SLO' if ctx.slo_ms else '1 s'} ({budget * 1000:.0f} ms) at that rate, beyond which "
-                    "requests are rejected fast with a capacity hint"),
+                    f"in flight by Little's law at {ctx.rate:.3g} req/s); max_queue {queue} = max(2 x servers, "
+                    f"{HEADROOM:g} x the arrivals in {'the SLO' if ctx.slo_ms else '1 s'} ({budget * 1000:.0f} ms) "
+                    "at that rate), beyond which requests are rejected fast with a capacity hint"),
         }
     return engines
 
