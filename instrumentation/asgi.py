@@ -75,11 +75,15 @@ class LoadprobeMiddleware:
             done = True
             try:
                 span.stage = f"{scope.get('method', 'HTTP')} {self._template(scope)}"
+            except Exception:  # a failing route callable still ends the span, under the method alone
+                span.stage = str(scope.get("method", "HTTP"))
+            try:
                 if exc is None:
                     span.status = http_status(code)
+                elif code is not None and isinstance(exc, OSError):
+                    span.status = "cancelled"  # the client went away mid-response
+            finally:
                 span._close(exc)
-            except Exception:  # recording must never break the response
-                pass
 
         async def send_and_time(message):
             nonlocal code

@@ -106,11 +106,11 @@ class _Response:
         self._done = True
         try:
             self._span.stage = self._middleware.stage_of(self._environ)
-            if exc is None:
-                self._span.status = http_status(self.code)
-            self._span._close(exc)
-        except Exception:  # recording must never break the response
-            pass
+        except Exception:  # a failing route callable still ends the span, under the method alone
+            self._span.stage = str(self._environ.get("REQUEST_METHOD", "HTTP"))
+        if exc is None:
+            self._span.status = http_status(self.code)
+        self._span._close(exc)  # never raises: Span._close only appends to the thread's buffer
 
 
 def instrument_flask(app, **options):

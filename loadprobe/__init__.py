@@ -111,7 +111,7 @@ def recommend(portrait, constraints=None, **options):
     "cpu,gpu:nvidia-l4", slo_p95_ms=200)``), default the seeds' CPU + L4 + 310P line-up sized
     for the recorded peak. ``plan.to_pipeline()`` is the pipeline.yaml config; docs/recommend.md.
     """
-    from .recommend import recommend as plan
+    from .planner import recommend as plan
 
     return plan(portrait, constraints, **options)
 

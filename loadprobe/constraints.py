@@ -22,6 +22,7 @@ DEFAULT_ENGINES = "cpu,gpu:nvidia-l4,npu:ascend-310p"
 """The seeds' line-up, used when the team names none: a host CPU, a small GPU and an NPU."""
 
 POLICIES = ("fp16-only", "int8-ok")
+MAX_UNITS = 4096  # pipeline.yaml's limit on an engine's count
 _KIND = re.compile(r"(cpu|gpu|npu)(?:x(\d+))?")  # "gpu", "gpux2"
 _COUNTED = re.compile(r"(.+?)x(\d+)")  # "nvidia-l4x2"
 
@@ -103,8 +104,8 @@ def parse_engines(text: str, catalog=None) -> tuple[EngineSpec, ...]:
             entry = catalog.get(device)
             if entry.kind != kind:
                 raise LoadprobeError(f"--engines: {device} is a {entry.kind}, not a {kind}; write {entry.kind}:{device}")
-        if count < 1:
-            raise LoadprobeError(f"--engines: {part!r} has a count of 0; write x1 or more")
+        if not 1 <= count <= MAX_UNITS:
+            raise LoadprobeError(f"--engines: {part!r} has a count of {count}; write x1 to x{MAX_UNITS}")
         n = per_kind.get(kind, 0)
         per_kind[kind] = n + 1
         name = "cpu" if kind == "cpu" and n == 0 else f"{kind}{n}"

@@ -8,9 +8,10 @@ Usage::
 Steps: build the sample's ONNX models (once, cached); start samples/vision on 127.0.0.1
 under a recorder (spans and device samples into ``<out>/data``); drive it with a day's
 traffic compressed into ``seconds`` plus a burst near the evening peak, open loop;
-stop the server cleanly so its files are finished; analyse the recording; print where
-every output is. The server runs in its own process group and is stopped on every exit
-path, Ctrl-C included. Each run writes a new timestamped folder: nothing is overwritten.
+stop the server cleanly so its files are finished; analyse the recording and recommend a
+plan; print where every output is. The server runs in its own process group and is
+stopped on every exit path, Ctrl-C included. Each run writes a new timestamped folder:
+nothing is overwritten.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def run_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 60.0
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     echo(f"demo: serving samples/vision on {url}, recording into {data}")
-    server = _start_server(data, port, precision)
+    server = _start_server(data, port, precision, run_dir / "server.log")
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM cleans up like Ctrl-C
     try:
         _wait_ready(server, url + "/health", timeout=90)
         offsets = schedule(seconds, rate)
@@ -74,7 +76,12 @@ def run_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 60.0
         echo(report.render())
     finally:
         _stop_server(server)
+        signal.signal(signal.SIGTERM, previous)
     return analyse(data, run_dir, echo=echo) | {"data": data, "client": client}
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def analyse(data: Path, run_dir: Path, *, echo=print) -> dict[str, Path]:
@@ -99,7 +106,7 @@ def _recommend(portrait, report: Path, echo) -> dict[str, Path]:
 
     from .pipeline import save
     from .plan_files import plan_dict, render
-    from .recommend import recommend
+    from .planner import recommend
 
     plan = recommend(portrait)
     echo("\n" + render(plan))
@@ -130,22 +137,24 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start_server(data: Path, port: int, precision: str) -> subprocess.Popen:
+def _start_server(data: Path, port: int, precision: str, log: Path) -> subprocess.Popen:
     env = dict(os.environ, LOADPROBE_DIR=str(data), LOADPROBE_SERVICE=SERVICE)
     command = [sys.executable, "-m", "loadprobe.samples.vision.serve", "--port", str(port), "--precision", precision]
     # Its own process group: a Ctrl-C in the terminal reaches us, and we stop the server in order.
-    return subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    # Its output goes to a file: a pipe nobody reads would block the server once full.
+    with open(log, "wb") as out:
+        server = subprocess.Popen(command, env=env, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
+    server.log = log
+    return server
 
 
 def _wait_ready(server: subprocess.Popen, health: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            err = server.stderr.read().decode(errors="replace").strip().splitlines()
+            err = server.log.read_text(errors="replace").strip().splitlines()
             raise LoadprobeError(f"the vision sample exited with code {server.returncode} before serving: "
-                                 f"{err[-1] if err else 'no message'}; run it alone with "
-                                 "python -m loadprobe.samples.vision.serve to see why")
+                                 f"{err[-1] if err else 'no message'}; see {server.log}")
         try:
             with urlopen(health, timeout=2) as response:
                 if response.status == 200:
@@ -156,17 +165,20 @@ def _wait_ready(server: subprocess.Popen, health: str, timeout: float) -> None:
 
 
 def _stop_server(server: subprocess.Popen) -> None:
-    """SIGINT (uvicorn shuts down, the recorder finishes its files), then SIGKILL if it hangs."""
-    if server.poll() is None:
-        for sig, wait in ((signal.SIGINT, 30), (signal.SIGKILL, 10)):
+    """SIGINT (uvicorn shuts down, the recorder finishes its files), then SIGKILL if it hangs.
+
+    A second Ctrl-C while waiting skips to SIGKILL: the server never outlives the demo.
+    """
+    try:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGINT)
+            server.wait(30)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt, ProcessLookupError):
+        pass
+    finally:
+        if server.poll() is None:
             try:
-                os.killpg(server.pid, sig)
+                os.killpg(server.pid, signal.SIGKILL)
             except ProcessLookupError:
-                break
-            try:
-                server.wait(wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-    if server.stderr is not None:
-        server.stderr.close()
+                pass
+            server.wait(10)

@@ -46,7 +46,8 @@ def pipeline_dict(plan) -> dict:
             stage["fallback"] = {"engine": d.fallback["engine"], "when": {"queue_len_over": d.fallback["queue_len_over"]},
                                  "max_ratio": d.fallback["max_ratio"], "otherwise": d.fallback["otherwise"]}
         stage["service_time_ms"] = {"p50": _num(d.service.p50_ms), "p95": _num(d.service.p95_ms),
-                                    "source": "roofline-estimate" if d.service.source != "measured" else "measured"}
+                                    "source": "measured" if d.service.source in ("measured", "unscaled")
+                                    else "roofline-estimate"}
         stage["why"] = dict(d.why)
         stages.append(stage)
     return {

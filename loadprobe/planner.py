@@ -3,7 +3,7 @@
 Usage::
 
     from loadprobe.constraints import Constraints
-    from loadprobe.recommend import recommend
+    from loadprobe.planner import recommend
 
     plan = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-l4,npu:ascend-310p",
                                                  slo_p95_ms=200, precision=["int8-ok"]))
@@ -126,8 +126,8 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
     req = portrait.requests
     slo = constraints.slo_p95_ms or (req.latency_ms.p95 if req is not None and req.latency_ms else None)
     recorded = _recorded_device(portrait, catalog)
-    profiles = [StageProfile.of(s, recorded_device=recorded if _recorded_kind(s) == "cpu" or recorded is None
-                                else None) for s in stages]
+    profiles = [StageProfile.of(s, recorded_device=recorded if recorded is not None
+                                and recorded.kind == _recorded_kind(s) else None) for s in stages]
     cores = (cpu_cores, f"{cpu_cores} cores (given)") if cpu_cores else _cpu_cores(portrait)
     ctx = _Context(portrait, constraints, catalog, rate, slo, cores, stages)
     options = [_build_option(name, kind, profiles, ctx) for name, kind in PLAN_KINDS.items()]
@@ -176,7 +176,7 @@ def _is_root(stage) -> bool:
 
 
 def _recorded_kind(stage) -> str:
-    engines = list(stage.engines or {})
+    engines = [e.lower() for e in stage.engines or {}]
     return "gpu" if any(e.startswith(("gpu", "cuda")) for e in engines) else \
         "npu" if any(e.startswith("npu") for e in engines) else "cpu"
 
@@ -194,12 +194,15 @@ def _cpu_cores(portrait) -> tuple[int, str]:
     """Cores the CPU stages had, inferred from the recording: busy core-seconds / CPU utilisation."""
     util = next((m.mean for m in portrait.devices.metrics if m.device == "cpu" and m.metric == "util_pct"), None)
     duration = portrait.traffic.duration_s if portrait.traffic else None
-    busy = sum(s.count * (s.self_ms_mean or 0.0) for s in _plan_stages(portrait) if _recorded_kind(s) == "cpu")
+    # A batcher-fed stage records its shared execution once per member: count it once per batch.
+    busy = sum(s.count / (s.batch.mean if s.queue_ms is not None and s.batch is not None and s.batch.mean else 1.0)
+               * (s.self_ms_mean or 0.0) for s in _plan_stages(portrait) if _recorded_kind(s) == "cpu")
     if util and util > 5 and duration:
         cores = max(1, round(busy / 1000.0 / duration / (util / 100.0)))
         return cores, (f"{cores} cores: the CPU stages kept {busy / 1000.0 / duration:.2f} cores busy at "
                        f"{util:.0f}% CPU utilisation")
-    return DEFAULT_CPU_CORES, f"{DEFAULT_CPU_CORES} cores assumed: no CPU utilisation was recorded"
+    why = "no CPU utilisation was recorded" if not util else f"CPU utilisation ({util:.1f}%) too low to infer from"
+    return DEFAULT_CPU_CORES, f"{DEFAULT_CPU_CORES} cores assumed: {why}; give --cpu-cores"
 
 
 def _service(portrait) -> str:
@@ -263,74 +266,129 @@ def _assemble(name: str, decisions: list, specs, profiles, ctx: _Context, notes:
     unattributed = _unattributed_ms(ctx.portrait)
     est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=unattributed)
     stress = estimate(placements, capacities, rate=ctx.rate * 1.5, unattributed_ms=unattributed)
-    meets = None
-    if ctx.slo_ms is not None:
-        meets = est.p95_ms is not None and est.p95_ms <= ctx.slo_ms
     notes = list(notes)
+    meets = None
+    if est.p95_ms is None:  # saturated: it cannot carry the sizing rate, SLO or not
+        meets = False
+        notes.append(f"cannot carry {ctx.rate:.3g} req/s: capacity {est.max_rps:.3g} req/s ({est.bottleneck} saturates)")
+    elif ctx.slo_ms is not None:
+        meets = est.p95_ms <= ctx.slo_ms
     p99_target = ctx.constraints.slo_p99_ms
-    if p99_target is not None:
-        if est.p99_ms is None or est.p99_ms > p99_target:
+    if p99_target is not None and est.p99_ms is not None:
+        if est.p99_ms > p99_target:
             meets = False
-            if est.p99_ms is not None:
-                notes.append(f"misses the p99 target: {est.p99_ms:.3g} ms > {p99_target:g} ms")
+            notes.append(f"misses the p99 target: {est.p99_ms:.3g} ms > {p99_target:g} ms")
         elif meets is None:
             meets = True
-    if any(e["power_w"] is None for e in engines.values()):
-        notes.append("power counts only engines with a known power figure ("
-                     + ", ".join(n for n, e in engines.items() if e["power_w"] is None) + " unknown: no RAPL "
-                     "reading and no catalog device; it is common to every plan)")
+    host_unknown = [n for n, e in engines.items() if e["power_w"] is None and e["kind"] == "cpu" and not e["device"]]
+    accel_unknown = [n for n, e in engines.items() if e["power_w"] is None and n not in host_unknown]
+    if host_unknown or accel_unknown:
         est.power_w = _known_power(engines, est.utilisation)
         est.energy_per_request_j = est.power_w / ctx.rate if est.power_w else None
-    if ctx.constraints.power_budget_w and est.power_w and est.power_w > ctx.constraints.power_budget_w:
-        notes.append(f"over the power budget: {est.power_w:.0f} W > {ctx.constraints.power_budget_w:g} W")
+    if host_unknown:
+        notes.append("host CPU power unknown (no RAPL reading, no catalog device): left out of every plan alike")
+    if accel_unknown:
+        notes.append("power unknown for " + ", ".join(f"{n} ({engines[n]['device'] or engines[n]['kind']})"
+                                                   for n in accel_unknown)
+                     + ": the catalog has no TDP; the power shown leaves it out")
+        est.energy_per_request_j = None
+    budget = ctx.constraints.power_budget_w
+    if budget and est.power_w and est.power_w > budget:
+        notes.append(f"over the power budget: {est.power_w:.0f} W > {budget:g} W")
         meets = False
+    elif budget and accel_unknown:
+        notes.append(f"the {budget:g} W power budget cannot be checked without those power figures")
+        meets = False
+    # Timeouts cover queueing and batching too (docs/pipeline.md): at least twice the stage's estimated p95.
+    for d in decisions:
+        stage_p95 = est.stage_p95_ms.get(d.stage)
+        if stage_p95 and 2 * stage_p95 > d.timeout_ms:
+            d.timeout_ms = float(min(MAX_TIMEOUT_MS, math.ceil(2 * stage_p95)))
+            d.why["timeout_ms"] = (f"2 x the stage's estimated p95 of {stage_p95:.3g} ms at {ctx.rate:.3g} req/s, "
+                                   "queueing and batching wait included")
     option = Option(name, decisions, engines, est, stress, None, meets, notes)
     option.tco = _tco(option, ctx)
     return option
 
 
 MAX_COMBINATIONS = 4096
+MAX_TIMEOUT_MS = 3_600_000  # pipeline.yaml's limits (loadprobe/pipeline.schema.json)
+MAX_WINDOW_MS = 60_000
+MAX_QUEUE = 10_000_000
+MAX_CONCURRENCY = 100_000
+NO_SLO_WINDOW_MS = 100.0  # without an SLO, batching windows stay online-short (the seeds' advice)
 
 
-def _search(choices, profiles, specs, ctx: _Context) -> tuple[list, str]:
+def _search(choices, profiles, specs, ctx: _Context) -> tuple[list, str, bool]:
     """The hybrid: the cheapest assignment of stages to engines that meets the SLO and power budget.
 
-    Every combination of each stage's admissible engines is estimated (up to
-    ``MAX_COMBINATIONS``; beyond, each stage takes its fastest engine). Ties in cost go to
-    the lower estimated p95, so an engine the line-up already pays for is used when it helps.
+    Every combination of each stage's admissible engines is estimated when there are at most
+    ``MAX_COMBINATIONS``; beyond, a coordinate descent from each stage's fastest engine moves
+    one stage at a time while that improves the plan. Ties in cost go to the lower estimated
+    p95, so an engine the line-up already pays for is used when it helps; among plans that
+    miss the targets, the lower p95 and then the higher capacity win.
     """
     import itertools
 
     lists = [candidates for candidates, _ in choices]
     total = math.prod(len(c) for c in lists)
-    if total > MAX_COMBINATIONS:
-        fastest = [min(c, key=lambda x: x["per_item_s"]) for c in lists]
-        return fastest, f"{total:,} combinations: too many to search; each stage takes its fastest engine", True
-    best, best_key, tried, met = None, None, 0, 0
-    for combo in itertools.product(*lists):
+
+    def key(combo) -> tuple:
         decisions = [_decision(stage, profile, c, "", ctx.budget_ms(stage), ctx)
                      for stage, profile, c in zip(ctx.stages, profiles, combo)]
         option = _assemble("search", decisions, specs, profiles, ctx, [], fallbacks=False)
-        tried += 1
-        ok = option.meets_slo is not False and option.estimate.p95_ms is not None
-        met += ok
-        cost = option.tco["total"] if option.tco else math.inf
+        ok = option.meets_slo is not False
+        cost = _cost(option)
         p95 = option.estimate.p95_ms if option.estimate.p95_ms is not None else math.inf
-        if best_key is None or _better((not ok, cost if ok else 0.0, p95), best_key):
-            best, best_key = list(combo), (not ok, cost if ok else 0.0, p95)
-    summary = (f"searched {tried} stage-to-engine combinations; {met} meet the targets at "
-               f"{ctx.rate:.3g} req/s" + (f" within {ctx.slo_ms:g} ms p95" if ctx.slo_ms else "")
+        return (not ok, cost if ok else 0.0, p95, -option.estimate.max_rps)
+
+    tried = met = 0
+    best = best_key = None
+    if total <= MAX_COMBINATIONS:
+        for combo in itertools.product(*lists):
+            k = key(combo)
+            tried += 1
+            met += not k[0]
+            if best_key is None or _better(k, best_key):
+                best, best_key = list(combo), k
+        how = f"searched all {tried} stage-to-engine combinations"
+    else:
+        best = [min(c, key=lambda x: x["per_item_s"]) for c in lists]
+        best_key = key(best)
+        tried = 1
+        for _ in range(len(lists) * 4):  # passes are few in practice; bounded anyway
+            improved = False
+            for i, candidates in enumerate(lists):
+                for c in candidates:
+                    if c is best[i]:
+                        continue
+                    trial = best[:i] + [c] + best[i + 1:]
+                    k = key(trial)
+                    tried += 1
+                    if _better(k, best_key):
+                        best, best_key, improved = trial, k, True
+            if not improved:
+                break
+        met = int(not best_key[0])
+        how = (f"{total:,} combinations are too many to search: a coordinate descent from each stage's fastest "
+               f"engine tried {tried}")
+    ok = not best_key[0]
+    summary = (f"{how}; " + (f"{met} meet" if total <= MAX_COMBINATIONS else "the best " + ("meets" if ok else "misses"))
+               + f" the targets at {ctx.rate:.3g} req/s" + (f" within {ctx.slo_ms:g} ms p95" if ctx.slo_ms else "")
                + "; the cheapest to own is recommended, ties to the lower p95")
-    return best, summary, met > 0
+    return best, summary, ok
 
 
 def _better(a: tuple, b: tuple) -> bool:
-    """(misses targets, cost, p95) ordering, costs within 0.5% counting as equal."""
+    """(misses targets, cost, p95, -capacity) ordering, costs within 0.5% counting as equal."""
     if a[0] != b[0]:
         return a[0] < b[0]
-    if abs(a[1] - b[1]) > 0.005 * max(abs(a[1]), abs(b[1]), 1.0):
-        return a[1] < b[1]
-    return a[2] < b[2]
+    if a[1] != b[1] and not (math.isinf(a[1]) and math.isinf(b[1])):
+        if math.isinf(a[1]) or math.isinf(b[1]) or abs(a[1] - b[1]) > 0.005 * max(abs(a[1]), abs(b[1]), 1.0):
+            return a[1] < b[1]
+    if a[2] != b[2]:
+        return a[2] < b[2]
+    return a[3] < b[3]
 
 
 def _candidates(stage, profile: StageProfile, specs, ctx: _Context) -> tuple[list, dict]:
@@ -352,15 +410,16 @@ def _candidates(stage, profile: StageProfile, specs, ctx: _Context) -> tuple[lis
             continue
         precision, precision_why = _precision(stage, spec, ctx)
         device = ctx.device(spec)
-        batch, window, svc = _batch(profile, spec, device, precision, budget, ctx, stage)
-        if svc.source == "unscaled" and spec.kind != profile.kind and not saturated:
-            excluded[spec.name] = (f"no FLOPs/bytes recorded to estimate a gain on {spec.name}, and the CPU is not "
-                                   f"saturated ({_fmt_pct(cpu_util)})")
+        batch, window, svc, batch_why = _batch(profile, spec, device, precision, budget, ctx, stage)
+        if svc.source == "unscaled" and spec.kind != profile.kind and not (saturated and profile.kind == "cpu"):
+            excluded[spec.name] = (f"no estimate of its time there ({svc.how})"
+                                   + (f" and the CPU is not saturated ({_fmt_pct(cpu_util)})"
+                                      if profile.kind == "cpu" else ""))
             continue
         per_item_s = svc.p50_ms / 1000.0 / batch
         power = _unit_power(spec, device, ctx)
         candidates.append(dict(spec=spec, device=device, precision=precision, precision_why=precision_why,
-                               batch=batch, window=window, svc=svc, per_item_s=per_item_s,
+                               batch=batch, window=window, svc=svc, per_item_s=per_item_s, batch_why=batch_why,
                                energy=power * per_item_s if power is not None else None,
                                fits=budget is None or svc.p95_ms + window <= budget))
     return candidates, excluded
@@ -405,20 +464,44 @@ def _precision(stage, spec: EngineSpec, ctx) -> tuple[str, str]:
     return "fp32", "no float peak published; fp32 assumed"
 
 
-def _batch(profile, spec, device, precision, budget, ctx, stage) -> tuple[int, float, ServiceTime]:
-    """Rule 6: the largest batch whose execution and gathering window fit the stage's budget."""
-    sizes = BATCHES if spec.kind != "cpu" or profile.fit_b_ms is not None else (1,)
-    best = None
-    for b in sizes:
-        svc = service_time(profile, target=device if spec.kind != "cpu" or spec.device else None, kind=spec.kind,
-                           precision=precision, batch=b)
-        window = 0.0 if b == 1 else round(1000.0 * (b - 1) / ctx.rate * 1.2, 1)
-        fits = budget is None or (svc.p95_ms + window <= budget and window <= budget / 2)
-        if best is None or (fits and svc.p50_ms / b < best[2].p50_ms / best[0] * 0.95):
-            best = (b, window, svc)
-        if not fits:
+def _batch(profile, spec, device, precision, budget, ctx, stage) -> tuple[int, float, ServiceTime, str]:
+    """Rule 7: the largest batch whose execution and gathering window fit the stage's budget.
+
+    Returns the batch, its window (ms), the execution time there and the reason in words.
+    """
+    target = device if spec.kind != "cpu" or spec.device else None
+    calls = _calls_per_request(ctx).get(stage.name, 1.0)
+    stage_rate = ctx.rate * calls  # executions of this stage arrive this fast
+    window_cap = min(MAX_WINDOW_MS, budget / 2 if budget is not None else NO_SLO_WINDOW_MS)
+    one = service_time(profile, target=target, kind=spec.kind, precision=precision, batch=1)
+    best = (1, 0.0, one)
+    stopped = None
+    for b in BATCHES[1:]:
+        svc = service_time(profile, target=target, kind=spec.kind, precision=precision, batch=b)
+        window = round(1000.0 * (b - 1) / stage_rate * 1.2, 1)
+        # a request pays the window and the execution once per call (an LLM's decode: every token)
+        if window > window_cap or (budget is not None and calls * (svc.p95_ms + window) > budget):
+            stopped = (b, window, svc)
             break
-    return best
+        if svc.p50_ms / b < best[2].p50_ms / best[0] * 0.95:  # at least 5% less time per item
+            best = (b, window, svc)
+    b, window, svc = best
+    limit = (f"its {budget:.3g} ms share of the {ctx.slo_ms:g} ms p95 SLO" if budget is not None
+             else f"{NO_SLO_WINDOW_MS:g} ms of window (no SLO given: windows stay online-short)")
+    if b > 1:
+        why = (f"batch {b}, window {window:g} ms: the largest of {', '.join(map(str, BATCHES))} that cuts the time "
+               f"per item by 5% or more ({best[2].p50_ms / b:.3g} vs {one.p50_ms:.3g} ms at batch 1) and whose "
+               f"execution ({svc.p95_ms:.3g} ms p95) plus window fits {limit}; the window is the time {b - 1} more "
+               f"executions take to arrive at {stage_rate:.3g}/s, +20%")
+    elif profile.fit_b_ms is None:
+        why = "batch 1: no batch->latency fit was recorded, so batching is assumed to gain nothing per item"
+    elif stopped is not None and (stopped[2].p50_ms / stopped[0] < one.p50_ms * 0.95):
+        why = (f"batch 1: batch {stopped[0]} would save time per item but needs a {stopped[1]:g} ms window and "
+               f"{stopped[2].p95_ms:.3g} ms p95, past {limit}")
+    else:
+        why = (f"batch 1: the recorded fit ({profile.fit_a_ms:.3g} + {profile.fit_b_ms:.3g} ms x batch) leaves "
+               "larger batches no faster per item")
+    return b, window, svc, why
 
 
 def _engine_why(basis: str, stage, profile, pick, candidates, excluded) -> str:
@@ -429,7 +512,10 @@ def _engine_why(basis: str, stage, profile, pick, candidates, excluded) -> str:
         for c in sorted(candidates, key=lambda c: c["spec"].name))
     bound = ""
     if profile.flops_per_byte is not None and pick["device"] is not None:
-        ridge = pick["device"].ridge_point(pick["precision"])
+        try:
+            ridge = pick["device"].ridge_point(pick["precision"])
+        except LoadprobeError:  # the device publishes no peak at this precision
+            ridge = None
         if ridge:
             kind = "compute" if profile.flops_per_byte >= ridge else "memory"
             bound = (f"; {profile.flops_per_byte:.3g} FLOP/byte vs {pick['device'].id}'s {pick['precision']} ridge "
@@ -447,24 +533,21 @@ def _engine_why(basis: str, stage, profile, pick, candidates, excluded) -> str:
 def _decision(stage, profile, c, engine_why, budget, ctx) -> Decision:
     spec, svc, batch, window = c["spec"], c["svc"], c["batch"], c["window"]
     p99 = svc.p50_ms * (profile.p99_ms / profile.p50_ms if profile.p50_ms > 0 else 1.0)
-    timeout = max(1.0, math.ceil(2 * (p99 + window)))
+    timeout = min(MAX_TIMEOUT_MS, max(1.0, math.ceil(2 * (p99 + window))))
     calls = _calls_per_request(ctx).get(stage.name, 1.0)
     in_flight = ctx.rate * calls / batch * svc.p50_ms / 1000.0
-    concurrency = max(1, math.ceil(HEADROOM * in_flight))
-    budget_text = f"its {budget:.3g} ms share of the {ctx.slo_ms:g} ms p95 SLO" if budget else "no SLO given"
+    servers = ctx.cpu_cores[0] * spec.count if spec.kind == "cpu" else spec.count
+    concurrency = min(MAX_CONCURRENCY, max(servers, math.ceil(HEADROOM * in_flight)))
     why = {
         "engine": engine_why,
         "precision": c["precision_why"],
-        "batch": (f"batch {batch}, window {window:g} ms: the largest of {', '.join(map(str, BATCHES))} whose "
-                  f"execution ({svc.p95_ms:.3g} ms p95) plus gathering window fits {budget_text}; the window is the "
-                  f"time {batch - 1} more requests take to arrive at {ctx.rate:.3g} req/s, +20%" if batch > 1
-                  else "batch 1: " + ("the CPU runs one request at a time" if spec.kind == "cpu" else
-                                      "batching gains nothing here (no batch->latency fit with a fixed cost)")),
+        "batch": c["batch_why"],
         "timeout_ms": f"2 x (estimated p99 {p99:.3g} ms + window {window:g} ms), from the recorded p99/p50 of "
                       f"{profile.p99_ms / profile.p50_ms if profile.p50_ms else 1:.3g}",
-        "max_concurrency": f"Little's law: {ctx.rate:.3g} req/s" + (f" x {calls:.3g} calls" if calls > 1 else "")
-                           + f" / batch {batch} x {svc.p50_ms:.3g} ms = "
-                           f"{in_flight:.2f} executions in flight, x{HEADROOM:g} headroom",
+        "max_concurrency": f"max({servers} servers of {spec.name}, Little's law: {ctx.rate:.3g} req/s"
+                           + (f" x {calls:.3g} calls" if calls > 1 else "")
+                           + f" / batch {batch} x {svc.p50_ms:.3g} ms = {in_flight:.2f} executions in flight, "
+                           f"x{HEADROOM:g} headroom)",
         "service_time_ms": svc.how,
     }
     shape = None
@@ -493,9 +576,9 @@ def _engines(decisions, specs, ctx) -> dict:
         calls = _calls_per_request(ctx)
         work = sum(calls.get(d.stage, 1.0) * d.service.p50_ms / 1000.0 / d.batch for d in mine)
         in_flight = ctx.rate * work
-        concurrency = max(servers, math.ceil(HEADROOM * in_flight))
+        concurrency = min(MAX_CONCURRENCY, max(servers, math.ceil(HEADROOM * in_flight)))
         budget = ctx.slo_ms / 1000.0 if ctx.slo_ms else 1.0
-        queue = max(2 * servers, math.ceil(HEADROOM * ctx.rate * budget))
+        queue = min(MAX_QUEUE, max(2 * servers, math.ceil(HEADROOM * ctx.rate * budget)))
         power = _unit_power(spec, device, ctx)
         engines[spec.name] = {
             "kind": spec.kind, "device": device.id if device is not None and (spec.kind != "cpu" or spec.device)
@@ -526,18 +609,23 @@ def _add_fallbacks(decisions, engines, specs, profiles, ctx) -> None:
         options = [s for s in specs if s.name != d.engine and s.name in engines and
                    _cannot_run(stage, profile, s, ctx, tensor) is None]
         best = None
+        stage_calls = calls.get(d.stage, 1.0)
         for spec in options:
             device = ctx.device(spec)
             precision, _ = _precision(stage, spec, ctx)
             svc = service_time(profile, target=device if spec.kind != "cpu" or spec.device else None,
                                kind=spec.kind, precision=precision, batch=1)
-            servers = engines[spec.name]["servers"] if spec.name in engines else spec.count
+            if svc.source == "unscaled" and spec.kind != profile.kind:
+                continue  # rule 5: no evidence the stage runs acceptably there
+            servers = engines[spec.name]["servers"]
             spare = servers - ctx.rate * work.get(spec.name, 0.0)
-            absorbable = spare / (svc.p50_ms / 1000.0) / ctx.rate if svc.p50_ms > 0 else 0.0
+            per_request_s = stage_calls * svc.p50_ms / 1000.0
+            absorbable = spare / per_request_s / ctx.rate if per_request_s > 0 else 0.0
             if absorbable > 0.01 and (best is None or absorbable > best[1]):
                 best = (spec, absorbable, svc)
         if best is None:
-            d.why["fallback"] = "none: no other engine can run it with spare capacity at the peak rate"
+            d.why["fallback"] = ("none: no other engine of the plan can run it, with an estimate of its time there "
+                                 "and spare capacity at the sizing rate")
             continue
         spec, absorbable, svc = best
         ratio = round(min(FAILOVER_CAP, absorbable), 2)
@@ -545,7 +633,7 @@ def _add_fallbacks(decisions, engines, specs, profiles, ctx) -> None:
         d.fallback = {"engine": spec.name, "queue_len_over": over, "max_ratio": ratio, "otherwise": "reject"}
         d.why["fallback"] = (f"to {spec.name} when {d.engine}'s queue passes {over} (75% of its bound), for at most "
                              f"{ratio:.0%} of the stage's traffic: {spec.name} has spare capacity for "
-                             f"{min(absorbable, 9.99):.0%} of it at {ctx.rate:.3g} req/s ({svc.p50_ms:.3g} ms per "
+                             + (f"{absorbable:.0%}" if absorbable < 1 else "all") + f" of it at {ctx.rate:.3g} req/s ({svc.p50_ms:.3g} ms per "
                              f"item there), capped at {FAILOVER_CAP:.0%} so a backlog never all lands on one engine; "
                              "past the cap requests are rejected fast")
 
@@ -609,8 +697,19 @@ def _tco(option: Option, ctx: _Context) -> dict | None:
                purchase=purchase)
     out = asdict(cost) if hasattr(cost, "__dataclass_fields__") else dict(cost)
     out["purchase_unknown"] = unknown
-    out["power_unknown"] = [n for n, e in option.engines.items() if e["power_w"] is None]
+    out["power_unknown"] = [n for n, e in option.engines.items()
+                            if e["power_w"] is None and not (e["kind"] == "cpu" and not e["device"])]
+    # Unknown is not free: a plan with a device of unknown price or power ranks as costing more
+    # than any plan whose cost is known, and its total is shown as a lower bound.
+    out["comparable"] = not unknown and not out["power_unknown"]
     return out
+
+
+def _cost(option: Option) -> float:
+    """The lifetime cost used to rank plans: infinite when part of it is unknown."""
+    if not option.tco or not option.tco.get("comparable"):
+        return math.inf
+    return option.tco["total"]
 
 
 # -- choosing between options ---------------------------------------------------------------
@@ -631,16 +730,17 @@ def _select(options: list) -> tuple[Option, list]:
             hybrid.notes.append(f"the stage rules place every stage as the {o.name} plan does")
         else:
             rest.append(o)
-    ok = [o for o in [hybrid, *rest] if o.feasible and o.meets_slo is not False and o.tco is not None]
+    ok = [o for o in [hybrid, *rest] if o.feasible and o.meets_slo is not False]
     best = hybrid
     if hybrid in ok:
-        cheaper = [o for o in ok if o.tco["total"] < 0.99 * hybrid.tco["total"]]
+        cheaper = [o for o in ok if _cost(o) < 0.99 * _cost(hybrid)]
         if cheaper:
-            best = min(cheaper, key=lambda o: o.tco["total"])
+            best = min(cheaper, key=_cost)
             best.notes.append(f"recommended over the stage-by-stage hybrid: it also meets the targets and costs "
-                              f"{best.tco['total']:,.0f} vs {hybrid.tco['total']:,.0f} to own")
+                              f"{_cost(best):,.0f} vs {hybrid.tco['total']:,.0f}"
+                              + ("" if hybrid.tco.get("comparable") else " or more") + " to own")
     elif ok:
-        best = min(ok, key=lambda o: o.tco["total"])
+        best = min(ok, key=lambda o: (_cost(o), o.estimate.p95_ms or math.inf))
         best.notes.append("recommended because the stage-by-stage hybrid misses the SLO or the power budget")
     return best, [o for o in [hybrid, *rest] if o is not best]
 
@@ -689,24 +789,32 @@ def _verdict(rec: Option, alternatives: list, slo) -> str:
     elif est is not None:
         parts.append(f"The {rec.name} plan cannot carry the sizing rate: capacity {est.max_rps:.3g} req/s, "
                      f"saturating {est.bottleneck}.")
-    rec_total = rec.tco["total"] if rec.tco else None
     for alt in alternatives:
         if not alt.feasible:
             parts.append(f"{alt.name}: infeasible ({'; '.join(alt.notes)}).")
             continue
-        alt_total = alt.tco["total"] if alt.tco else None
-        if rec_total is not None and alt_total is not None:
-            cheaper = rec_total <= alt_total
-            unknown = sorted(set((rec.tco or {}).get("purchase_unknown", []) + (alt.tco or {}).get("purchase_unknown", [])))
-            caveat = f" (purchase price unknown for {', '.join(unknown)}: give --price DEVICE=AMOUNT)" if unknown else ""
-            same = abs(rec_total - alt_total) <= 0.01 * max(rec_total, alt_total, 1.0)
-            word = "about the same cost" if same else "cheaper" if cheaper else "dearer"
-            parts.append(f"vs {alt.name}: {word} to own ({rec_total:,.0f} vs "
-                         f"{alt_total:,.0f}){caveat}"
-                         + ("" if alt.meets_slo in (None, True) else ", and it misses the SLO") + ".")
-        else:
-            parts.append(f"vs {alt.name}: cost not comparable (power unknown).")
+        missing = sorted(set(_unknowns(rec) + _unknowns(alt)))
+        if missing:
+            parts.append(f"vs {alt.name}: cost not comparable (no price or power figure for {', '.join(missing)}: "
+                         "give --price DEVICE=AMOUNT or a catalog entry)"
+                         + ("" if alt.meets_slo is not False else f"; {alt.name} misses the targets") + ".")
+            continue
+        rec_total, alt_total = rec.tco["total"], alt.tco["total"]
+        same = abs(rec_total - alt_total) <= 0.01 * max(rec_total, alt_total, 1.0)
+        word = "about the same cost" if same else "cheaper" if rec_total < alt_total else "dearer"
+        reason = ""
+        if word == "dearer":
+            reason = (f", but {alt.name} misses the targets" if alt.meets_slo is False else
+                      f", and {alt.name} also meets the targets: prefer it if its lower cost matters more than "
+                      f"{rec.name}'s lower latency")
+        parts.append(f"vs {alt.name}: {word} to own ({rec_total:,.0f} vs {alt_total:,.0f}){reason}.")
     return " ".join(parts)
+
+
+def _unknowns(option: Option) -> list:
+    if not option.tco:
+        return ["(no estimate)"]
+    return list(option.tco.get("purchase_unknown", [])) + list(option.tco.get("power_unknown", []))
 
 
 def _fmt_pct(x) -> str:

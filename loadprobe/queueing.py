@@ -60,15 +60,16 @@ class Estimate:
 
 
 def erlang_c(servers: int, load: float) -> float:
-    """Probability that an arrival waits in an M/M/c queue with offered load ``load`` (< servers)."""
+    """Probability that an arrival waits in an M/M/c queue with offered load ``load`` (< servers).
+
+    Through the Erlang B recurrence, which stays finite for any number of servers.
+    """
     if load <= 0:
         return 0.0
-    term, total = 1.0, 1.0
-    for k in range(1, servers):
-        term *= load / k
-        total += term
-    last = term * load / servers * servers / (servers - load)
-    return last / (total + last)
+    b = 1.0
+    for k in range(1, servers + 1):
+        b = load * b / (k + load * b)
+    return servers * b / (servers - load * (1 - b))
 
 
 def estimate(placements: list[Placement], engines: dict[str, EngineCapacity], *, rate: float,
@@ -83,21 +84,29 @@ def estimate(placements: list[Placement], engines: dict[str, EngineCapacity], *,
     power = _power(engines, util)
     if rate >= max_rps:
         return Estimate(rate, None, None, max_rps, power, None, util, {}, bottleneck)
+    # Each visit of a request to an engine queues there. Waits are per engine, shared out over the
+    # stages it runs in proportion to their visits, so an engine running k stages adds its wait once.
+    visits: dict[str, float] = {}
+    for p in placements:
+        visits[p.engine] = visits.get(p.engine, 0.0) + p.calls
     waits = {e: _wait(engines[e].servers, rate, w) for e, w in work.items()}
     p50 = unattributed_ms
     mean_total = unattributed_ms
     spread = spread99 = 0.0
     stage_p95 = {}
     for p in placements:
-        median_wait, mean_wait, p95_wait, p99_wait = waits[p.engine]
-        window_mean = min(p.window_ms, 1000.0 * (p.batch - 1) / rate) / 2 if p.batch > 1 else 0.0
-        # A stage run several times per request (decode steps) queues once and executes each time.
-        p50 += p.calls * p.p50_ms + window_mean + median_wait
-        mean_total += p.calls * p.p50_ms + window_mean + mean_wait
-        stage_p95[p.stage] = p.calls * p.p95_ms + p.window_ms + p95_wait
-        mean_stage = p.calls * p.p50_ms + window_mean + mean_wait
+        share = p.calls / visits[p.engine] if visits[p.engine] else 0.0
+        median_wait, mean_wait, p95_wait, p99_wait = (w * share for w in waits[p.engine])
+        # A batch fills from this stage's own executions: calls x rate of them per second.
+        stage_rate = rate * p.calls
+        window_mean = min(p.window_ms, 1000.0 * (p.batch - 1) / stage_rate) / 2 if p.batch > 1 else 0.0
+        windows = p.calls * window_mean
+        p50 += p.calls * p.p50_ms + windows + median_wait
+        mean_stage = p.calls * p.p50_ms + windows + mean_wait
+        mean_total += mean_stage
+        stage_p95[p.stage] = p.calls * p.p95_ms + p.calls * p.window_ms + p95_wait
         spread += (stage_p95[p.stage] - mean_stage) ** 2
-        spread99 += (p.calls * (p.p99_ms or p.p95_ms) + p.window_ms + p99_wait - mean_stage) ** 2
+        spread99 += (p.calls * (p.p99_ms or p.p95_ms) + p.calls * p.window_ms + p99_wait - mean_stage) ** 2
     p95 = max(mean_total + math.sqrt(spread), p50)
     p99 = max(mean_total + math.sqrt(spread99), p95)
     energy = power / rate if power is not None and rate > 0 else None

@@ -118,8 +118,11 @@ def service_time(profile: StageProfile, *, target, kind: str, precision: str, ba
         if profile.fit_b_ms is not None:
             how += f" from the recorded fit {profile.fit_a_ms:.3g} + {profile.fit_b_ms:.3g} ms x batch"
         return ServiceTime(base, base * profile.tail, batch, "measured", how, base * profile.tail99)
-    if profile.flops_per_byte is None or target is None:
-        why = "no FLOPs/bytes were recorded for it" if target is not None else "the engine has no catalog device"
+    peakless = target is not None and (not target.peak(precision) or not target.memory_bandwidth_bytes_per_s)
+    if profile.flops_per_byte is None or target is None or peakless:
+        why = ("the engine has no catalog device" if target is None else
+               f"{target.id} publishes no {precision} peak or no memory bandwidth" if peakless else
+               "no FLOPs/bytes were recorded for it")
         return ServiceTime(base, base * profile.tail, batch, "unscaled",
                            f"kept at the measured {base:.3g} ms: {why}, so the roofline cannot scale it",
                            base * profile.tail99)
@@ -143,8 +146,6 @@ def roof_seconds_per_byte(intensity: float, peak: float, bandwidth: float) -> fl
 def _roof_ratio(profile: StageProfile, target, precision: str) -> tuple[float, str]:
     ai = profile.flops_per_byte
     peak_t, bw_t = target.peak(precision), target.memory_bandwidth_bytes_per_s
-    if not peak_t or not bw_t:
-        return 1.0, f"{target.id} publishes no {precision} peak or bandwidth; time kept"
     dest = roof_seconds_per_byte(ai, peak_t, bw_t)
     bound = "compute" if ai * bw_t >= peak_t else "memory"
     src = profile.recorded_device

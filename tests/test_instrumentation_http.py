@@ -221,3 +221,28 @@ def test_idle_middlewares_record_nothing(tmp_path):
         assert fetch(base, "/users/2")[0] == 200
     assert loadprobe.current() is None
     assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_a_failing_route_callable_still_ends_the_request_span(recorder):
+    from loadprobe import _probe
+
+    def app(environ, start_response):
+        start_response("200 OK", [])
+        return [b"ok"]
+
+    async def asgi_app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    with serve_wsgi(LoadprobeWSGIMiddleware(app, route=lambda environ: 1 / 0)) as base:
+        assert fetch(base, "/x") == (200, b"ok")
+    with serve_asgi(LoadprobeMiddleware(asgi_app, route=lambda scope: 1 / 0)) as base:
+        assert fetch(base, "/y") == (200, b"ok")
+    assert _probe._frame.get() == _probe.ROOT  # no request left open on this thread
+    rows = stopped_spans(recorder)
+    assert sorted((r["stage"], r["status"]) for r in requests_of(rows)) == [("GET", "ok"), ("GET", "ok")]

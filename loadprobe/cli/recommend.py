@@ -46,7 +46,7 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_bu
     from ..constraints import Constraints
     from ..pipeline import save
     from ..plan_files import plan_dict, render
-    from ..recommend import recommend as make_plan
+    from ..planner import recommend as make_plan
 
     catalog = load_catalog(*catalogs)
     portrait = _portrait(list(source), catalogs)
@@ -59,6 +59,11 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_bu
     plans = json.dumps(plan_dict(plan), indent=2, allow_nan=False) + "\n"
     path = Path(output)
     plans_path = path.with_name("plans.json")
+    if path.name == "plans.json":
+        from .._errors import LoadprobeError
+
+        raise LoadprobeError(f"-o {output}: plans.json is written beside pipeline.yaml; name the pipeline file "
+                             "something else, e.g. pipeline.yaml")
     if plans_path.exists() and not force:
         from .._errors import LoadprobeError
 

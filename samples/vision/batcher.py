@@ -50,13 +50,17 @@ class DynamicBatcher:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
+        """Stop gathering; requests still waiting get CancelledError."""
         if self._task is not None:
             self._task.cancel()
             try:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        self._pool.shutdown(wait=True)
+        while not self._queue.empty():
+            _, _, future = self._queue.get_nowait()
+            future.cancel()
+        self._pool.shutdown(wait=False)  # never block the event loop on a running batch
 
     async def submit(self, item: np.ndarray) -> Done:
         future = asyncio.get_running_loop().create_future()
@@ -76,16 +80,18 @@ class DynamicBatcher:
                     batch.append(await asyncio.wait_for(self._queue.get(), remaining))
                 except asyncio.TimeoutError:
                     break
-            inputs = np.stack([item for item, _, _ in batch])
             start = perf_counter_ns()
             try:
+                inputs = np.stack([item for item, _, _ in batch])
                 outputs = await loop.run_in_executor(self._pool, self.run_batch, inputs)
-            except Exception as exc:  # every waiting request gets the failure
+                end = perf_counter_ns()
+                results = [Done(outputs[i], len(batch), start, end, enqueued, i == 0)
+                           for i, (_, enqueued, _) in enumerate(batch)]
+            except Exception as exc:  # every waiting request gets the failure; the loop goes on
                 for _, _, future in batch:
                     if not future.done():
                         future.set_exception(exc)
                 continue
-            end = perf_counter_ns()
-            for i, (_, enqueued, future) in enumerate(batch):
+            for (_, _, future), done in zip(batch, results):
                 if not future.done():  # its client may have gone away
-                    future.set_result(Done(outputs[i], len(batch), start, end, enqueued, i == 0))
+                    future.set_result(done)

@@ -78,7 +78,8 @@ def create_app(*, precision: str = "fp32", max_batch: int = 8, window_ms: float 
         jpeg = await request.body()
         x, darkness = await run_in_threadpool(lambda: preprocess(decode(jpeg)))
         done = await state["batcher"].submit(x)
-        flops, nbytes = state["cost"](done.size) if done.first else (None, None)
+        # the graph's cost is computed once per batch size; off the event loop, like the rest
+        flops, nbytes = await run_in_threadpool(state["cost"], done.size) if done.first else (None, None)
         record_span("backbone", done.start_ns, done.end_ns, batch=done.size, shape=x.shape, engine="cpu",
                     queue_ns=done.start_ns - done.enqueued_ns, flops=flops, bytes=nbytes)
         found = await run_in_threadpool(detect, done.output, darkness)
