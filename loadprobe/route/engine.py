@@ -1,0 +1,436 @@
+"""One engine of a pipeline at run time: its slots, its bounded priority queue and its batches.
+
+An ``Engine`` belongs to one event loop and is only touched from it, so it needs no lock.
+Each stage that runs on the engine has a ``Lane`` (its executor, batch size and window,
+and its own concurrency limit within the engine's); all lanes share the engine's
+``max_concurrency`` slots and its ``max_queue``. ``Engine.run`` is one attempt of one
+request at one stage: it starts at once when a slot is free, else waits in the queue
+(or is turned away fast when the queue is full), and records the attempt as a loadprobe
+span carrying the engine, the batch size, the queue wait and the status.
+
+Usage (inside the router's event loop)::
+
+    engine = Engine("npu0", config.engines["npu0"], window_s=10, shed_by="priority")
+    lane = engine.add_lane(stage_config, executor)
+    result = await engine.run(lane, payload, priority=0, timeout_s=0.12)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import sys
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from time import perf_counter_ns
+from typing import Any, Callable
+
+from .._probe import record_span, status_of
+from ..pipeline import EngineConfig, StageConfig
+from .errors import Rejected
+from .policy import Admission, SlidingWindow, admission
+
+__all__ = ["Engine", "Lane", "is_async_callable"]
+
+if sys.version_info >= (3, 11):
+    async def within(awaitable, timeout_s: float):
+        """``await awaitable``, failing with TimeoutError after ``timeout_s``."""
+        async with asyncio.timeout(timeout_s):
+            return await awaitable
+else:  # pragma: no cover - Python 3.10
+    async def within(awaitable, timeout_s: float):
+        return await asyncio.wait_for(awaitable, timeout_s)
+
+
+def is_async_callable(fn: Callable) -> bool:
+    """An ``async def`` function, or an object whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+class _Item:
+    """One request waiting on an engine, or in a batch that runs there."""
+
+    __slots__ = ("payload", "priority", "future", "enqueued", "deadline", "context", "queued", "start_ns",
+                 "end_ns", "batch")
+
+    def __init__(self, payload, priority, future, enqueued, deadline, context) -> None:
+        self.payload, self.priority, self.future = payload, priority, future
+        self.enqueued, self.deadline, self.context = enqueued, deadline, context
+        self.queued = True
+        self.start_ns = self.end_ns = self.batch = None
+
+
+class Lane:
+    """One stage's traffic on one engine: executor, batching, per-stage limit and waiting requests."""
+
+    def __init__(self, stage: StageConfig, engine_name: str, fn: Callable, limit: int) -> None:
+        self.stage = stage.name
+        self.engine = engine_name
+        self.fn = fn
+        self.is_async = is_async_callable(fn)
+        self.batched = stage.batch is not None
+        self.batch_size = stage.batch.size if stage.batch else 1
+        self.max_wait_s = stage.batch.max_wait_ms / 1000 if stage.batch else 0.0
+        self.limit = limit
+        self.fallback_hint_ms = stage.service_time_ms.p50 if stage.service_time_ms else None
+        self.timeout_ms = stage.timeout_ms
+        # an async executor of an unbatched stage runs inside the caller's task: no hand-over
+        self.inline = self.is_async and not self.batched
+        self.busy = 0
+        self.waiting = 0
+        self.queues: dict[int, deque[_Item]] = {}  # priority -> FIFO
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = 0.0
+
+    def oldest(self) -> float:
+        return min(q[0].enqueued for q in self.queues.values())
+
+    def top_priority(self) -> int:
+        return max(self.queues)
+
+    def add(self, item: _Item) -> None:
+        self.queues.setdefault(item.priority, deque()).append(item)
+        self.waiting += 1
+
+    def take(self, n: int) -> list[_Item]:
+        """Up to ``n`` waiting requests, highest priority first, oldest first within a priority."""
+        out: list[_Item] = []
+        while len(out) < n and self.queues:
+            top = max(self.queues)
+            queue = self.queues[top]
+            while queue and len(out) < n:
+                item = queue.popleft()
+                item.queued = False
+                out.append(item)
+            if not queue:
+                del self.queues[top]
+        self.waiting -= len(out)
+        return out
+
+    def remove(self, item: _Item) -> None:
+        queue = self.queues[item.priority]
+        queue.remove(item)
+        if not queue:
+            del self.queues[item.priority]
+        item.queued = False
+        self.waiting -= 1
+
+
+class Engine:
+    """A pool of ``max_concurrency`` slots and a queue of at most ``max_queue`` waiting requests."""
+
+    # fields of the metrics window
+    _DONE, _FAILED, _TIMED_OUT, _SERVICE_S, _BUSY_S = range(5)
+
+    def __init__(self, name: str, config: EngineConfig, *, window_s: float, shed_by: str,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.name = name
+        self.max_concurrency = config.max_concurrency
+        self.max_queue = config.max_queue
+        self.shed_by = shed_by
+        self.window_s = window_s
+        self._clock = clock
+        self._started = clock()
+        self.lanes: list[Lane] = []
+        self.busy = 0
+        self.waiting = 0
+        self.peak_waiting = 0
+        self._running_since = 0.0  # sum of the start times of executions in progress (utilisation)
+        self._window = SlidingWindow(window_s, 5, clock)
+        self.totals = {"requests": 0, "errors": 0, "timeouts": 0, "executions": 0}
+        self.rejected: dict[str, int] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.closed = False
+
+    def add_lane(self, stage: StageConfig, fn: Callable) -> Lane:
+        """The lane of ``stage`` on this engine; sync executors get the engine's worker pool."""
+        limit = min(stage.max_concurrency or self.max_concurrency, self.max_concurrency)
+        lane = Lane(stage, self.name, fn, limit)
+        if not lane.is_async and self._pool is None:
+            # one thread per slot: a sync executor never waits for a thread, only for a slot
+            self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix=f"loadprobe-route-{self.name}")
+        self.lanes.append(lane)
+        return lane
+
+    # -- one attempt ---------------------------------------------------------------------------------------
+
+    def can_admit(self, lane: Lane, priority: int) -> bool:
+        """Whether ``run`` would take the request now (a slot, or room in the queue, or a lower priority to shed)."""
+        if self._starts_now(lane) or self.waiting < self.max_queue:
+            return True
+        return self._admission(priority) is not Admission.REJECT
+
+    def _starts_now(self, lane: Lane) -> bool:
+        return self.busy < self.max_concurrency and lane.busy < lane.limit and not self.waiting
+
+    def _admission(self, priority: int) -> Admission:
+        lowest = min((min(lane.queues) for lane in self.lanes if lane.queues), default=None)
+        return admission(waiting=self.waiting, max_queue=self.max_queue, priority=priority,
+                         lowest_waiting=lowest, shed_by=self.shed_by)
+
+    async def run(self, lane: Lane, payload: Any, priority: int, timeout_s: float) -> Any:
+        """One attempt of ``payload`` at ``lane``'s stage; raises Rejected, TimeoutError or the executor's error."""
+        if self.closed:  # a request that was between stages when the router closed
+            raise self.reject("closed", lane)
+        t0 = perf_counter_ns()
+        if lane.inline and self._starts_now(lane):
+            return await self._run_inline(lane, payload, timeout_s, t0)
+        if not (self._starts_now(lane) or self.waiting < self.max_queue):
+            decision = self._admission(priority)
+            if decision is Admission.REJECT:
+                raise self.reject("queue_full", lane)
+            self._evict_lowest()
+        loop = self._loop
+        now = loop.time()
+        item = _Item(payload, priority, loop.create_future(), now, now + timeout_s, contextvars.copy_context())
+        lane.add(item)
+        self.waiting += 1
+        if self.waiting > self.peak_waiting:
+            self.peak_waiting = self.waiting
+        self._pump()
+        try:
+            result = await within(item.future, timeout_s)
+        except Rejected:
+            raise  # shed while waiting, or the router closed: it never ran
+        except BaseException as exc:
+            end = perf_counter_ns()
+            if item.queued:  # timed out (or cancelled) while waiting: give its place back
+                lane.remove(item)
+                self.waiting -= 1
+            self._count_failure(status_of(exc))
+            start = item.start_ns or end
+            record_span(lane.stage, start, end, status=status_of(exc), batch=item.batch, engine=self.name,
+                        queue_ns=start - t0)
+            raise
+        record_span(lane.stage, item.start_ns, item.end_ns, batch=item.batch, engine=self.name,
+                    queue_ns=item.start_ns - t0)
+        return result
+
+    async def _run_inline(self, lane: Lane, payload: Any, timeout_s: float, t0: int) -> Any:
+        """The fast path: a free slot and an async, unbatched executor run in the caller's own task."""
+        self.busy += 1
+        lane.busy += 1
+        start = self._clock()
+        self._running_since += start
+        status = "ok"
+        try:
+            return await within(lane.fn(payload), timeout_s)
+        except BaseException as exc:
+            status = status_of(exc)
+            raise
+        finally:
+            t1 = perf_counter_ns()
+            self._release(lane, start, 1, status)
+            record_span(lane.stage, t0, t1, status=status, engine=self.name, queue_ns=0)
+
+    def reject(self, reason: str, lane: Lane) -> Rejected:
+        """A Rejected for ``lane``'s stage here, counted, with a hint of when a slot may be free."""
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        return Rejected(reason, stage=lane.stage, engine=self.name, retry_after_ms=self.retry_after_ms(lane))
+
+    def retry_after_ms(self, lane: Lane) -> float:
+        """About when the queue ahead will have drained: mean service time x (waiting / slots + 1).
+
+        Before anything has run here, the stage's configured p50 service time, else its timeout.
+        """
+        done, _, _, service_s, _ = self._window.totals()
+        per_request_ms = service_s * 1000 / done if done else (lane.fallback_hint_ms or lane.timeout_ms)
+        return per_request_ms * (self.waiting / self.max_concurrency + 1)
+
+    # -- dispatch ------------------------------------------------------------------------------------------
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Attach to the event loop the router runs on (timers and hand-overs use it)."""
+        self._loop = loop
+
+    def _evict_lowest(self) -> None:
+        """Make room in a full queue by rejecting its newest request of the lowest priority."""
+        lane = min((lane for lane in self.lanes if lane.queues), key=lambda lane: min(lane.queues))
+        queue = lane.queues[min(lane.queues)]
+        victim = queue[-1]
+        lane.remove(victim)
+        self.waiting -= 1
+        victim.future.set_exception(self.reject("shed", lane))
+
+    def _pump(self) -> None:
+        """Start batches while slots are free and some lane is ready."""
+        while self.waiting and self.busy < self.max_concurrency:
+            lane = self._ready_lane()
+            if lane is None:
+                return
+            items = lane.take(lane.batch_size)
+            self.waiting -= len(items)
+            self._start(lane, items)
+
+    def _ready_lane(self) -> Lane | None:
+        """The lane whose next batch should start now: highest waiting priority, then the oldest request.
+
+        A batched lane is ready when its batch is full, when its oldest request has waited
+        ``max_wait_ms``, or when the engine's queue is full (waiting for a batch to fill
+        must not turn requests away while slots are free); otherwise a timer wakes it.
+        """
+        best, best_key = None, None
+        now = self._loop.time()
+        for lane in self.lanes:
+            if not lane.waiting or lane.busy >= lane.limit:
+                continue
+            oldest = lane.oldest()
+            if lane.waiting < lane.batch_size and self.waiting < self.max_queue:
+                opens = oldest + lane.max_wait_s
+                if now < opens:
+                    self._wake_at(lane, opens)
+                    continue
+            key = (lane.top_priority(), -oldest)
+            if best_key is None or key > best_key:
+                best, best_key = lane, key
+        return best
+
+    def _wake_at(self, lane: Lane, when: float) -> None:
+        if lane.timer is not None and lane.timer_at <= when:
+            return
+        if lane.timer is not None:
+            lane.timer.cancel()
+        lane.timer_at = when
+        lane.timer = self._loop.call_at(when, self._on_timer, lane)
+
+    def _on_timer(self, lane: Lane) -> None:
+        lane.timer = None
+        self._pump()
+
+    def _start(self, lane: Lane, items: list) -> None:
+        self.busy += 1
+        lane.busy += 1
+        start = self._clock()
+        self._running_since += start
+        t0 = perf_counter_ns()
+        for item in items:
+            item.start_ns, item.batch = t0, (len(items) if lane.batched else None)
+        arg = [item.payload for item in items] if lane.batched else items[0].payload
+        context = items[0].context  # the executor's own probes attach to the first member's request
+        if lane.is_async:
+            deadline = max(item.deadline for item in items)
+            # the task copies the context current at its creation: the first member's
+            task = context.run(self._loop.create_task, self._execute(lane, items, arg, deadline, start))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            loop = self._loop
+            future = self._pool.submit(context.run, lane.fn, arg)
+            future.add_done_callback(lambda f: loop.call_soon_threadsafe(self._finish_thread, lane, items, f, start))
+
+    async def _execute(self, lane: Lane, items: list, arg: Any, deadline: float, start: float) -> None:
+        # Past the last member's deadline nobody waits for the result: stop the executor, free the slot.
+        try:
+            result = await within(lane.fn(arg), deadline - self._loop.time())
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting requests
+            self._finish(lane, items, None, exc, start)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        self._finish(lane, items, result, None, start)
+
+    def _finish_thread(self, lane: Lane, items: list, future, start: float) -> None:
+        if future.cancelled():
+            self._finish(lane, items, None, asyncio.CancelledError(), start)
+        else:
+            exc = future.exception()
+            self._finish(lane, items, None if exc else future.result(), exc, start)
+
+    def _finish(self, lane: Lane, items: list, result: Any, exc: BaseException | None, start: float) -> None:
+        end_ns = perf_counter_ns()
+        if exc is None and lane.batched and (not isinstance(result, (list, tuple)) or len(result) != len(items)):
+            got = f"{len(result)} results" if isinstance(result, (list, tuple)) else type(result).__name__
+            exc = TypeError(f"the executor of batched stage {lane.stage!r} on engine {self.name!r} must return a "
+                            f"list of {len(items)} results, one per payload, in order; it returned {got}")
+        delivered = 0
+        for i, item in enumerate(items):
+            item.end_ns = end_ns
+            if item.future.done():  # its request timed out or was cancelled meanwhile (and counted that)
+                continue
+            if isinstance(exc, asyncio.CancelledError):
+                item.future.cancel()
+            elif exc is not None:
+                item.future.set_exception(exc)  # counted as a failure by the waiting request
+            else:
+                item.future.set_result(result[i] if lane.batched else result)
+                delivered += 1
+        self._count(delivered)
+        self._release(lane, start, len(items), "ok" if exc is None else status_of(exc), outcome_counted=False)
+
+    # -- accounting ----------------------------------------------------------------------------------------
+
+    def _release(self, lane: Lane, start: float, n: int, status: str, outcome_counted: bool = True) -> None:
+        now = self._clock()
+        self.busy -= 1
+        lane.busy -= 1
+        self._running_since -= start
+        self.totals["executions"] += 1
+        self._window.add(self._BUSY_S, now - start)
+        self._window.add(self._SERVICE_S, (now - start) * n)
+        if outcome_counted:
+            if status == "ok":
+                self._count(n)
+            else:
+                self._count_failure(status)
+        if self.waiting:
+            self._pump()
+
+    def _count(self, n: int) -> None:
+        self.totals["requests"] += n
+        self._window.add(self._DONE, n)
+
+    def _count_failure(self, status: str) -> None:
+        """A request's attempt ended in an error or a timeout; a cancelled caller is no engine failure."""
+        if status == "cancelled":
+            return
+        self.totals["requests"] += 1
+        self._window.add(self._DONE)
+        self._window.add(self._FAILED)
+        if status == "timeout":
+            self.totals["timeouts"] += 1
+            self._window.add(self._TIMED_OUT)
+        else:
+            self.totals["errors"] += 1
+
+    def metrics(self) -> dict[str, Any]:
+        """The four metrics of an engine (queue length, processing latency, error rate, utilisation) and counts."""
+        done, failed, timed_out, service_s, busy_s = self._window.totals()
+        now = self._clock()
+        in_flight_s = self.busy * now - self._running_since
+        span = min(self.window_s, max(now - self._started, 1e-9))
+        return {
+            "queue_len": self.waiting,
+            "max_queue": self.max_queue,
+            "peak_queue_len": self.peak_waiting,
+            "in_service": self.busy,
+            "max_concurrency": self.max_concurrency,
+            "latency_ms": service_s * 1000 / done if done else None,
+            "error_rate": failed / done if done else 0.0,
+            "timeout_rate": timed_out / done if done else 0.0,
+            "utilisation": min(1.0, (busy_s + in_flight_s) / (self.max_concurrency * span)),
+            "requests": self.totals["requests"],
+            "errors": self.totals["errors"],
+            "timeouts": self.totals["timeouts"],
+            "executions": self.totals["executions"],
+            "rejected": dict(self.rejected),
+        }
+
+    def close(self) -> None:
+        """Turn away what is still waiting, stop async executions, let worker threads end on their own."""
+        self.closed = True
+        for lane in self.lanes:
+            if lane.timer is not None:
+                lane.timer.cancel()
+                lane.timer = None
+            for item in lane.take(lane.waiting):
+                self.waiting -= 1
+                if not item.future.done():
+                    item.future.set_exception(self.reject("closed", lane))
+        for task in list(self._tasks):
+            task.cancel()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,267 @@
+"""The routing rules of pipeline.yaml as small, pure, clock-injected, thread-safe decisions.
+
+The runtime (``loadprobe.route.Router``) and a simulator replaying recorded traffic both ask
+these objects what to do, so one description of the rules serves both. None of them knows
+about asyncio, engines or payloads: each is told what happened and when (through the
+``clock`` it was given) and answers yes or no. Every threshold comes from the pipeline's
+config; the objects only keep counts.
+
+Usage::
+
+    cap = FailoverCap(max_ratio=0.3, window_s=10)
+    cap.note_request()                 # every request of the stage
+    if overloaded and cap.try_move():  # True while moved <= 30% of the window's requests
+        ...
+
+    breaker = Breaker(error_rate_over=0.5, window_s=10, min_requests=20, open_s=5)
+    if breaker.allow():                # False while open; one trial at a time when half-open
+        breaker.record(ok=True)        # ... or breaker.release() if the trial never ran
+
+    budget = RetryBudget(budget_ratio=0.1, window_s=10)
+    budget.note_request()
+    if budget.try_retry(): ...         # retries stay within 10% of the window's requests
+
+    admission(waiting=64, max_queue=64, priority=1, lowest_waiting=0, shed_by="priority")  # -> EVICT
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["Admission", "Breaker", "BreakerState", "FailoverCap", "RetryBudget", "SlidingWindow", "admission"]
+
+Clock = Callable[[], float]
+
+# How finely a window slides: it forgets its oldest 1/20 at a time. A resolution, not a rule:
+# the thresholds compared against the window's counts all come from the config.
+BUCKETS_PER_WINDOW = 20
+
+
+class SlidingWindow:
+    """Sums of a few quantities over the last ``window_s`` seconds (not thread-safe by itself).
+
+    ``add(0)`` counts one of quantity 0, ``add(2, 0.004)`` adds 0.004 to quantity 2;
+    ``totals()`` gives the sums over the window. The window moves in steps of
+    ``window_s / BUCKETS_PER_WINDOW``, so memory and time per call stay constant.
+    """
+
+    __slots__ = ("_clock", "_width", "_buckets", "_totals", "_index")
+
+    def __init__(self, window_s: float, fields: int, clock: Clock = time.monotonic) -> None:
+        if not window_s > 0:
+            raise ValueError(f"window_s must be more than 0, not {window_s!r}")
+        self._clock = clock
+        self._width = window_s / BUCKETS_PER_WINDOW
+        self._buckets = [[0.0] * fields for _ in range(BUCKETS_PER_WINDOW)]
+        self._totals = [0.0] * fields
+        self._index = math.floor(clock() / self._width)
+
+    def _advance(self) -> list[float]:
+        index = math.floor(self._clock() / self._width)
+        if index > self._index:
+            for step in range(self._index + 1, min(index, self._index + BUCKETS_PER_WINDOW) + 1):
+                bucket = self._buckets[step % BUCKETS_PER_WINDOW]
+                for i, value in enumerate(bucket):
+                    # max(): float sums may drift a hair below zero as values leave the window
+                    self._totals[i] = max(0.0, self._totals[i] - value)
+                    bucket[i] = 0.0
+            self._index = index
+        return self._buckets[self._index % BUCKETS_PER_WINDOW]
+
+    def add(self, field: int, value: float = 1.0) -> None:
+        self._advance()[field] += value
+        self._totals[field] += value
+
+    def totals(self) -> list[float]:
+        self._advance()
+        return list(self._totals)
+
+    def clear(self) -> None:
+        for bucket in self._buckets:
+            bucket[:] = [0.0] * len(bucket)
+        self._totals[:] = [0.0] * len(self._totals)
+
+
+class FailoverCap:
+    """At most ``max_ratio`` of a stage's requests move to its fallback, over a sliding window.
+
+    One instance per stage, shared by every task and thread of the service: the check and
+    the count happen under one lock, so concurrent callers can never together pass the cap.
+    A move is allowed only if, counting it, moved <= max_ratio x requests in the window.
+    """
+
+    _REQUESTS, _MOVED = 0, 1
+
+    def __init__(self, max_ratio: float, window_s: float, clock: Clock = time.monotonic) -> None:
+        self.max_ratio = max_ratio
+        self._window = SlidingWindow(window_s, 2, clock)
+        self._lock = threading.Lock()
+        self.moved_total = 0
+
+    def note_request(self) -> None:
+        """Count one request of the stage (moved or not)."""
+        with self._lock:
+            self._window.add(self._REQUESTS)
+
+    def try_move(self) -> bool:
+        """Whether one more request may move now; if so it is counted as moved."""
+        with self._lock:
+            requests, moved = self._window.totals()
+            if moved + 1 > self.max_ratio * requests:
+                return False
+            self._window.add(self._MOVED)
+            self.moved_total += 1
+            return True
+
+    def share(self) -> float:
+        """Moved / requests over the current window (0 when there were none)."""
+        with self._lock:
+            requests, moved = self._window.totals()
+        return moved / requests if requests else 0.0
+
+
+class BreakerState(str, enum.Enum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+class Breaker:
+    """A circuit breaker: closed, open for ``open_s`` when failures pass a share, then half-open.
+
+    Closed: every request may go; outcomes are counted over ``window_s``, and once there
+    are at least ``min_requests`` and the failed share is above ``error_rate_over`` it
+    opens. Open: nothing goes until ``open_s`` has passed. Half-open: one trial request at
+    a time; its success closes the breaker (with a fresh window), its failure opens it again.
+    A caller that was allowed through must end with ``record(ok)`` or, if the request never
+    reached the engine, ``release()``.
+    """
+
+    _REQUESTS, _FAILURES = 0, 1
+
+    def __init__(self, error_rate_over: float, window_s: float, min_requests: int, open_s: float,
+                 clock: Clock = time.monotonic) -> None:
+        self.error_rate_over = error_rate_over
+        self.min_requests = min_requests
+        self.open_s = open_s
+        self._clock = clock
+        self._window = SlidingWindow(window_s, 2, clock)
+        self._lock = threading.Lock()
+        self._state = BreakerState.CLOSED
+        self._opened_at = 0.0
+        self._trial = False  # a half-open trial is in flight
+        self.opened_count = 0
+
+    @property
+    def state(self) -> BreakerState:
+        with self._lock:
+            return self._state_now()
+
+    def _state_now(self) -> BreakerState:
+        if self._state is BreakerState.OPEN and self._clock() - self._opened_at >= self.open_s:
+            self._state = BreakerState.HALF_OPEN
+            self._trial = False
+        return self._state
+
+    def allow(self) -> bool:
+        """Whether a request may go to the engine now (a half-open trial counts as in flight)."""
+        with self._lock:
+            state = self._state_now()
+            if state is BreakerState.CLOSED:
+                return True
+            if state is BreakerState.HALF_OPEN and not self._trial:
+                self._trial = True
+                return True
+            return False
+
+    def release(self) -> None:
+        """An allowed request did not reach the engine after all (e.g. its queue was full)."""
+        with self._lock:
+            self._trial = False
+
+    def record(self, ok: bool) -> None:
+        """The outcome of an allowed request: ``ok=False`` for an error or a timeout."""
+        with self._lock:
+            state = self._state_now()
+            if state is BreakerState.HALF_OPEN:
+                if not self._trial:
+                    return  # a request let through before the breaker opened: its outcome is stale
+                self._trial = False
+                if ok:
+                    self._state = BreakerState.CLOSED
+                    self._window.clear()
+                else:
+                    self._open()
+                return
+            if state is BreakerState.OPEN:
+                return
+            self._window.add(self._REQUESTS)
+            if not ok:
+                self._window.add(self._FAILURES)
+                requests, failures = self._window.totals()
+                if requests >= self.min_requests and failures / requests > self.error_rate_over:
+                    self._open()
+
+    def _open(self) -> None:
+        self._state = BreakerState.OPEN
+        self._opened_at = self._clock()
+        self._trial = False
+        self.opened_count += 1
+
+
+class RetryBudget:
+    """Retries, service-wide, stay within ``budget_ratio`` of the requests of a sliding window.
+
+    Retries multiply load exactly when a service is failing, so a retry is allowed only if,
+    counting it, retries <= budget_ratio x requests in the window. Thread-safe; one per router.
+    """
+
+    _REQUESTS, _RETRIES = 0, 1
+
+    def __init__(self, budget_ratio: float, window_s: float, clock: Clock = time.monotonic) -> None:
+        self.budget_ratio = budget_ratio
+        self._window = SlidingWindow(window_s, 2, clock)
+        self._lock = threading.Lock()
+        self.retries_total = 0
+        self.denied_total = 0
+
+    def note_request(self) -> None:
+        with self._lock:
+            self._window.add(self._REQUESTS)
+
+    def try_retry(self) -> bool:
+        """Whether one more retry fits the budget now; if so it is counted."""
+        with self._lock:
+            requests, retries = self._window.totals()
+            if retries + 1 > self.budget_ratio * requests:
+                self.denied_total += 1
+                return False
+            self._window.add(self._RETRIES)
+            self.retries_total += 1
+            return True
+
+
+class Admission(str, enum.Enum):
+    ADMIT = "admit"  # room in the queue
+    EVICT = "evict"  # full, but a lower-priority waiting request makes room (it is rejected as shed)
+    REJECT = "reject"  # full: reject the newcomer fast
+
+
+def admission(*, waiting: int, max_queue: int, priority: int, lowest_waiting: int | None,
+              shed_by: str) -> Admission:
+    """May a request of ``priority`` wait in a queue holding ``waiting`` of at most ``max_queue``?
+
+    With ``shed_by="priority"`` a full queue sheds its lowest-priority waiting request
+    (``lowest_waiting``) for a newcomer of strictly higher priority; equal priorities keep
+    their place, so a burst of one priority cannot churn the queue. ``shed_by="none"``
+    never evicts.
+    """
+    if waiting < max_queue:
+        return Admission.ADMIT
+    if shed_by == "priority" and lowest_waiting is not None and lowest_waiting < priority:
+        return Admission.EVICT
+    return Admission.REJECT

@@ -1,0 +1,389 @@
+"""``Router``: runs requests through the stages of a pipeline.yaml, on the engines it names.
+
+The pipeline file says which engine runs each stage and by what rules (queues, batches,
+timeouts, fallback, breakers, retries, shedding); the executors the user passes make the
+engines real. Every rule's parameters come from the file (docs/pipeline.md); the rules
+themselves are the pure objects of ``loadprobe.route.policy``, which a simulator can share.
+
+Usage::
+
+    from loadprobe.route import Rejected, Router
+
+    router = Router.load("pipeline.yaml", executors={
+        "preprocess": {"cpu": preprocess},                 # sync: runs on the engine's worker threads
+        "backbone": {"npu0": npu_batch, "gpu0": gpu_batch}, # batched stage: list in, list out
+        "head": {"gpu0": head_async},                      # async def: awaited on the router's loop
+    })
+    async with router:
+        try:
+            boxes = await router.submit(jpeg, priority=1)
+        except Rejected as exc:
+            ...  # exc.reason, exc.retry_after_ms
+
+    with router:                                           # threaded servers: a loop of its own
+        boxes = router.submit_sync(jpeg)
+    router.metrics()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import _probe
+from .._errors import LoadprobeError
+from ..pipeline import PipelineConfig, StageConfig
+from ..pipeline import load as load_pipeline
+from .canary import CanarySplit
+from .engine import Engine, Lane
+from .errors import Rejected
+from .policy import Breaker, FailoverCap, RetryBudget
+
+__all__ = ["Router"]
+
+Executors = Mapping[str, Mapping[str, Callable]]
+
+
+@dataclass
+class _Stage:
+    """A stage at run time: where it runs, where it may move, and the rules that decide."""
+
+    config: StageConfig
+    engine: Engine
+    lane: Lane
+    timeout_s: float
+    max_attempts: int
+    fallback_engine: Engine | None = None
+    fallback_lane: Lane | None = None
+    queue_len_over: int | None = None  # fallback.when.queue_len_over
+    otherwise: str = "reject"
+    cap: FailoverCap | None = None
+    breaker: Breaker | None = None
+    failovers: int = 0
+    retries: int = 0
+
+
+class Router:
+    """Executes a PipelineConfig: ``await submit(payload)`` runs it through every stage in order.
+
+    ``window_s`` is the sliding window over which the router counts the failover share of
+    each stage, the retry budget and the engines' metrics (breakers use their own
+    ``window_s`` from the file). ``clock`` (seconds, monotonic) is for tests.
+    """
+
+    def __init__(self, config: PipelineConfig, executors: Executors, *, window_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic, base_dir: str | os.PathLike | None = None) -> None:
+        self.config = config
+        _check_executors(config, executors)
+        routing = config.routing
+        shed_by = routing.shed.by if routing and routing.shed else "none"
+        self._engines = {name: Engine(name, engine, window_s=window_s, shed_by=shed_by, clock=clock)
+                         for name, engine in config.engines.items()}
+        default_attempts = routing.retry.max_attempts if routing and routing.retry else 1
+        self._budget = RetryBudget(routing.retry.budget_ratio, window_s, clock) if routing and routing.retry else None
+        self._stages = [self._build_stage(s, executors, default_attempts, window_s, clock) for s in config.stages]
+        self._canary: CanarySplit | None = None
+        self.canary: Router | None = None
+        if routing and routing.canary:
+            path = Path(base_dir or ".") / routing.canary.config
+            self.canary = Router.load(path, executors, window_s=window_s, clock=clock, with_canary=False)
+            self._canary = CanarySplit(routing.canary.weight)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._counts = {"submitted": 0, "ok": 0, "rejected": 0, "failed": 0}
+
+    @classmethod
+    def load(cls, source: str | os.PathLike | PipelineConfig, executors: Executors, *,
+             with_canary: bool = True, **options: Any) -> Router:
+        """A router for a pipeline file (or YAML text, or a PipelineConfig); ``routing.canary`` paths
+        are read relative to the file. ``with_canary=False`` ignores the canary."""
+        if isinstance(source, PipelineConfig):
+            config = source
+        else:
+            config = load_pipeline(source)
+            if "base_dir" not in options and not (isinstance(source, str) and "\n" in source):
+                options["base_dir"] = Path(source).parent
+        if not with_canary and config.routing and config.routing.canary:
+            from dataclasses import replace
+
+            config = replace(config, routing=replace(config.routing, canary=None))
+        return cls(config, executors, **options)
+
+    def _build_stage(self, stage: StageConfig, executors: Executors, default_attempts: int, window_s: float,
+                     clock: Callable[[], float]) -> _Stage:
+        engine = self._engines[stage.engine]
+        built = _Stage(stage, engine, engine.add_lane(stage, executors[stage.name][stage.engine]),
+                       timeout_s=stage.timeout_ms / 1000,
+                       max_attempts=stage.retry.max_attempts if stage.retry else default_attempts)
+        if stage.fallback:
+            fallback = stage.fallback
+            built.fallback_engine = self._engines[fallback.engine]
+            built.fallback_lane = built.fallback_engine.add_lane(stage, executors[stage.name][fallback.engine])
+            built.queue_len_over = fallback.when.queue_len_over if fallback.when else None
+            built.otherwise = fallback.otherwise
+            built.cap = FailoverCap(fallback.max_ratio, window_s, clock)
+        if stage.breaker:
+            b = stage.breaker
+            built.breaker = Breaker(b.error_rate_over, b.window_s, b.min_requests, b.open_s, clock)
+        return built
+
+    # -- life cycle ----------------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Router:
+        self._bind(asyncio.get_running_loop())
+        if self.canary is not None:
+            await self.canary.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        self._shut()
+        if self.canary is not None:
+            await self.canary.__aexit__(*exc_info)
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._loop is not None:
+            raise RuntimeError("this Router is already running; a Router runs once, on one event loop")
+        self._loop = loop
+        for engine in self._engines.values():
+            engine.bind(loop)
+
+    def _shut(self) -> None:
+        self._closed = True
+        for engine in self._engines.values():
+            engine.close()
+
+    def start(self) -> Router:
+        """Run the router on an event loop of its own, in a background thread (for ``submit_sync``)."""
+        loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=loop.run_forever, name="loadprobe-route", daemon=True)
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.__aenter__(), loop).result()
+        return self
+
+    def close(self) -> None:
+        """Stop a router started with ``start()``: waiting requests are rejected (``closed``)."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            self._shut()
+            return
+        asyncio.run_coroutine_threadsafe(self.__aexit__(None, None, None), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+        self._thread = None
+
+    def __enter__(self) -> Router:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # -- requests ------------------------------------------------------------------------------------------
+
+    async def submit(self, payload: Any, priority: int = 0, shape: Any = None) -> Any:
+        """Run ``payload`` through every stage; the last stage's result.
+
+        Raises ``Rejected`` (fast, with ``reason`` and ``retry_after_ms``), ``TimeoutError`` when
+        a stage's last attempt passed its ``timeout_ms``, or the executor's own exception.
+        Higher ``priority`` is served first and shed last.
+        """
+        if self._loop is None or self._closed:
+            raise Rejected("closed")
+        if self._canary is not None and self._canary.take():
+            return await self.canary.submit(payload, priority, shape)
+        counts = self._counts
+        counts["submitted"] += 1
+        if self._budget is not None:
+            self._budget.note_request()
+        try:
+            if _probe._active and _probe._frame_get()[0] is None:
+                with _probe.request():  # the root span the stage spans attach to, unless the caller has one
+                    result = await self._through(payload, priority)
+            else:
+                result = await self._through(payload, priority)
+        except Rejected:
+            counts["rejected"] += 1
+            raise
+        except BaseException:
+            counts["failed"] += 1
+            raise
+        counts["ok"] += 1
+        return result
+
+    async def _through(self, payload: Any, priority: int) -> Any:
+        for stage in self._stages:
+            payload = await self._stage(stage, payload, priority)
+        return payload
+
+    async def _stage(self, stage: _Stage, payload: Any, priority: int) -> Any:
+        attempt = 1
+        while True:
+            try:
+                return await self._attempt(stage, payload, priority)
+            except Rejected:
+                raise  # retrying into a full queue only adds load
+            except Exception:
+                if attempt >= stage.max_attempts or (self._budget is not None and not self._budget.try_retry()):
+                    raise
+                attempt += 1
+                stage.retries += 1
+
+    async def _attempt(self, stage: _Stage, payload: Any, priority: int) -> Any:
+        engine, lane, breaker, cap = stage.engine, stage.lane, stage.breaker, stage.cap
+        if cap is not None:
+            cap.note_request()
+        if breaker is not None and not breaker.allow():
+            if cap is None or not cap.try_move():
+                raise engine.reject("breaker_open", lane)
+            return await self._move(stage, payload, priority)
+        if cap is not None:
+            over = stage.queue_len_over is not None and engine.waiting > stage.queue_len_over
+            turned_away = not engine.can_admit(lane, priority)
+            if over or turned_away:
+                if cap.try_move():
+                    if breaker is not None:
+                        breaker.release()
+                    return await self._move(stage, payload, priority)
+                if stage.otherwise == "reject" or turned_away:
+                    if breaker is not None:
+                        breaker.release()
+                    raise engine.reject("failover_cap", lane)
+                # otherwise: queue -- wait on the stage's own engine, within its max_queue
+        if breaker is None:
+            return await engine.run(lane, payload, priority, stage.timeout_s)
+        try:
+            result = await engine.run(lane, payload, priority, stage.timeout_s)
+        except Exception as exc:
+            if isinstance(exc, Rejected):
+                breaker.release()
+            else:
+                breaker.record(ok=False)
+            raise
+        except BaseException:
+            breaker.release()
+            raise
+        breaker.record(ok=True)
+        return result
+
+    async def _move(self, stage: _Stage, payload: Any, priority: int) -> Any:
+        # One hop: the fallback engine runs it or it fails; it is never moved again.
+        stage.failovers += 1
+        return await stage.fallback_engine.run(stage.fallback_lane, payload, priority, stage.timeout_s)
+
+    def submit_sync(self, payload: Any, priority: int = 0, shape: Any = None, timeout: float | None = None) -> Any:
+        """``submit`` from a thread that is not the router's: blocks until the request ends.
+
+        The router must be running (``with router:``, ``router.start()``, or ``async with`` on a
+        loop in another thread). The caller's loadprobe request, if one is open, is carried over.
+        ``timeout`` (seconds) stops waiting, not the request.
+        """
+        loop = self._loop
+        if loop is None or self._closed:
+            raise Rejected("closed")
+        if _running_loop() is loop:
+            raise RuntimeError("submit_sync() would block the router's own event loop; use await router.submit()")
+        done: concurrent.futures.Future = concurrent.futures.Future()
+
+        def begin() -> None:
+            task = loop.create_task(self.submit(payload, priority, shape))
+            task.add_done_callback(lambda t: _settle(done, t))
+
+        loop.call_soon_threadsafe(begin, context=contextvars.copy_context())
+        return done.result(timeout)
+
+    # -- observability -------------------------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, Any]:
+        """Per engine: queue length, processing latency, error rate, utilisation (over ``window_s``),
+        and counts; per stage: failovers, failover share, breaker state, retries; router totals."""
+        loop = self._loop
+        if loop is not None and loop.is_running() and _running_loop() is not loop and not loop.is_closed():
+            # the counters belong to the loop's thread: read them there
+            return asyncio.run_coroutine_threadsafe(_call(self._metrics_now), loop).result()
+        return self._metrics_now()
+
+    def _metrics_now(self) -> dict[str, Any]:
+        engines = {name: engine.metrics() for name, engine in self._engines.items()}
+        stages = {}
+        for stage in self._stages:
+            stages[stage.config.name] = {
+                "engine": stage.engine.name,
+                "fallback": stage.fallback_engine.name if stage.fallback_engine else None,
+                "failovers": stage.failovers,
+                "failover_share": stage.cap.share() if stage.cap else 0.0,
+                "breaker": stage.breaker.state.value if stage.breaker else None,
+                "breaker_opened": stage.breaker.opened_count if stage.breaker else 0,
+                "retries": stage.retries,
+            }
+        rejects: dict[str, int] = {}
+        for engine in engines.values():
+            for reason, n in engine["rejected"].items():
+                rejects[reason] = rejects.get(reason, 0) + n
+        counts = dict(self._counts)
+        counts["in_flight"] = counts["submitted"] - counts["ok"] - counts["rejected"] - counts["failed"]
+        out = {
+            "requests": counts,
+            "engines": engines,
+            "stages": stages,
+            "failovers": sum(s["failovers"] for s in stages.values()),
+            "rejects": rejects,
+            "retries": {"allowed": self._budget.retries_total, "denied": self._budget.denied_total}
+            if self._budget else {"allowed": sum(s["retries"] for s in stages.values()), "denied": 0},
+        }
+        if self.canary is not None:
+            out["canary"] = {"weight": self._canary.weight, "sent": self._canary.sent,
+                             "metrics": self.canary._metrics_now()}
+        return out
+
+    def serve_metrics(self, port: int, addr: str = "127.0.0.1"):
+        """Serve ``metrics()`` in the Prometheus text format on ``addr:port`` (needs prometheus_client)."""
+        from .prometheus import serve
+
+        return serve(self, port, addr)
+
+
+def _check_executors(config: PipelineConfig, executors: Executors) -> None:
+    """Every engine a stage may run on needs an executor; say exactly which are missing."""
+    missing = []
+    for stage in config.stages:
+        wanted = [stage.engine] + ([stage.fallback.engine] if stage.fallback else [])
+        have = executors.get(stage.name, {})
+        missing += [f"{stage.name}.{engine}" for engine in wanted if not callable(have.get(engine))]
+    unknown = sorted(set(executors) - {s.name for s in config.stages})
+    if missing or unknown:
+        parts = []
+        if missing:
+            parts.append(f"no executor for {', '.join(missing)} (stage.engine)")
+        if unknown:
+            parts.append(f"executors for unknown stages: {', '.join(unknown)}")
+        raise LoadprobeError(f"{config.service}: {'; '.join(parts)}; pass executors={{stage: {{engine: callable}}}} "
+                             f"covering every stage's engine and fallback engine")
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _settle(done: concurrent.futures.Future, task: asyncio.Task) -> None:
+    if task.cancelled():
+        done.cancel()
+    elif task.exception() is not None:
+        done.set_exception(task.exception())
+    else:
+        done.set_result(task.result())
+
+
+async def _call(fn: Callable[[], Any]) -> Any:
+    return fn()
