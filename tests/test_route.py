@@ -329,3 +329,43 @@ def test_metrics_are_served_for_prometheus():
     assert 'loadprobe_route_engine_queue_len{engine="cpu"} 0.0' in text
     assert 'loadprobe_route_requests_total{outcome="ok"} 1.0' in text
     assert 'loadprobe_route_engine_utilisation{engine="cpu"}' in text
+
+
+def test_shapes_and_precisions_the_engine_does_not_take_go_to_the_fallback_uncapped():
+    config = plan("  npu: {kind: npu, max_concurrency: 2, max_queue: 10}\n"
+                  "  gpu: {kind: gpu, max_concurrency: 2, max_queue: 10}",
+                  "  - name: backbone\n    engine: npu\n    precision: int8\n"
+                  "    input: {shape: [3, 640, null], dynamic: false}\n    timeout_ms: 1000\n"
+                  "    fallback: {engine: gpu, max_ratio: 0.0}\n"
+                  "  - {name: nms, engine: gpu, timeout_ms: 1000}")
+    where = []
+    executors = {"backbone": {"npu": lambda x: where.append("npu") or x, "gpu": lambda x: where.append("gpu") or x},
+                 "nms": {"gpu": lambda x: x}}
+
+    async def scenario():
+        async with Router(config, executors) as router:
+            await router.submit(1, shape=(3, 640, 480))  # fits: the null dimension takes any size
+            await router.submit(2, shape=(3, 800, 480))  # out of range: to the GPU, though max_ratio is 0
+            await router.submit(3, precision="fp16")     # needs more than int8
+            await router.submit(4)                       # nothing said: the primary
+            return router.metrics()
+
+    metrics = asyncio.run(scenario())
+    assert where == ["npu", "gpu", "gpu", "npu"]
+    assert metrics["stages"]["backbone"]["routed_by_shape_or_precision"] == 2
+    assert metrics["stages"]["backbone"]["failovers"] == 0
+
+
+def test_a_shape_no_engine_takes_is_rejected_as_unsupported():
+    config = plan("  npu: {kind: npu, max_concurrency: 1, max_queue: 4}",
+                  "  - name: backbone\n    engine: npu\n    input: {shape: [3, 640, 640]}\n    timeout_ms: 1000")
+
+    async def scenario():
+        async with Router(config, {"backbone": {"npu": lambda x: x}}) as router:
+            assert await router.submit("ok", shape=[3, 640, 640]) == "ok"
+            with pytest.raises(Rejected) as exc:
+                await router.submit("big", shape=[3, 1280, 1280])
+            return exc.value
+
+    rejected = asyncio.run(scenario())
+    assert rejected.reason == "unsupported" and rejected.stage == "backbone"

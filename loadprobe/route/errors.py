@@ -5,7 +5,7 @@ from __future__ import annotations
 __all__ = ["Rejected"]
 
 #: Why a request was rejected (``Rejected.reason``).
-REASONS = ("queue_full", "shed", "breaker_open", "failover_cap", "closed")
+REASONS = ("queue_full", "shed", "breaker_open", "failover_cap", "unsupported", "closed")
 
 
 class Rejected(Exception):
@@ -14,7 +14,9 @@ class Rejected(Exception):
     ``reason`` is one of ``queue_full`` (the engine's queue is at ``max_queue``), ``shed`` (a
     higher-priority request took its place in a full queue), ``breaker_open`` (the stage's
     breaker is open and there is no fallback), ``failover_cap`` (the fallback's ``max_ratio`` is
-    used up and ``otherwise: reject``), ``closed`` (the router is not running). ``stage`` and
+    used up and ``otherwise: reject``), ``unsupported`` (the request's shape or precision does
+    not fit the stage's engine and it has no fallback that takes it), ``closed`` (the router is
+    not running). ``stage`` and
     ``engine`` say where.
     """
 

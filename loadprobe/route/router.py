@@ -50,6 +50,7 @@ from .policy import Breaker, FailoverCap, RetryBudget
 __all__ = ["Router"]
 
 Executors = Mapping[str, Mapping[str, Callable]]
+_RANK = {"int8": 0, "fp8": 1, "fp16": 2, "bf16": 2, "fp32": 3}  # precisions, coarsest first
 
 
 @dataclass
@@ -69,6 +70,25 @@ class _Stage:
     breaker: Breaker | None = None
     failovers: int = 0
     retries: int = 0
+    routed: int = 0  # requests sent to the fallback for their shape or precision (not capped)
+
+    def fits(self, shape: Any, precision: str | None) -> bool:
+        """Whether the stage's own engine takes a request of this shape and precision requirement.
+
+        A stage built for a fixed ``input.shape`` (``dynamic: false``) takes shapes that match it,
+        ``null`` dimensions matching anything; a stage whose ``precision`` is below the one the
+        request requires (int8 < fp8 < fp16 = bf16 < fp32) does not take it.
+        """
+        config = self.config
+        if shape is not None and config.input is not None and not config.input.dynamic and config.input.shape:
+            want = tuple(config.input.shape)
+            got = tuple(shape)
+            if len(got) != len(want) or any(w is not None and w != g for w, g in zip(want, got)):
+                return False
+        if precision is not None and config.precision is not None:
+            if _RANK.get(config.precision, 0) < _RANK.get(precision, 0):
+                return False
+        return True
 
 
 class Router:
@@ -189,17 +209,20 @@ class Router:
 
     # -- requests ------------------------------------------------------------------------------------------
 
-    async def submit(self, payload: Any, priority: int = 0, shape: Any = None) -> Any:
+    async def submit(self, payload: Any, priority: int = 0, shape: Any = None, *,
+                     precision: str | None = None) -> Any:
         """Run ``payload`` through every stage; the last stage's result.
 
         Raises ``Rejected`` (fast, with ``reason`` and ``retry_after_ms``), ``TimeoutError`` when
         a stage's last attempt passed its ``timeout_ms``, or the executor's own exception.
-        Higher ``priority`` is served first and shed last.
+        Higher ``priority`` is served first and shed last. ``shape`` (the request's input shape)
+        and ``precision`` (the lowest it accepts, e.g. "fp16") send a stage whose engine does not
+        take them to its fallback engine -- routing, not overflow: the failover cap does not apply.
         """
         if self._loop is None or self._closed:
             raise Rejected("closed")
         if self._canary is not None and self._canary.take():
-            return await self.canary.submit(payload, priority, shape)
+            return await self.canary.submit(payload, priority, shape, precision=precision)
         counts = self._counts
         counts["submitted"] += 1
         if self._budget is not None:
@@ -207,9 +230,9 @@ class Router:
         try:
             if _probe._active and _probe._frame_get()[0] is None:
                 with _probe.request():  # the root span the stage spans attach to, unless the caller has one
-                    result = await self._through(payload, priority)
+                    result = await self._through(payload, priority, shape, precision)
             else:
-                result = await self._through(payload, priority)
+                result = await self._through(payload, priority, shape, precision)
         except Rejected:
             counts["rejected"] += 1
             raise
@@ -219,15 +242,22 @@ class Router:
         counts["ok"] += 1
         return result
 
-    async def _through(self, payload: Any, priority: int) -> Any:
+    async def _through(self, payload: Any, priority: int, shape: Any = None, precision: str | None = None) -> Any:
         for stage in self._stages:
-            payload = await self._stage(stage, payload, priority)
+            payload = await self._stage(stage, payload, priority, shape, precision)
         return payload
 
-    async def _stage(self, stage: _Stage, payload: Any, priority: int) -> Any:
+    async def _stage(self, stage: _Stage, payload: Any, priority: int, shape: Any = None,
+                     precision: str | None = None) -> Any:
+        routed = (shape is not None or precision is not None) and not stage.fits(shape, precision)
+        if routed and stage.fallback_engine is None:
+            raise stage.engine.reject("unsupported", stage.lane)
         attempt = 1
         while True:
             try:
+                if routed:
+                    stage.routed += 1
+                    return await stage.fallback_engine.run(stage.fallback_lane, payload, priority, stage.timeout_s)
                 return await self._attempt(stage, payload, priority)
             except Rejected:
                 raise  # retrying into a full queue only adds load
@@ -279,7 +309,8 @@ class Router:
         stage.failovers += 1
         return await stage.fallback_engine.run(stage.fallback_lane, payload, priority, stage.timeout_s)
 
-    def submit_sync(self, payload: Any, priority: int = 0, shape: Any = None, timeout: float | None = None) -> Any:
+    def submit_sync(self, payload: Any, priority: int = 0, shape: Any = None, timeout: float | None = None, *,
+                    precision: str | None = None) -> Any:
         """``submit`` from a thread that is not the router's: blocks until the request ends.
 
         The router must be running (``with router:``, ``router.start()``, or ``async with`` on a
@@ -294,7 +325,7 @@ class Router:
         done: concurrent.futures.Future = concurrent.futures.Future()
 
         def begin() -> None:
-            task = loop.create_task(self.submit(payload, priority, shape))
+            task = loop.create_task(self.submit(payload, priority, shape, precision=precision))
             task.add_done_callback(lambda t: _settle(done, t))
 
         loop.call_soon_threadsafe(begin, context=contextvars.copy_context())
@@ -323,6 +354,7 @@ class Router:
                 "breaker": stage.breaker.state.value if stage.breaker else None,
                 "breaker_opened": stage.breaker.opened_count if stage.breaker else 0,
                 "retries": stage.retries,
+                "routed_by_shape_or_precision": stage.routed,
             }
         rejects: dict[str, int] = {}
         for engine in engines.values():
