@@ -124,3 +124,26 @@ def test_a_failing_batch_fails_its_requests_and_the_batcher_goes_on():
     assert all(isinstance(r, RuntimeError) for r in first)
     assert all(isinstance(r, ValueError) for r in mismatched)
     assert after.output.tolist() == [1.0, 1.0]
+
+
+def test_the_routed_service_runs_each_stage_on_its_engine(recorder, models):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from loadprobe.samples.vision.routed import create_app as routed_app
+
+    jpegs = inspection_jpegs(24, seed=9)
+    with serve_asgi(routed_app(model_dir=models[0].parent)) as base:
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda j: fetch(base, "/inspect", method="POST", body=j), jpegs))
+        strict = fetch(base, "/inspect", method="POST", body=jpegs[0], headers={"x-precision": "fp16"})
+        metrics = json.loads(fetch(base, "/metrics")[1])
+    assert [status for status, _ in answers] == [200] * 24 and strict[0] == 200
+    rows = stopped_spans(recorder)
+    stages = by_stage(rows)
+    engines = {name: {r["engine"] for r in stages[name]} for name in ("decode", "preprocess", "postprocess")}
+    assert engines == {"decode": {"cpu"}, "preprocess": {"cpu"}, "postprocess": {"gpu0"}}
+    assert {r["engine"] for r in stages["backbone"]} <= {"npu0", "gpu0"} and len(stages["backbone"]) == 25
+    assert len(stages["nms"]) == 25  # the head and NMS probes nest inside the routed postprocess stage
+    backbone = metrics["stages"]["backbone"]
+    assert backbone["routed_by_shape_or_precision"] == 1  # the fp16-only request skipped the INT8 model
+    assert backbone["failover_share"] <= 0.3
