@@ -8,10 +8,10 @@ Usage::
 Steps: build the sample's ONNX models (once, cached); start samples/vision on 127.0.0.1
 under a recorder (spans and device samples into ``<out>/data``); drive it with a day's
 traffic compressed into ``seconds`` plus a burst near the evening peak, open loop;
-stop the server cleanly so its files are finished; analyse the recording and recommend a
-plan; print where every output is. The server runs in its own process group and is
-stopped on every exit path, Ctrl-C included. Each run writes a new timestamped folder:
-nothing is overwritten.
+stop the server cleanly so its files are finished; analyse the recording, recommend a
+plan, render the HTML report with both; print where every output is. The server runs in
+its own process group and is stopped on every exit path, Ctrl-C included. Each run
+writes a new timestamped folder: nothing is overwritten.
 """
 
 from __future__ import annotations
@@ -94,10 +94,24 @@ def analyse(data: Path, run_dir: Path, *, echo=print) -> dict[str, Path]:
     outputs = {"portrait": portrait.save(report / "portrait.json")}
     echo(render(portrait))
     outputs.update(_recommend(portrait, report, echo))
+    outputs["report"] = _html(portrait, report, outputs)
     echo("\ndemo: outputs")
     for name, path in {"recording": data, **outputs}.items():
         echo(f"  {name:<10} {path}")
     return outputs
+
+
+def _html(portrait, report: Path, outputs: dict) -> Path:
+    """The HTML load portrait, with the plan just made (its tables and pipeline.yaml)."""
+    import json
+
+    from .reports.html import render_report, write_html
+
+    plans = json.loads(outputs["plans"].read_text(encoding="utf-8"))
+    path = report / "portrait.html"
+    pipeline = outputs["pipeline"].read_text(encoding="utf-8")
+    write_html(path, render_report(portrait, plans=plans, pipeline_yaml=pipeline))
+    return path
 
 
 def _recommend(portrait, report: Path, echo) -> dict[str, Path]:

@@ -13,7 +13,8 @@ from .bottlenecks import find_bottlenecks
 from .histogram import Histogram
 from .partials import Partial
 from .portrait import (PORTRAIT_VERSION, Batch, BatchFit, DataQuality, DeviceMetric, Devices, Percentiles,
-                       Portrait, Requests, Shapes, Stage, StageUtilisation)
+                       Portrait, Requests, Roofs, Shapes, Stage, StageUtilisation)
+from .timeline import build_timeline
 from .traffic import build_traffic, iso
 from ._version import __version__
 
@@ -35,6 +36,22 @@ def percentiles(h: Histogram, scale: float = 1e-6) -> Percentiles | None:
     p = h.percentiles((50, 90, 95, 99, 99.9))
     return Percentiles(p50=p[50] * scale, p90=p[90] * scale, p95=p[95] * scale, p99=p[99] * scale,
                        p999=p[99.9] * scale, max=h.max * scale, mean=h.mean * scale, count=h.total)
+
+
+def latency_cdf(h: Histogram) -> list | None:
+    """The display CDF of a duration histogram: ``[[ms, fraction <= ms], ...]``, at most 200 points."""
+    points = h.cdf(200)
+    return [[ns * 1e-6, fraction] for ns, fraction in points] if points else None
+
+
+def roofs(device, precision: str | None) -> Roofs | None:
+    """The roofline chart's roofs for a catalog ``device``; None without a memory bandwidth or peaks."""
+    if device is None or not device.memory_bandwidth_bytes_per_s or not device.peak_flops:
+        return None
+    precision = precision or rl.DEFAULT_PRECISION.get(device.kind, "fp32")
+    return Roofs(device=device.id, name=device.name, precision=precision,
+                 peak_flops_per_s=dict(device.peak_flops),
+                 memory_bandwidth_bytes_per_s=float(device.memory_bandwidth_bytes_per_s))
 
 
 def build_portrait(part: Partial, runs: list, *, inputs: list, device=None, precision: str | None = None,
@@ -60,6 +77,8 @@ def build_portrait(part: Partial, runs: list, *, inputs: list, device=None, prec
         devices=devices,
         bottlenecks=[],
         data_quality=quality,
+        roofline_roofs=roofs(device, precision),
+        timeline=build_timeline(part),
     )
     portrait.bottlenecks = find_bottlenecks(portrait)
     return portrait
@@ -94,6 +113,7 @@ def _stage(name: str, sp, part: Partial, device, precision) -> Stage:
         tokens_in=percentiles(sp.tokens_in, 1.0),
         tokens_out=percentiles(sp.tokens_out, 1.0),
         start_offset_ms=sp.offset_ns / sp.offset_n / 1e6 if sp.offset_n else None,
+        latency_cdf=latency_cdf(sp.latency),
     )
 
 
@@ -143,6 +163,7 @@ def _requests(part: Partial) -> Requests | None:
         error_rate=part.request_statuses.get("error", 0) / n,
         timeout_rate=part.request_statuses.get("timeout", 0) / n,
         unattributed_share=part.request_self_ns / part.request_total_ns if part.request_total_ns else None,
+        latency_cdf=latency_cdf(part.requests),
     )
 
 

@@ -152,6 +152,28 @@ class Histogram:
     def mean(self) -> float | None:
         return self.sum / self.total if self.total else None
 
+    def cdf(self, max_points: int = 200) -> list[tuple[int, float]]:
+        """At most ``max_points`` ``(value, fraction of values <= value)`` pairs, for plotting.
+
+        Points are bucket tops (capped at ``max``) of the buckets reached by evenly spaced
+        ranks and by log-spaced values between ``min`` and ``max``: the bulk and the tail
+        both keep their shape on a log axis. Computed from the counts alone, so merged
+        histograms give the same points in any merge order.
+        """
+        if self.total == 0:
+            return []
+        cumulative = np.cumsum(self.counts)
+        half = max(1, max_points // 2)
+        ranks = np.ceil(np.linspace(1, self.total, half)).astype(np.int64)
+        by_rank = np.searchsorted(cumulative, ranks)
+        lo, hi = max(1, self.min or 1), max(1, self.max or 1)
+        values = np.unique(np.geomspace(lo, hi, max_points - half).astype(np.int64))
+        by_value = bucket_index(values)
+        picked = np.unique(np.concatenate([by_rank, by_value]))
+        picked = picked[self.counts[picked] > 0] if len(picked) else picked
+        tops = np.minimum(highest_equivalent(picked), self.max)
+        return [(int(v), float(c) / self.total) for v, c in zip(tops.tolist(), cumulative[picked].tolist())]
+
     def count_below(self, value: int) -> int:
         """How many recorded values are below ``value`` (to bucket precision)."""
         return int(self.counts[: int(bucket_index(np.array([value]))[0])].sum())

@@ -22,7 +22,7 @@ from pathlib import Path
 from ._errors import LoadprobeError
 from .schema import SchemaVersionError, check_version
 
-PORTRAIT_VERSION = "1.1"
+PORTRAIT_VERSION = "1.2"
 _DIGITS = 9  # significant digits kept for floats: merge order cannot change the portrait
 
 
@@ -129,6 +129,7 @@ class Stage:
     tokens_in: Percentiles | None = None
     tokens_out: Percentiles | None = None
     start_offset_ms: float | None = None  # mean start after its parent's start (1.1)
+    latency_cdf: list | None = None  # [[ms, fraction of spans <= ms], ...], at most 200 points (1.2)
 
 
 @dataclass
@@ -138,6 +139,7 @@ class Requests:
     error_rate: float
     timeout_rate: float
     unattributed_share: float | None  # request time inside no probed stage
+    latency_cdf: list | None = None  # [[ms, fraction of requests <= ms], ...], at most 200 points (1.2)
 
 
 @dataclass
@@ -165,6 +167,42 @@ class Devices:
     utilisation_by_stage: list = field(default_factory=list)  # StageUtilisation
     idle_share: dict = field(default_factory=dict)  # "host/device" -> share of seconds under 5% util
     energy_per_request_j: dict = field(default_factory=dict)  # "host/device" -> joules per request
+
+
+@dataclass
+class Roofs:
+    """The roofline device's roofs: a compute roof per published precision and the memory roof (1.2)."""
+
+    device: str
+    name: str
+    precision: str  # the precision stages were placed against
+    peak_flops_per_s: dict  # precision -> dense peak FLOP/s (OP/s for integers)
+    memory_bandwidth_bytes_per_s: float
+
+
+@dataclass
+class DeviceSeries:
+    host: str
+    device: str
+    metric: str
+    values: list  # per timeline bucket: mean of the per-second means, null where not sampled
+
+
+@dataclass
+class StageSeries:
+    stage: str
+    busy: list  # per timeline bucket: Σ span time started in it ÷ its length = mean spans in progress
+
+
+@dataclass
+class Timeline:
+    """Display series over time, down-sampled to shared buckets (1.2); never used for statistics."""
+
+    start: int  # epoch seconds of the first bucket
+    bucket_s: int
+    buckets: int
+    device_series: list = field(default_factory=list)  # DeviceSeries
+    stage_series: list = field(default_factory=list)  # StageSeries
 
 
 @dataclass
@@ -209,6 +247,8 @@ class Portrait:
     devices: Devices
     bottlenecks: list  # Verdict, most important first
     data_quality: DataQuality
+    roofline_roofs: Roofs | None = None  # (1.2)
+    timeline: Timeline | None = None  # (1.2)
 
     def to_dict(self) -> dict:
         return _rounded(dataclasses.asdict(self))
@@ -273,7 +313,7 @@ def _build(cls, data, where: str):
 
 
 _NESTED = {"stages": "Stage", "metrics": "DeviceMetric", "utilisation_by_stage": "StageUtilisation",
-           "bottlenecks": "Verdict"}
+           "bottlenecks": "Verdict", "device_series": "DeviceSeries", "stage_series": "StageSeries"}
 
 
 def _convert(hint, value, where):

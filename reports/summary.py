@@ -8,15 +8,7 @@ Usage::
 
 from __future__ import annotations
 
-
-def _ms(x) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 1000 else f"{x:,.0f}"
-
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
+from .units import ms as _ms, pct as _pct
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:

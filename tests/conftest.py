@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -86,6 +87,24 @@ os._exit(0)
     assert run_python(code).returncode == 0
 
 
+HOSTILE_NAMES = ("<img src=x onerror=alert(1)>", "</script><script>alert(2)</script>", "\"'><svg onload=alert(3)>",
+                 "a&amp;b <!-- c")
+
+
+def record_hostile_service(out: Path) -> Path:
+    """A real recording whose stage, engine and service names are HTML/script injection probes."""
+    rec = loadprobe.start(out, service="svc<b onmouseover=alert(4)>", sample_devices=False, flush_interval_s=0.05)
+    base = 1_000_000
+    for i in range(40):
+        with loadprobe.request():
+            for j, name in enumerate(HOSTILE_NAMES):
+                start = time.perf_counter_ns()
+                loadprobe.record_span(name, start, start + base * (j + 1) + i * 1000, batch=1 + i % 3,
+                                      engine="<i>npu</i>", shape=(i % 5 + 1, 4))
+    loadprobe.stop()
+    return rec.run_dir
+
+
 def by_stage(rows: list[dict]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for row in rows:
@@ -93,4 +112,5 @@ def by_stage(rows: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-__all__ = ["REPO", "by_stage", "pa", "record_and_crash", "run_python", "samples_in", "spans_in", "stopped_spans"]
+__all__ = ["HOSTILE_NAMES", "REPO", "by_stage", "pa", "record_and_crash", "record_hostile_service", "run_python",
+           "samples_in", "spans_in", "stopped_spans"]

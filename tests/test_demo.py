@@ -42,6 +42,9 @@ def test_demo_serves_loads_records_and_analyses(tmp_path):
     assert ok_at_client <= set(served_ids) and len(served_ids) == len(set(served_ids))
     assert portrait["devices"], "the server's recorder sampled the devices"
     assert str(run / "report" / "portrait.json") in out
+    html = (run / "report" / "portrait.html").read_text(encoding="utf-8")  # the report, with the plan
+    assert str(run / "report" / "portrait.html") in out
+    assert '<section id="plan"' in html and "Copy pipeline.yaml" in html
     # a second run never touches the first
     before = sorted(p.name for p in run.rglob("*"))
     again = demo(tmp_path, "--seconds", "2", "--rate", "4")

@@ -50,6 +50,7 @@ def _register() -> None:
     from .load import load
     from .record import record
     from .recommend import recommend
+    from .report import report
     from .tco import tco
     from .validate import validate
 
@@ -59,6 +60,7 @@ def _register() -> None:
     main.add_command(load)
     main.add_command(record)
     main.add_command(recommend)
+    main.add_command(report)
     main.add_command(tco)
     main.add_command(validate)
 

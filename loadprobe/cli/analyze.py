@@ -1,4 +1,4 @@
-"""``loadprobe analyze``: recorded data in, portrait.json and a terminal summary out."""
+"""``loadprobe analyze``: recorded data in, portrait.json, portrait.html and a terminal summary out."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import click
 @click.command()
 @click.argument("data", nargs=-1, required=True)
 @click.option("-o", "--output", default="loadprobe-report", show_default=True, type=click.Path(file_okay=False),
-              help="Directory for portrait.json.")
+              help="Directory for portrait.json and portrait.html.")
 @click.option("--json", "as_json", is_flag=True, help="Print portrait.json to stdout instead of the summary.")
+@click.option("--no-html", is_flag=True, help="Do not write the HTML report (portrait.html).")
 @click.option("--since", help="Only data from this time (ISO-8601, UTC if no zone, or epoch seconds).")
 @click.option("--until", help="Only data before this time.")
 @click.option("--service", help="Only this service (a glob pattern).")
@@ -25,7 +26,7 @@ import click
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes (--engine process) or Dask workers of a local cluster.")
 @click.option("--scheduler", help="Address of a running Dask scheduler (--engine dask).")
-def analyze(data, output, as_json, since, until, service, host, device, precision, catalogs, engine, workers,
+def analyze(data, output, as_json, no_html, since, until, service, host, device, precision, catalogs, engine, workers,
             scheduler):
     """Compute the load portrait of DATA (directories, globs or s3://, gs:// URIs).
 
@@ -33,8 +34,17 @@ def analyze(data, output, as_json, since, until, service, host, device, precisio
     Example:
         loadprobe analyze loadprobe-data/ --device nvidia-l4
     """
+    from .._errors import LoadprobeError
     from ..analysis import analyze as run_analysis
     from ..reports.summary import render
+
+    html_path = Path(output) / "portrait.html"
+    if not no_html and html_path.exists():
+        from ..reports.html import is_report
+
+        if not is_report(html_path):  # replace our own report, as with portrait.json, but nobody else's file
+            raise LoadprobeError(f"{html_path} exists and was not written by loadprobe; move it, choose another "
+                                 "-o, or pass --no-html")
 
     bar = None
 
@@ -55,8 +65,15 @@ def analyze(data, output, as_json, since, until, service, host, device, precisio
         if bar is not None:
             bar.__exit__(None, None, None)
     path = portrait.save(Path(output) / "portrait.json")
+    size = None
+    if not no_html:
+        from ..reports.html import render_report, write_html
+
+        size = write_html(html_path, render_report(portrait), overwrite=True)
     if as_json:
         click.echo(portrait.to_json(), nl=False)
         return
     click.echo(render(portrait))
     click.echo(f"\nportrait: {path}", err=True)
+    if size is not None:
+        click.echo(f"report:   {html_path} ({size / 1e6:.1f} MB)", err=True)

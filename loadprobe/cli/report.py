@@ -1,0 +1,114 @@
+"""``loadprobe report``: a portrait (or recorded data) in, one self-contained HTML file out; two in, a comparison."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .._errors import LoadprobeError
+
+
+@click.command()
+@click.argument("sources", nargs=-1, required=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="HTML file to write [default: loadprobe-report/portrait.html, or loadprobe-report/compare.html "
+                   "for two sources].")
+@click.option("--force", is_flag=True, help="Replace an existing output file.")
+@click.option("--plans", "plans_path", type=click.Path(dir_okay=False),
+              help="plans.json from loadprobe recommend to include [default: the plans.json beside PORTRAIT when "
+                   "it is newer than the portrait].")
+@click.option("--pipeline", "pipeline_path", type=click.Path(dir_okay=False),
+              help="pipeline.yaml to show with the plan [default: pipeline.yaml beside plans.json].")
+@click.option("--no-plan", is_flag=True, help="Leave any recommendation out.")
+@click.option("--label", "labels", multiple=True, help="Names for A and B in a comparison (repeat twice).")
+@click.option("--device", help="Catalog device for the roofline, when a source is recorded data.")
+@click.option("--precision", help="Precision for the roofline, when a source is recorded data.")
+@click.option("--catalog", "catalogs", multiple=True, type=click.Path(dir_okay=False),
+              help="Extra device catalog file (JSON); repeatable.")
+def report(sources, output, force, plans_path, pipeline_path, no_plan, labels, device, precision, catalogs):
+    """Render the HTML load portrait of SOURCE, or compare two: SOURCE [B].
+
+    A SOURCE is a portrait.json, a folder holding one (like loadprobe-report/), or recorded
+    data (a directory, glob or URI), which is analysed first. The file opens offline in any
+    current browser.
+
+    \b
+    Examples:
+        loadprobe report loadprobe-report/portrait.json -o portrait.html
+        loadprobe report before/portrait.json after/portrait.json -o diff.html
+    """
+    from ..reports.html import render_comparison, render_report, write_html
+
+    if len(sources) > 2:
+        raise LoadprobeError(f"{len(sources)} sources given: pass one portrait or data directory, or two to compare")
+    if labels and len(labels) != len(sources):
+        raise LoadprobeError(f"--label given {len(labels)} time(s) for {len(sources)} source(s): give one per source")
+    default = "loadprobe-report/compare.html" if len(sources) == 2 else "loadprobe-report/portrait.html"
+    path = Path(output or default)
+    if path.exists() and not force:  # before any analysis: fail fast
+        raise LoadprobeError(f"{path} exists; pass --force to replace it or choose another -o")
+    portraits = [_portrait(s, device, precision, catalogs) for s in sources]
+    if len(portraits) == 2:
+        names = tuple(labels) if labels else tuple(_label(s) for s in sources)
+        html = render_comparison(portraits[0][0], portraits[1][0], labels=names)
+        plan_note = ""
+    else:
+        portrait, portrait_file = portraits[0]
+        plans, pipeline, plan_note = (None, None, "") if no_plan else _plan(portrait_file, plans_path, pipeline_path)
+        html = render_report(portrait, plans=plans, pipeline_yaml=pipeline)
+    size = write_html(path, html, overwrite=force)
+    click.echo(f"report: {path} ({size / 1e6:.1f} MB){plan_note}", err=True)
+
+
+def _portrait(source: str, device, precision, catalogs):
+    """(Portrait, the portrait.json it came from or None when analysed now)."""
+    from ..analysis import analyze
+    from ..portrait import Portrait
+
+    candidate = Path(source)
+    if candidate.is_dir() and (candidate / "portrait.json").is_file():
+        candidate = candidate / "portrait.json"
+    if candidate.is_file() and candidate.suffix == ".json":
+        return Portrait.load(candidate), candidate
+    return analyze([source], device=device, precision=precision, catalog=catalogs), None
+
+
+def _label(source: str) -> str:
+    path = Path(source)
+    if path.name == "portrait.json":
+        path = path.parent
+    return path.name or str(source)
+
+
+def _plan(portrait_file: Path | None, plans_path, pipeline_path):
+    """(plans.json content, pipeline.yaml text, a note for the user) — all None/"" without a plan.
+
+    A plans.json beside the portrait is used only when it is newer: ``loadprobe analyze``
+    rewrites portrait.json, and a plan made before that was made from another portrait.
+    """
+    if plans_path is None and portrait_file is not None:
+        beside = portrait_file.with_name("plans.json")
+        if beside.is_file() and beside.stat().st_mtime >= portrait_file.stat().st_mtime:
+            plans_path = beside
+    if plans_path is None:
+        if pipeline_path:
+            raise LoadprobeError("--pipeline needs the plan it belongs to: pass --plans plans.json too")
+        return None, None, ""
+    plans_path = Path(plans_path)
+    try:
+        plans = json.loads(plans_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise LoadprobeError(f"{plans_path}: cannot read plans.json ({exc}); "
+                             "run loadprobe recommend to make one") from None
+    if not isinstance(plans, dict) or "recommended" not in plans:
+        raise LoadprobeError(f"{plans_path}: not a plans.json from loadprobe recommend (no 'recommended' plan)")
+    pipeline_file = Path(pipeline_path) if pipeline_path else plans_path.with_name("pipeline.yaml")
+    pipeline = None
+    if pipeline_file.is_file():
+        pipeline = pipeline_file.read_text(encoding="utf-8")
+    elif pipeline_path:
+        raise LoadprobeError(f"{pipeline_file}: no such file")
+    shown = f" and {pipeline_file}" if pipeline else ""
+    return plans, pipeline, f"; plan from {plans_path}{shown}"

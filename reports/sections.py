@@ -1,0 +1,320 @@
+"""The sections of the single-run report: for each, a one-line reading, its charts and its tables.
+
+This is the page's content as plain data (strings, numbers, lists); the template lays it
+out and escapes it, ``figures.py`` draws the charts. A section whose data the portrait
+lacks says why in its reading instead of disappearing.
+
+Usage::
+
+    view = portrait_view(portrait, plans=json.load(open("plans.json")), pipeline_yaml=text)
+    view["cards"], view["sections"], view["figures"]
+"""
+
+from __future__ import annotations
+
+from . import figures as fig
+from .headline import batched_stage, headline, latency_source
+from .units import NONE, duration, ms, num, pct, si
+
+MAX_SKIPPED_SHOWN = 100
+
+
+def portrait_view(portrait, plans: dict | None = None, pipeline_yaml: str | None = None) -> dict:
+    """Everything the portrait template shows."""
+    p, q = portrait, portrait.data_quality
+    figures = fig.portrait_figures(p)
+    sections = [_traffic(p, figures), _shares(p, figures), _latency(p, figures), _batch(p, figures),
+                _devices(p, figures), _roofline(p, figures), _bottlenecks(p)]
+    if plans:
+        sections.append(_plan(plans, pipeline_yaml))
+    sections.append(_quality(p))
+    services = ", ".join(q.services) or "unknown service"
+    return {
+        "title": f"Load portrait: {services}",
+        "subtitle": f"{q.start or NONE} .. {q.end or NONE} UTC ({duration(q.span_s)}), {len(q.hosts)} host(s), "
+                    f"{q.processes} process(es); portrait {p.version} by loadprobe {p.loadprobe_version}, "
+                    f"{p.generated_at}",
+        "cards": cards(p),
+        "sections": sections,
+        "figures": figures,
+    }
+
+
+def cards(p) -> list[dict]:
+    """The four dimensions: latency, throughput, batch, power."""
+    h = headline(p)
+    source, _ = latency_source(p)
+    t = p.traffic
+    batch = batched_stage(p)
+    timed = h["latency_p95_ms"] is not None
+    latency = {"title": "Latency", "value": f"p95 {ms(h['latency_p95_ms'])} ms" if timed else "not recorded",
+               "detail": f"p50 {ms(h['latency_p50_ms'])} ms · p99 {ms(h['latency_p99_ms'])} ms" if timed
+               else "no span carries a duration",
+               "note": "end to end, per request" if source == "requests" else
+               (f"stage {source} (no request spans)" if source else "no timed spans")}
+    throughput = {"title": "Throughput", "value": f"{num(h['peak_rps'])} req/s peak",
+                  "detail": f"mean {num(h['mean_rps'])} req/s · peak/mean {num(t.peak_to_mean) if t else NONE}",
+                  "note": f"peak over the busiest {t.bucket_s} s bucket" if t else "no arrivals"}
+    batching = {"title": "Batch", "value": f"{num(h['batch_mean'])} mean" if batch else "not recorded",
+                "detail": f"p99 {h['batch_p99']} · max {batch.batch.max}" if batch else "set batch= on @probe",
+                "note": f"stage {batch.name}" if batch else "no stage recorded batch sizes"}
+    measured = h["power_w"] is not None
+    power = {"title": "Power", "value": f"{num(h['power_w'])} W average" if measured else "not measured",
+             "detail": (f"{num(h['energy_per_request_j'])} J per request" if h["energy_per_request_j"] is not None
+                        else "energy per request: -"),
+             "note": "sum over the sampled devices" if measured else
+             "no power readings: RAPL (CPU) or NVML (GPU) were not available where it was recorded"}
+    return [latency, throughput, batching, power]
+
+
+def _section(id_: str, title: str, reading: str, figures: dict, charts: list, **extra) -> dict:
+    shown = [{"id": cid, "label": label} for cid, label in charts if cid in figures]
+    return {"id": id_, "title": title, "reading": reading, "charts": shown, **extra}
+
+
+def _traffic(p, figures) -> dict:
+    t = p.traffic
+    if t is None:
+        return _section("traffic", "Request rate", "No request arrivals in this data.", figures, [])
+    noun = "requests" if t.source == "requests" else "root spans"
+    reading = (f"{t.requests:,} {noun} over {duration(t.duration_s)}: mean {num(t.mean_rps)}/s, "
+               f"peak {num(t.peak_rps)}/s ({num(t.peak_to_mean)}x the mean, per {t.bucket_s} s)")
+    if t.peak_window is not None:
+        reading += f" at {t.peak_window.start}"
+    if t.valley_window is not None:
+        reading += f", quietest {num(t.valley_window.rate_per_s)}/s"
+    cv = t.interarrival_cv
+    if cv is not None:
+        reading += ("; arrivals are bursty" if cv > 1.2 else "; arrivals are more regular than random" if cv < 0.8
+                    else "; arrivals look random (Poisson-like)") + f" (inter-arrival CV {cv:.2f})"
+    charts = [("arrivals", "Requests per second over time, with the peak and valley windows marked")]
+    if t.hour_of_day:
+        charts.append(("hours", "Mean request rate by hour of day (UTC)"))
+    return _section("traffic", "Request rate", reading + ".", figures, charts)
+
+
+def _shares(p, figures) -> dict:
+    r = p.requests
+    stages = fig.request_stages(p)
+    if r is None:
+        reading = "No request spans, so request time cannot be split: wrap requests in loadprobe.request()."
+    elif r.unattributed_share is None:
+        reading = "Request durations were not recorded (imported arrival-only data), so request time cannot be split."
+    elif not stages:
+        reading = "Requests have no probed stages inside them: all their time is unattributed."
+    else:
+        top = max(stages, key=lambda s: s.self_share)
+        mean = r.latency_ms.mean if r.latency_ms else None
+        reading = (f"A mean request takes {ms(mean)} ms: {top.name} is the largest part ({pct(top.self_share, 0)}), "
+                   f"and {pct(r.unattributed_share, 0)} of the time is in no probed stage.")
+    return _section("shares", "Where request time goes", reading, figures,
+                    [("shares", "A mean request's time split by stage (self time), in run order, "
+                                "with the time in no probed stage")])
+
+
+def _latency(p, figures) -> dict:
+    source, lat = latency_source(p)
+    if lat is None:
+        reading = "No span carries a duration (imported arrival-only data)."
+    else:
+        who = "End to end" if source == "requests" else f"For {source}"
+        reading = f"{who}: p50 {ms(lat.p50)} ms, p95 {ms(lat.p95)} ms, p99 {ms(lat.p99)} ms"
+        roots = fig.root_stages(p)
+        tails = [s for s in p.stages if s.name not in roots and s.latency_ms.count >= 20 and s.latency_ms.p50]
+        if tails:
+            wide = max(tails, key=lambda s: (s.latency_ms.p99 / s.latency_ms.p50, s.name))
+            reading += (f"; the widest tail is {wide.name}'s: p99 {ms(wide.latency_ms.p99)} ms is "
+                        f"{wide.latency_ms.p99 / wide.latency_ms.p50:.1f}x its p50")
+        reading += "."
+    rows = []
+    for s in p.stages:
+        lat_s = s.latency_ms
+        rows.append([s.name, f"{s.count:,}", ms(lat_s.p50), ms(lat_s.p95), ms(lat_s.p99), pct(s.share),
+                     pct(s.self_share), pct(s.error_rate + s.timeout_rate),
+                     ", ".join(s.engines) or NONE,
+                     f"{num(s.batch.mean)} / {s.batch.p99}" if s.batch else NONE,
+                     ("dynamic" if s.shapes.dynamic_shape else "fixed") if s.shapes else NONE])
+    table = {"caption": "Every stage, by share of request time",
+             "headers": ["stage", "spans", "p50 ms", "p95 ms", "p99 ms", "share", "self share", "errors", "engine",
+                         "batch mean / p99", "shapes"], "rows": rows, "left": [8, 10]}
+    return _section("latency", "Latency by stage", reading, figures,
+                    [("latency", "Cumulative latency distribution of each stage on a log axis, "
+                                 "p50, p95 and p99 marked")], tables=[table])
+
+
+def _batch(p, figures) -> dict:
+    stage = batched_stage(p)
+    if stage is None:
+        reading = "No stage recorded batch sizes: pass batch= to @probe where a stage runs batches."
+    else:
+        b = stage.batch
+        reading = f"{stage.name} runs batches of {num(b.mean)} on average (p99 {b.p99}, max {b.max})"
+        if b.fit is not None:
+            r2 = "n/a" if b.fit.r2 is None else f"{b.fit.r2:.2f}"
+            reading += (f"; each extra item adds {num(b.fit.b_ms_per_item)} ms to a {num(b.fit.a_ms)} ms base "
+                        f"(r² {r2}, {b.fit.n:,} spans)")
+        reading += "."
+    return _section("batch", "Batch sizes", reading, figures,
+                    [("batch", "How often each batch size ran, per batched stage"),
+                     ("batch_fit", "Span latency against batch size: the least-squares fit of each batched stage")])
+
+
+def _devices(p, figures) -> dict:
+    util = [m for m in p.devices.metrics if m.metric == "util_pct" and m.device != "memory"]
+    if not util and p.timeline is None:
+        reading = ("No device samples in this data (recorded with sample_devices=False or imported), and no "
+                   "stage activity over time (a portrait before 1.2 has none: re-run loadprobe analyze).")
+    else:
+        parts = []
+        if util:
+            busiest = max(util, key=lambda m: (m.mean, m.host, m.device))
+            idle = p.devices.idle_share.get(f"{busiest.host}/{busiest.device}")
+            parts.append(f"The busiest device, {busiest.host}/{busiest.device}, "
+                         f"averaged {busiest.mean:.0f}% utilisation "
+                         f"(p95 {busiest.p95:.0f}%)" + (f", idle {pct(idle, 0)} of the sampled seconds"
+                                                         if idle is not None else ""))
+        watts = [m for m in p.devices.metrics if m.metric == "power_w"]
+        parts.append(f"{num(sum(m.mean for m in watts))} W drawn on average" if watts else
+                     "no power readings (RAPL or NVML were not available)")
+        if p.timeline is None:
+            parts.append("no series over time (a portrait before 1.2: re-run loadprobe analyze)")
+        reading = "; ".join(parts) + "."
+        reading = reading[0].upper() + reading[1:]
+    rows = [[m.host, m.device, m.metric, *(metric_value(m.metric, v) for v in (m.mean, m.p95, m.max)), f"{m.seconds:,}"]
+            for m in p.devices.metrics]
+    tables = [{"caption": f"Device metrics (per-second means over the sampled seconds), {len(rows)} rows",
+               "headers": ["host", "device", "metric", "mean", "p95", "max", "seconds"], "rows": rows,
+               "left": [1, 2], "collapsed": len(rows) > 20}] if rows else []
+    step = f" ({p.timeline.bucket_s} s buckets)" if p.timeline else ""
+    return _section("devices", "Devices over time", reading, figures,
+                    [("devices", f"Device utilisation, memory and power over time{step}, "
+                                 "with each stage's activity (spans in progress) shaded")], tables=tables)
+
+
+def _roofline(p, figures) -> dict:
+    stages = [s for s in p.stages if s.intensity is not None and s.intensity.flops_per_byte]
+    roofs = p.roofline_roofs
+    if not stages:
+        reading = ("No stage recorded both FLOPs and bytes: pass flops= and bytes= to @probe to place stages "
+                   "on a roofline.")
+    elif roofs is None:
+        reading = ("No roofline device was chosen, so the stages are shown without roofs: "
+                   "run loadprobe analyze --device ID (e.g. nvidia-l4; loadprobe's catalog lists them).")
+    else:
+        placed = [s for s in stages if s.intensity.roofline is not None]
+        top = max(placed or stages, key=lambda s: (s.share or 0.0, s.name))
+        reading = f"Against {roofs.name} at {roofs.precision}: "
+        if top.intensity.roofline is not None:
+            r = top.intensity.roofline
+            reading += (f"{top.name} is {r.bound}-bound at {num(top.intensity.flops_per_byte)} FLOP/byte "
+                        f"(ridge {num(r.ridge_flops_per_byte)})")
+            if r.pct_of_roof is not None:
+                reading += f", reaching {num(r.pct_of_roof, 2)}% of its roof"
+        else:
+            reading += f"{top.name} runs at {num(top.intensity.flops_per_byte)} FLOP/byte"
+        reading += "."
+    rows = [[s.name, num(s.intensity.flops_per_byte), si(s.intensity.achieved_flops_per_s, "FLOP/s"),
+             si(s.intensity.achieved_bytes_per_s, "B/s"),
+             s.intensity.roofline.bound if s.intensity.roofline else NONE,
+             f"{num(s.intensity.roofline.pct_of_roof, 2)}%" if s.intensity.roofline and
+             s.intensity.roofline.pct_of_roof is not None else NONE] for s in stages]
+    tables = [{"caption": "Stages with FLOPs and bytes", "headers": ["stage", "FLOP/byte", "achieved", "memory traffic",
+                                                                     "bound", "of roof"], "rows": rows}] if rows else []
+    return _section("roofline", "Roofline", reading, figures,
+                    [("roofline", "Each stage's arithmetic intensity and achieved FLOP/s against the device's "
+                                  "compute and memory roofs (log-log)")], tables=tables)
+
+
+def metric_value(metric: str, value) -> str:
+    """A device metric in its unit: bytes and bytes/s with SI prefixes, the rest as plain figures."""
+    if metric.endswith("_bytes"):
+        return si(value, "B")
+    if metric.endswith("_bps"):
+        return si(value, "B/s")
+    return num(value)
+
+
+def evidence_value(value) -> str:
+    if isinstance(value, float):
+        return num(value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {evidence_value(v)}" for k, v in value.items()) or NONE
+    if isinstance(value, (list, tuple)):
+        return ", ".join(evidence_value(v) for v in value) or NONE
+    return NONE if value is None else str(value)
+
+
+def _bottlenecks(p) -> dict:
+    verdicts = [{"title": v.title, "kind": v.kind, "score": pct(v.score, 0), "advice": v.advice,
+                 "evidence": [(k.replace("_", " "), evidence_value(x)) for k, x in v.evidence.items()]}
+                for v in p.bottlenecks]
+    reading = (f"{len(verdicts)} verdict(s), most important first: {verdicts[0]['title']}." if verdicts
+               else "No bottleneck rule fired on this data.")
+    return {"id": "bottlenecks", "title": "Bottlenecks", "reading": reading, "charts": [], "verdicts": verdicts}
+
+
+def _plan(plans: dict, pipeline_yaml: str | None) -> dict:
+    recommended = plans.get("recommended") or {}
+    stages = []
+    for d in recommended.get("stages") or []:
+        fallback = d.get("fallback")
+        service = d.get("service_time_ms") or {}
+        stages.append({
+            "cells": [d.get("stage"), d.get("engine", NONE) + (f" ({d['device']})" if d.get("device") else ""),
+                      d.get("precision", NONE), str(d.get("batch", NONE)), num(d.get("window_ms")),
+                      num(d.get("timeout_ms")), str(d.get("max_concurrency", NONE)),
+                      f"{fallback.get('engine')} up to {pct(fallback.get('max_ratio'), 0)}" if fallback else NONE,
+                      f"{ms(service.get('p50_ms'))} ({service.get('source', NONE)})"],
+            "why": [(k.replace("_", " "), evidence_value(v)) for k, v in (d.get("why") or {}).items()],
+        })
+    options = []
+    for o in [recommended, *(plans.get("alternatives") or [])]:
+        if not o:
+            continue
+        est = o.get("estimate") or {}
+        tco = o.get("tco") or {}
+        feasible = o.get("feasible", True) and est
+        options.append([o.get("name", NONE) + (" (recommended)" if o is recommended else ""),
+                        {True: "yes", False: "no"}.get(o.get("meets_slo"), NONE) if feasible else "infeasible",
+                        ms(est.get("p50_ms")), ms(est.get("p95_ms")), ms(est.get("p99_ms")), num(est.get("max_rps")),
+                        num(est.get("power_w")), num(est.get("energy_per_request_j")),
+                        num(tco.get("total")) if tco else NONE, "; ".join(o.get("notes") or []) or NONE])
+    years = (plans.get("constraints") or {}).get("years")
+    reading = plans.get("verdict") or f"Recommended plan: {recommended.get('name', NONE)}."
+    return {
+        "id": "plan", "title": "Recommended plan", "reading": reading, "charts": [],
+        "scenario": f"{plans.get('scenario', NONE)}: {plans.get('scenario_why', '')}",
+        "estimates_are": plans.get("estimates_are"),
+        "stage_headers": ["stage", "engine", "precision", "batch", "window ms", "timeout ms", "concurrency",
+                          "fallback", "service p50 ms"],
+        "stages": stages,
+        "option_headers": ["plan", "meets SLO", "p50 ms", "p95 ms", "p99 ms", "max req/s", "power W", "J/request",
+                           f"{num(years)}-year cost" if years else "cost", "notes"],
+        "options": options,
+        "sizing": f"at {num(plans.get('sizing_rate_rps'))} req/s" if plans.get("sizing_rate_rps") else "",
+        "pipeline_yaml": pipeline_yaml,
+    }
+
+
+def _quality(p) -> dict:
+    q = p.data_quality
+    drops = q.recorder.get("spans_dropped", 0) + q.recorder.get("samples_dropped", 0)
+    issues = len(q.files_skipped) + len(q.warnings) + len(q.clock_warnings)
+    reading = (f"{q.rows:,} spans from {q.files_read} file(s) of {q.processes} process(es) on {len(q.hosts)} host(s) "
+               f"over {duration(q.span_s)}; ")
+    reading += ("nothing skipped, dropped or suspicious." if not issues and not drops
+                else f"{issues} warning(s), {drops:,} record(s) dropped by the recorder.")
+    facts = [("time span", f"{q.start or NONE} .. {q.end or NONE} UTC ({duration(q.span_s)})"),
+             ("hosts", ", ".join(q.hosts) or NONE), ("services", ", ".join(q.services) or NONE),
+             ("processes", str(q.processes)), ("files read", f"{q.files_read:,}"),
+             ("files skipped", f"{len(q.files_skipped):,}"), ("span rows", f"{q.rows:,}"),
+             ("rows outside --since/--until", f"{q.rows_filtered:,}"),
+             ("spans without a duration", f"{q.null_durations:,}"),
+             ("negative durations (ignored)", f"{q.negative_durations:,}"),
+             ("children whose parent is in another file", f"{q.unjoined_children:,}")]
+    facts += [(f"recorder: {k.replace('_', ' ')}", f"{v:,}") for k, v in sorted(q.recorder.items())]
+    facts.append(("inputs", ", ".join(p.inputs) or NONE))
+    return {"id": "quality", "title": "Data quality", "reading": reading, "charts": [], "facts": facts,
+            "warnings": list(q.warnings) + list(q.clock_warnings),
+            "skipped": [(s.get("path"), s.get("reason")) for s in q.files_skipped[:MAX_SKIPPED_SHOWN]],
+            "skipped_more": max(0, len(q.files_skipped) - MAX_SKIPPED_SHOWN)}
