@@ -115,9 +115,12 @@ async def recover(router: Router, npu: Npu) -> None:
     assert await router.submit("after") == ("npu", "after")
 
 
-def test_a_hung_engine_times_out_opens_its_breaker_and_recovers():
-    npu = Npu()
-    npu.mode = "hang"
+def break_and_heal(npu: Npu):
+    """150 requests at 2 ms intervals against the broken npu, then heal it until the breaker closes.
+
+    Returns every outcome, the metrics taken before healing, and the outcomes counted by kind
+    (after checking that each request ended exactly once and every bound held).
+    """
     router = make_router(npu)
 
     async def main():
@@ -130,6 +133,13 @@ def test_a_hung_engine_times_out_opens_its_breaker_and_recovers():
     outcomes, metrics = asyncio.run(main())
     kinds = check_accounting(metrics, outcomes)
     check_bounds(metrics, len(outcomes))
+    return outcomes, metrics, kinds
+
+
+def test_a_hung_engine_times_out_opens_its_breaker_and_recovers():
+    npu = Npu()
+    npu.mode = "hang"
+    outcomes, metrics, kinds = break_and_heal(npu)
     assert metrics["stages"]["model"]["breaker"] in ("open", "half_open")
     assert metrics["stages"]["model"]["breaker_opened"] >= 1
     assert kinds["TimeoutError"] >= 1 and kinds["rejected"] >= 1
@@ -141,18 +151,7 @@ def test_a_hung_engine_times_out_opens_its_breaker_and_recovers():
 def test_a_failing_engine_opens_its_breaker_with_retries_inside_the_budget():
     npu = Npu()
     npu.mode = "error"
-    router = make_router(npu)
-
-    async def main():
-        async with router:
-            outcomes = await drive(router, 150, 0.002)
-            during = router.metrics()
-            await recover(router, npu)
-            return outcomes, during
-
-    outcomes, metrics = asyncio.run(main())
-    kinds = check_accounting(metrics, outcomes)
-    check_bounds(metrics, len(outcomes))
+    outcomes, metrics, kinds = break_and_heal(npu)
     assert kinds["RuntimeError"] >= 1 and metrics["stages"]["model"]["breaker_opened"] >= 1
     assert 0 < metrics["retries"]["allowed"] <= BUDGET * len(outcomes) and metrics["retries"]["denied"] > 0
     # once open, the npu is left alone: far fewer calls than attempts
