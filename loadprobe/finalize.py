@@ -246,7 +246,25 @@ def _quality(part: Partial, runs: list, dataset_skipped: dict) -> DataQuality:
         processes=sum(1 for r in runs if r.span_files),
         clock_warnings=_clock_warnings(part),
         warnings=warnings,
+        host_hardware=_host_hardware(runs),
     )
+
+
+def _host_hardware(runs) -> dict:
+    """What each host is, from its runs' run.json (the first run of a host that says)."""
+    hosts: dict = {}
+    for run in runs:
+        hw = run.info.get("hardware") if isinstance(run.info, dict) else None
+        if not isinstance(hw, dict) or run.host in hosts:
+            continue
+        cpu = hw.get("cpu") or {}
+        hosts[run.host] = {
+            "cpu_model": cpu.get("model"),
+            "logical_cores": cpu.get("logical_cores"),
+            "memory_bytes": hw.get("memory_bytes"),
+            "gpus": [g.get("name") for g in hw.get("gpus") or [] if isinstance(g, dict)],
+        }
+    return dict(sorted(hosts.items()))
 
 
 def _clock_warnings(part: Partial) -> list[str]:

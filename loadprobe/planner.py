@@ -191,7 +191,12 @@ def _recorded_device(portrait, catalog):
 
 
 def _cpu_cores(portrait) -> tuple[int, str]:
-    """Cores the CPU stages had, inferred from the recording: busy core-seconds / CPU utilisation."""
+    """The host's cores: as run.json recorded them, else busy core-seconds / CPU utilisation."""
+    recorded = [h.get("logical_cores") for h in (getattr(portrait.data_quality, "host_hardware", None) or {}).values()
+                if isinstance(h.get("logical_cores"), int) and h.get("logical_cores") > 0]
+    if recorded:
+        cores = min(recorded)
+        return cores, f"{cores} cores: the recorded host's logical cores (run.json)"
     util = next((m.mean for m in portrait.devices.metrics if m.device == "cpu" and m.metric == "util_pct"), None)
     duration = portrait.traffic.duration_s if portrait.traffic else None
     # A batcher-fed stage records its shared execution once per member: count it once per batch.

@@ -22,7 +22,7 @@ from pathlib import Path
 from ._errors import LoadprobeError
 from .schema import SchemaVersionError, check_version
 
-PORTRAIT_VERSION = "1.2"
+PORTRAIT_VERSION = "1.3"
 _DIGITS = 9  # significant digits kept for floats: merge order cannot change the portrait
 
 
@@ -232,6 +232,7 @@ class DataQuality:
     processes: int
     clock_warnings: list
     warnings: list
+    host_hardware: dict = field(default_factory=dict)  # host -> {cpu_model, logical_cores, ...} (1.3)
 
 
 @dataclass
