@@ -264,3 +264,13 @@ def test_erlang_c_stays_finite_for_large_pools():
     assert 0 < erlang_c(800, 750) < 1
     assert erlang_c(1, 0.5) == pytest.approx(0.5)
     assert erlang_c(2, 1.0) == pytest.approx(1 / 3)
+
+
+def test_the_cpu_engine_is_sized_from_the_recorded_cores(tmp_path):
+    import os
+
+    portrait = record(tmp_path, VISION, requests=10)
+    assert set(portrait.data_quality.host_hardware.values().__iter__().__next__()) >= {"logical_cores"}
+    plan = recommend(portrait, Constraints.parse(slo_p95_ms=500, min_rps=5))
+    cpu = plan.recommended.engines["cpu"]
+    assert cpu["servers"] == os.cpu_count() and "run.json" in cpu["why"]
