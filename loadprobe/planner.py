@@ -583,7 +583,11 @@ def _engines(decisions, specs, ctx) -> dict:
         in_flight = ctx.rate * work
         concurrency = min(MAX_CONCURRENCY, max(servers, math.ceil(HEADROOM * in_flight)))
         budget = ctx.slo_ms / 1000.0 if ctx.slo_ms else 1.0
-        queue = min(MAX_QUEUE, max(2 * servers, math.ceil(HEADROOM * ctx.rate * budget)))
+        # Requests that can still be served within one SLO once they reach the front: the servers
+        # times the SLO over the mean execution; a longer queue only turns rejects into timeouts.
+        visits = sum(calls.get(d.stage, 1.0) for d in mine)
+        mean_exec = work / visits if visits else 0.0
+        queue = min(MAX_QUEUE, max(2 * servers, math.ceil(servers * budget / mean_exec) if mean_exec else 0))
         power = _unit_power(spec, device, ctx)
         engines[spec.name] = {
             "kind": spec.kind, "device": device.id if device is not None and (spec.kind != "cpu" or spec.device)
@@ -591,9 +595,10 @@ def _engines(decisions, specs, ctx) -> dict:
             "max_concurrency": concurrency, "max_queue": queue,
             "power_w": power * spec.count if power is not None else None,
             "why": (f"{servers_why}; max_concurrency {concurrency} = max(servers, {HEADROOM:g} x {in_flight:.2f} "
-                    f"in flight by Little's law at {ctx.rate:.3g} req/s); max_queue {queue} = max(2 x servers, "
-                    f"{HEADROOM:g} x the arrivals in {'the SLO' if ctx.slo_ms else '1 s'} ({budget * 1000:.0f} ms) "
-                    "at that rate), beyond which requests are rejected fast with a capacity hint"),
+                    f"in flight by Little's law at {ctx.rate:.3g} req/s); max_queue {queue} = max(2 x servers, servers x "
+                    f"{'the SLO' if ctx.slo_ms else '1 s'} ({budget * 1000:.0f} ms) / the mean execution "
+                    f"({mean_exec * 1000:.3g} ms)): what can still be served in time; beyond it requests are "
+                    "rejected fast with a capacity hint"),
         }
     return engines
 

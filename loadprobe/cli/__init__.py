@@ -51,6 +51,7 @@ def _register() -> None:
     from .record import record
     from .recommend import recommend
     from .report import report
+    from .simulate import simulate
     from .tco import tco
     from .validate import validate
 
@@ -61,6 +62,7 @@ def _register() -> None:
     main.add_command(record)
     main.add_command(recommend)
     main.add_command(report)
+    main.add_command(simulate)
     main.add_command(tco)
     main.add_command(validate)
 

@@ -1,0 +1,17 @@
+"""``loadprobe simulate``: a discrete-event simulation of a pipeline.yaml under a given arrival schedule.
+
+Usage::
+
+    from loadprobe.simulate import exponential, simulate
+
+    result = simulate(config, arrivals_s, {"backbone": exponential(3.0)}, seed=1)
+    result.latency_ms["p95"], result.rejects, result.engines["npu0"]["utilisation"]
+
+The rules (fallback caps, breakers, retry budget, shedding) are ``loadprobe.route.policy``'s
+own objects, driven by the simulated clock; docs/simulate.md describes what is modelled.
+"""
+
+from .result import SimulationResult, simulate
+from .servicetimes import ServiceTime, constant, exponential, from_config, lognormal
+
+__all__ = ["ServiceTime", "SimulationResult", "constant", "exponential", "from_config", "lognormal", "simulate"]

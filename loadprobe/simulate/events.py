@@ -1,0 +1,355 @@
+"""The discrete-event loop: requests through a PipelineConfig's stages, with the router's rules.
+
+Mirrors ``loadprobe.route`` (engine.py, router.py) on a simulated clock: each engine has
+``max_concurrency`` slots shared by its stages' lanes and one bounded priority queue
+(``admission()`` decides on a full one); a batched lane starts a batch when it is full, when
+its oldest request has waited ``max_wait_ms`` or when the engine's queue is full, and a batch
+takes one slot; an attempt times out ``timeout_ms`` after it reached the stage, queueing
+included; fallback, breakers and retries are decided by the very ``FailoverCap``, ``Breaker``
+and ``RetryBudget`` objects the router uses, given the simulated clock.
+
+Modelled like the router's async executors: an execution still running at the last deadline
+of its batch is stopped then and its slot freed. Not simulated: the canary split, routing by
+shape or precision, executor errors (attempts fail only by timing out).
+
+The heap holds plain tuples ``(time, seq, kind, id)``; arrivals are merged in from their sorted
+list, so the heap only ever holds what is in flight.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from collections.abc import Mapping, Sequence
+
+from ..pipeline import PipelineConfig
+from ..route.policy import Admission, Breaker, FailoverCap, RetryBudget, admission
+from .servicetimes import ServiceTime
+
+_TIMEOUT, _DONE, _WAKE = 0, 1, 2  # event kinds
+_QUEUED, _RUNNING, _OVER = 0, 1, 2  # attempt states
+
+
+class _Engine:
+    def __init__(self, name: str, max_concurrency: int, max_queue: int) -> None:
+        self.name, self.max_concurrency, self.max_queue = name, max_concurrency, max_queue
+        self.busy = self.waiting = 0
+        self.lanes: list[_Lane] = []
+        self.busy_s = 0.0
+        self.executions = self.items = 0
+
+
+class _Lane:
+    def __init__(self, index: int, stage, engine: _Engine, service: ServiceTime) -> None:
+        self.index, self.engine, self.service = index, engine, service
+        self.batched = stage.batch is not None
+        self.batch_size = stage.batch.size if stage.batch else 1
+        self.max_wait_s = stage.batch.max_wait_ms / 1000 if stage.batch else 0.0
+        self.limit = min(stage.max_concurrency or engine.max_concurrency, engine.max_concurrency)
+        self.busy = self.waiting = 0
+        self.queues: dict[int, deque[int]] = {}  # priority -> attempt ids, oldest first
+        self.timer_at = math.inf
+        engine.lanes.append(self)
+
+
+class _Stage:
+    def __init__(self, config, lane: _Lane, fallback_lane: _Lane | None, max_attempts: int,
+                 window_s: float, clock) -> None:
+        self.name = config.name
+        self.lane, self.fallback_lane = lane, fallback_lane
+        self.timeout_s = config.timeout_ms / 1000
+        self.max_attempts = max_attempts
+        fallback, b = config.fallback, config.breaker
+        self.queue_len_over = fallback.when.queue_len_over if fallback and fallback.when else None
+        self.otherwise = fallback.otherwise if fallback else "reject"
+        self.cap = FailoverCap(fallback.max_ratio, window_s, clock) if fallback else None
+        self.breaker = Breaker(b.error_rate_over, b.window_s, b.min_requests, b.open_s, clock) if b else None
+        self.entered = self.failovers = self.retries = self.timeouts = 0
+        self.latencies: list[float] = []
+
+
+class Simulation:
+    """One run. ``run()`` consumes the arrivals and leaves counts and samples on the object."""
+
+    def __init__(self, config: PipelineConfig, arrivals_s: Sequence[float], priorities: Sequence[int] | None,
+                 service_times: Mapping[tuple[str, str], ServiceTime], *, seed: int, window_s: float) -> None:
+        self.now = 0.0
+        clock = lambda: self.now  # noqa: E731 - the policy objects read the simulated time
+        self.rng = random.Random(seed)
+        self.arrivals = list(arrivals_s)
+        self.priorities = list(priorities) if priorities is not None else None
+        routing = config.routing
+        self.shed_by = routing.shed.by if routing and routing.shed else "none"
+        self.budget = RetryBudget(routing.retry.budget_ratio, window_s, clock) if routing and routing.retry else None
+        default_attempts = routing.retry.max_attempts if routing and routing.retry else 1
+        self.engines = {name: _Engine(name, e.max_concurrency, e.max_queue) for name, e in config.engines.items()}
+        self.lanes: list[_Lane] = []
+
+        def lane(stage, engine: str) -> _Lane:
+            made = _Lane(len(self.lanes), stage, self.engines[engine], service_times[(stage.name, engine)])
+            self.lanes.append(made)
+            return made
+
+        self.stages = [
+            _Stage(s, lane(s, s.engine), lane(s, s.fallback.engine) if s.fallback else None,
+                   s.retry.max_attempts if s.retry else default_attempts, window_s, clock)
+            for s in config.stages]
+        # attempts: parallel lists indexed by attempt id
+        self.a_request: list[int] = []
+        self.a_stage: list[int] = []
+        self.a_lane: list[int] = []
+        self.a_enqueued: list[float] = []
+        self.a_deadline: list[float] = []
+        self.a_state: list[int] = []
+        self.a_own: list[bool] = []  # on the stage's own engine (the breaker hears of it)
+        # requests
+        n = len(self.arrivals)
+        self.r_entered = [0.0] * n  # when the request reached its current stage
+        self.r_attempt = [0] * n
+        self.outcomes = {"ok": 0, "rejected": 0, "timeout": 0}
+        self.rejects: dict[str, int] = {}
+        self.latencies: list[float] = []
+        self.batches: dict[int, tuple[_Lane, list[int], float, bool]] = {}
+        self.heap: list[tuple] = []
+        self.seq = self.batch_count = 0
+        self.end = 0.0  # when the last request ended (stale timeouts may still follow in the heap)
+
+    # -- the loop ------------------------------------------------------------------------------------------
+
+    def run(self) -> Simulation:
+        heap, arrivals, pop = self.heap, self.arrivals, heapq.heappop
+        i, n = 0, len(arrivals)
+        while i < n or heap:
+            if i < n and (not heap or arrivals[i] < heap[0][0]):
+                self.now = arrivals[i]
+                if self.budget is not None:
+                    self.budget.note_request()
+                self._enter(i, 0)
+                i += 1
+                continue
+            self.now, _, kind, ident = pop(heap)
+            if kind == _TIMEOUT:
+                self._on_timeout(ident)
+            elif kind == _DONE:
+                self._on_done(ident)
+            else:
+                lane = self.lanes[ident]
+                if lane.timer_at == self.now:
+                    lane.timer_at = math.inf
+                self._pump(lane.engine)
+        return self
+
+    def _push(self, when: float, kind: int, ident: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (when, self.seq, kind, ident))
+
+    # -- the router's decisions (router.py: _stage, _attempt, _move) -------------------------------------
+
+    def _enter(self, request: int, index: int) -> None:
+        self.r_entered[request] = self.now
+        self.r_attempt[request] = 1
+        self.stages[index].entered += 1
+        self._attempt(request, index)
+
+    def _attempt(self, request: int, index: int) -> None:
+        stage = self.stages[index]
+        lane, breaker, cap = stage.lane, stage.breaker, stage.cap
+        priority = self.priorities[request] if self.priorities is not None else 0
+        if cap is not None:
+            cap.note_request()
+        if breaker is not None and not breaker.allow():
+            if cap is None or not cap.try_move():
+                return self._reject(request, "breaker_open")
+            stage.failovers += 1
+            return self._run(stage.fallback_lane, request, index, priority, False)
+        if cap is not None:
+            engine = lane.engine
+            over = stage.queue_len_over is not None and engine.waiting > stage.queue_len_over
+            turned_away = not self._can_admit(lane, priority)
+            if over or turned_away:
+                if cap.try_move():
+                    if breaker is not None:
+                        breaker.release()
+                    stage.failovers += 1
+                    return self._run(stage.fallback_lane, request, index, priority, False)
+                if stage.otherwise == "reject" or turned_away:
+                    if breaker is not None:
+                        breaker.release()
+                    return self._reject(request, "failover_cap")
+        self._run(lane, request, index, priority, True)
+
+    def _reject(self, request: int, reason: str) -> None:
+        self.rejects[reason] = self.rejects.get(reason, 0) + 1
+        self.outcomes["rejected"] += 1
+        self.end = self.now
+
+    def _failed(self, attempt: int) -> None:
+        """An attempt timed out: tell the breaker, then retry within max_attempts and the budget."""
+        self.a_state[attempt] = _OVER
+        request, index = self.a_request[attempt], self.a_stage[attempt]
+        stage = self.stages[index]
+        stage.timeouts += 1
+        if self.a_own[attempt] and stage.breaker is not None:
+            stage.breaker.record(ok=False)
+        if self.r_attempt[request] >= stage.max_attempts or (self.budget is not None and not self.budget.try_retry()):
+            self.outcomes["timeout"] += 1
+            self.end = self.now
+            return
+        self.r_attempt[request] += 1
+        stage.retries += 1
+        self._attempt(request, index)
+
+    def _succeeded(self, attempt: int) -> None:
+        self.a_state[attempt] = _OVER
+        request, index = self.a_request[attempt], self.a_stage[attempt]
+        stage = self.stages[index]
+        if self.a_own[attempt] and stage.breaker is not None:
+            stage.breaker.record(ok=True)
+        stage.latencies.append(self.now - self.r_entered[request])
+        if index + 1 < len(self.stages):
+            self._enter(request, index + 1)
+        else:
+            self.outcomes["ok"] += 1
+            self.end = self.now
+            self.latencies.append(self.now - self.arrivals[request])
+
+    # -- an engine (engine.py: run, _pump, _ready_lane, _start, _finish) ---------------------------------
+
+    def _starts_now(self, lane: _Lane) -> bool:
+        engine = lane.engine
+        return engine.busy < engine.max_concurrency and lane.busy < lane.limit and not engine.waiting
+
+    def _admission(self, engine: _Engine, priority: int) -> Admission:
+        lowest = min((min(lane.queues) for lane in engine.lanes if lane.queues), default=None)
+        return admission(waiting=engine.waiting, max_queue=engine.max_queue, priority=priority,
+                         lowest_waiting=lowest, shed_by=self.shed_by)
+
+    def _can_admit(self, lane: _Lane, priority: int) -> bool:
+        engine = lane.engine
+        if self._starts_now(lane) or engine.waiting < engine.max_queue:
+            return True
+        return self._admission(engine, priority) is not Admission.REJECT
+
+    def _run(self, lane: _Lane, request: int, index: int, priority: int, own: bool) -> None:
+        engine = lane.engine
+        stage = self.stages[index]
+        if not (self._starts_now(lane) or engine.waiting < engine.max_queue):
+            if self._admission(engine, priority) is Admission.REJECT:
+                if own and stage.breaker is not None:
+                    stage.breaker.release()
+                return self._reject(request, "queue_full")
+            self._evict_lowest(engine)
+        attempt = len(self.a_state)
+        deadline = self.now + stage.timeout_s
+        self.a_request.append(request)
+        self.a_stage.append(index)
+        self.a_lane.append(lane.index)
+        self.a_enqueued.append(self.now)
+        self.a_deadline.append(deadline)
+        self.a_state.append(_QUEUED)
+        self.a_own.append(own)
+        lane.queues.setdefault(priority, deque()).append(attempt)
+        lane.waiting += 1
+        engine.waiting += 1
+        self._push(deadline, _TIMEOUT, attempt)
+        self._pump(engine)
+
+    def _evict_lowest(self, engine: _Engine) -> None:
+        lane = min((lane for lane in engine.lanes if lane.queues), key=lambda lane: min(lane.queues))
+        lowest = min(lane.queues)
+        queue = lane.queues[lowest]
+        victim = queue.pop()  # the newest of the lowest priority
+        if not queue:
+            del lane.queues[lowest]
+        lane.waiting -= 1
+        engine.waiting -= 1
+        self.a_state[victim] = _OVER
+        stage = self.stages[self.a_stage[victim]]
+        if self.a_own[victim] and stage.breaker is not None:
+            stage.breaker.release()
+        self._reject(self.a_request[victim], "shed")
+
+    def _pump(self, engine: _Engine) -> None:
+        while engine.waiting and engine.busy < engine.max_concurrency:
+            lane = self._ready_lane(engine)
+            if lane is None:
+                return
+            self._start(lane, self._take(lane))
+
+    def _ready_lane(self, engine: _Engine) -> _Lane | None:
+        best, best_key = None, None
+        now = self.now
+        for lane in engine.lanes:
+            if not lane.waiting or lane.busy >= lane.limit:
+                continue
+            oldest = min(self.a_enqueued[q[0]] for q in lane.queues.values())
+            if lane.waiting < lane.batch_size and engine.waiting < engine.max_queue:
+                opens = oldest + lane.max_wait_s
+                if now < opens:
+                    if opens < lane.timer_at:
+                        lane.timer_at = opens
+                        self._push(opens, _WAKE, lane.index)
+                    continue
+            key = (max(lane.queues), -oldest)
+            if best_key is None or key > best_key:
+                best, best_key = lane, key
+        return best
+
+    def _take(self, lane: _Lane) -> list[int]:
+        out: list[int] = []
+        n = lane.batch_size
+        while len(out) < n and lane.queues:
+            top = max(lane.queues)
+            queue = lane.queues[top]
+            while queue and len(out) < n:
+                out.append(queue.popleft())
+            if not queue:
+                del lane.queues[top]
+        lane.waiting -= len(out)
+        lane.engine.waiting -= len(out)
+        return out
+
+    def _start(self, lane: _Lane, attempts: list[int]) -> None:
+        engine = lane.engine
+        engine.busy += 1
+        lane.busy += 1
+        engine.executions += 1
+        engine.items += len(attempts)
+        end = self.now + lane.service(len(attempts), self.rng)
+        last_deadline = max(self.a_deadline[a] for a in attempts)
+        cut = end > last_deadline  # nobody waits past the last deadline: the execution is stopped
+        for a in attempts:
+            self.a_state[a] = _RUNNING
+        self.batch_count += 1
+        self.batches[self.batch_count] = (lane, attempts, self.now, cut)
+        self._push(last_deadline if cut else end, _DONE, self.batch_count)
+
+    def _on_done(self, batch: int) -> None:
+        lane, attempts, start, cut = self.batches.pop(batch)
+        engine = lane.engine
+        engine.busy -= 1
+        lane.busy -= 1
+        engine.busy_s += self.now - start
+        if engine.waiting:
+            self._pump(engine)  # the slot is reused before the members move on, as in the router
+        for a in attempts:
+            if self.a_state[a] == _RUNNING:
+                self._failed(a) if cut else self._succeeded(a)
+
+    def _on_timeout(self, attempt: int) -> None:
+        state = self.a_state[attempt]
+        if state == _OVER:
+            return
+        if state == _QUEUED:
+            lane = self.lanes[self.a_lane[attempt]]
+            for priority, queue in lane.queues.items():
+                if attempt in queue:  # almost always at the head: a stage's attempts share one timeout
+                    queue.remove(attempt)
+                    if not queue:
+                        del lane.queues[priority]
+                    break
+            lane.waiting -= 1
+            lane.engine.waiting -= 1
+        self._failed(attempt)

@@ -1,0 +1,78 @@
+"""Service-time samplers of the simulator: one callable per (stage, engine), ``(batch_size, rng) -> seconds``.
+
+Usage::
+
+    times = from_config(config)                                   # each stage's service_time_ms, lognormal
+    times = from_config(config, {"head": exponential(2.0),        # a stage on every engine it may run on
+                                 "backbone": {"gpu0": constant(4.0)}})  # or on one engine
+    times[("backbone", "npu0")](4, random.Random(0))              # seconds for one batch of 4
+
+``service_time_ms`` is the time of one execution (one batch, or one request when unbatched), so
+the samplers built from it ignore the batch size; an override may use it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping
+
+from .._errors import LoadprobeError
+from ..pipeline import PipelineConfig
+
+__all__ = ["ServiceTime", "constant", "exponential", "from_config", "lognormal"]
+
+ServiceTime = Callable[[int, random.Random], float]
+
+Z95 = 1.6448536269514722  # standard normal quantile at 0.95
+
+
+def constant(ms: float) -> ServiceTime:
+    """Always ``ms`` milliseconds."""
+    seconds = ms / 1000.0
+    return lambda batch, rng: seconds
+
+
+def exponential(mean_ms: float) -> ServiceTime:
+    """Exponential with mean ``mean_ms`` (an M/M/c server)."""
+    rate = 1000.0 / mean_ms
+    return lambda batch, rng: rng.expovariate(rate)
+
+
+def lognormal(p50_ms: float, p95_ms: float | None = None) -> ServiceTime:
+    """The lognormal whose median is ``p50_ms`` and 95th percentile ``p95_ms`` (constant without a p95)."""
+    if p95_ms is None or p95_ms <= p50_ms or p50_ms <= 0:
+        return constant(p50_ms if p50_ms > 0 else (p95_ms or 0.0))
+    mu, sigma = math.log(p50_ms / 1000.0), math.log(p95_ms / p50_ms) / Z95
+    return lambda batch, rng: rng.lognormvariate(mu, sigma)
+
+
+Overrides = Mapping[str, "ServiceTime | Mapping[str, ServiceTime]"]
+
+
+def from_config(config: PipelineConfig, overrides: Overrides | None = None) -> dict[tuple[str, str], ServiceTime]:
+    """A sampler for every (stage, engine) a request may run on: its own engine and its fallback's.
+
+    ``overrides`` maps a stage to a sampler (every engine) or to ``{engine: sampler}``; the rest
+    come from the stage's ``service_time_ms`` (lognormal through p50 and p95), used on the
+    fallback engine too, since the file gives one figure per stage.
+    """
+    overrides = overrides or {}
+    unknown = sorted(set(overrides) - {s.name for s in config.stages})
+    if unknown:
+        raise LoadprobeError(f"service times given for unknown stages: {', '.join(unknown)}; the stages are: "
+                             f"{', '.join(s.name for s in config.stages)}")
+    out: dict[tuple[str, str], ServiceTime] = {}
+    for stage in config.stages:
+        given = overrides.get(stage.name)
+        for engine in [stage.engine] + ([stage.fallback.engine] if stage.fallback else []):
+            sampler = given.get(engine) if isinstance(given, Mapping) else given
+            if sampler is None:
+                st = stage.service_time_ms
+                if st is None or (st.p50 is None and st.p95 is None):
+                    raise LoadprobeError(
+                        f"stage {stage.name!r} has no service_time_ms (p50, p95) for engine {engine!r}; add it to "
+                        f"the pipeline file or pass service_times={{{stage.name!r}: sampler}}")
+                sampler = lognormal(st.p50, st.p95) if st.p50 is not None else constant(st.p95)
+            out[(stage.name, engine)] = sampler
+    return out
