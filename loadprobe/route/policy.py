@@ -265,3 +265,35 @@ def admission(*, waiting: int, max_queue: int, priority: int, lowest_waiting: in
     if shed_by == "priority" and lowest_waiting is not None and lowest_waiting < priority:
         return Admission.EVICT
     return Admission.REJECT
+
+
+def steer(cap: FailoverCap | None, breaker: Breaker | None, *, queue_over: Callable[[], bool],
+          turned_away: Callable[[], bool], otherwise: str) -> tuple[str, str | None]:
+    """Where one attempt of a stage goes: ``("run", None)`` on its own engine, ``("move", None)``
+    to its fallback, or ``("reject", reason)``. The router and the simulator both ask here.
+
+    An open breaker moves the attempt within the failover cap, else rejects it
+    (``breaker_open``). With a fallback, an engine past ``queue_len_over`` (``queue_over()``)
+    or unable to admit it (``turned_away()``) moves it within the cap; past the cap it is
+    rejected (``failover_cap``) unless ``otherwise`` is ``queue`` and the engine can still
+    admit it. A breaker's half-open trial is released whenever the attempt does not run.
+    """
+    if cap is not None:
+        cap.note_request()
+    if breaker is not None and not breaker.allow():
+        if cap is None or not cap.try_move():
+            return "reject", "breaker_open"
+        return "move", None
+    if cap is not None:
+        over = queue_over()
+        away = turned_away()
+        if over or away:
+            if cap.try_move():
+                if breaker is not None:
+                    breaker.release()
+                return "move", None
+            if otherwise == "reject" or away:
+                if breaker is not None:
+                    breaker.release()
+                return "reject", "failover_cap"
+    return "run", None

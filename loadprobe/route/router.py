@@ -45,7 +45,7 @@ from ..pipeline import load as load_pipeline
 from .canary import CanarySplit
 from .engine import Engine, Lane
 from .errors import Rejected
-from .policy import Breaker, FailoverCap, RetryBudget
+from .policy import Breaker, FailoverCap, RetryBudget, steer
 
 __all__ = ["Router"]
 
@@ -269,25 +269,14 @@ class Router:
 
     async def _attempt(self, stage: _Stage, payload: Any, priority: int) -> Any:
         engine, lane, breaker, cap = stage.engine, stage.lane, stage.breaker, stage.cap
-        if cap is not None:
-            cap.note_request()
-        if breaker is not None and not breaker.allow():
-            if cap is None or not cap.try_move():
-                raise engine.reject("breaker_open", lane)
+        action, reason = steer(cap, breaker, otherwise=stage.otherwise,
+                               queue_over=lambda: stage.queue_len_over is not None
+                               and engine.waiting > stage.queue_len_over,
+                               turned_away=lambda: not engine.can_admit(lane, priority))
+        if action == "reject":
+            raise engine.reject(reason, lane)
+        if action == "move":
             return await self._move(stage, payload, priority)
-        if cap is not None:
-            over = stage.queue_len_over is not None and engine.waiting > stage.queue_len_over
-            turned_away = not engine.can_admit(lane, priority)
-            if over or turned_away:
-                if cap.try_move():
-                    if breaker is not None:
-                        breaker.release()
-                    return await self._move(stage, payload, priority)
-                if stage.otherwise == "reject" or turned_away:
-                    if breaker is not None:
-                        breaker.release()
-                    raise engine.reject("failover_cap", lane)
-                # otherwise: queue -- wait on the stage's own engine, within its max_queue
         if breaker is None:
             return await engine.run(lane, payload, priority, stage.timeout_s)
         try:

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 
 from ..pipeline import PipelineConfig
-from ..route.policy import Admission, Breaker, FailoverCap, RetryBudget, admission
+from ..route.policy import Admission, Breaker, FailoverCap, RetryBudget, admission, steer
 from .servicetimes import ServiceTime
 
 _TIMEOUT, _DONE, _WAKE = 0, 1, 2  # event kinds
@@ -157,27 +157,15 @@ class Simulation:
         stage = self.stages[index]
         lane, breaker, cap = stage.lane, stage.breaker, stage.cap
         priority = self.priorities[request] if self.priorities is not None else 0
-        if cap is not None:
-            cap.note_request()
-        if breaker is not None and not breaker.allow():
-            if cap is None or not cap.try_move():
-                return self._reject(request, "breaker_open")
+        action, reason = steer(cap, breaker, otherwise=stage.otherwise,
+                               queue_over=lambda: stage.queue_len_over is not None
+                               and lane.engine.waiting > stage.queue_len_over,
+                               turned_away=lambda: not self._can_admit(lane, priority))
+        if action == "reject":
+            return self._reject(request, reason)
+        if action == "move":
             stage.failovers += 1
             return self._run(stage.fallback_lane, request, index, priority, False)
-        if cap is not None:
-            engine = lane.engine
-            over = stage.queue_len_over is not None and engine.waiting > stage.queue_len_over
-            turned_away = not self._can_admit(lane, priority)
-            if over or turned_away:
-                if cap.try_move():
-                    if breaker is not None:
-                        breaker.release()
-                    stage.failovers += 1
-                    return self._run(stage.fallback_lane, request, index, priority, False)
-                if stage.otherwise == "reject" or turned_away:
-                    if breaker is not None:
-                        breaker.release()
-                    return self._reject(request, "failover_cap")
         self._run(lane, request, index, priority, True)
 
     def _reject(self, request: int, reason: str) -> None:
