@@ -14,9 +14,9 @@ import dataclasses
 ESTIMATE_LABEL = "analytic estimate (M/M/c queues per engine; loadprobe simulate replays traffic instead)"
 
 
-def pipeline_dict(plan) -> dict:
-    """The recommended option in pipeline.yaml v1 form, every decision's why included."""
-    option = plan.recommended
+def pipeline_dict(plan, option=None) -> dict:
+    """An option (default: the recommended one) in pipeline.yaml v1 form, every decision's why included."""
+    option = option or plan.recommended
     slo = {}
     if plan.constraints.slo_p95_ms or plan.slo_p95_ms:
         slo["p95_ms"] = _num(plan.constraints.slo_p95_ms or plan.slo_p95_ms)
@@ -29,8 +29,8 @@ def pipeline_dict(plan) -> dict:
         if e["device"]:
             entry["device"] = e["device"]
         entry.update(count=e["count"], max_concurrency=e["max_concurrency"], max_queue=e["max_queue"])
-        if e["power_w"] is not None:
-            entry["power_w"] = _num(e["power_w"])
+        if e["power_w"] is not None:  # the plan's figure is for all the devices; the file's is for one
+            entry["power_w"] = _num(e["power_w"] / e["count"])
         entry["why"] = e["why"]
         engines[name] = entry
     stages = []
@@ -61,17 +61,20 @@ def pipeline_dict(plan) -> dict:
                 "estimate": _estimate_text(option.estimate, plan.slo_p95_ms),
                 "routing": "retries only inside a 10% budget of requests (retries amplify overload); under "
                            "overload the lowest priority is shed first",
-                "verdict": plan.verdict},
+                "verdict": plan.verdict if option is plan.recommended else f"alternative {option.name!r} to the "
+                           f"recommended {plan.recommended.name!r}"},
     }
 
 
-def to_pipeline(plan):
-    """The recommended option as a PipelineConfig, validated against the pipeline.yaml schema."""
+def to_pipeline(plan, option=None):
+    """An option (default: the recommended one) as a PipelineConfig, validated against the pipeline.yaml schema."""
     import yaml
 
     from .pipeline import loads
 
-    return loads(yaml.safe_dump(pipeline_dict(plan), sort_keys=False, allow_unicode=True), source="recommended plan")
+    option = option or plan.recommended
+    return loads(yaml.safe_dump(pipeline_dict(plan, option), sort_keys=False, allow_unicode=True),
+                 source=f"{option.name} plan")
 
 
 def plan_dict(plan) -> dict:
@@ -86,8 +89,8 @@ def plan_dict(plan) -> dict:
         "constraints": _plain(plan.constraints),
         "estimates_are": ESTIMATE_LABEL,
         "verdict": plan.verdict,
-        "recommended": _option(plan.recommended),
-        "alternatives": [_option(o) for o in plan.alternatives],
+        "recommended": _option(plan, plan.recommended),
+        "alternatives": [_option(plan, o) for o in plan.alternatives],
     }
 
 
@@ -99,7 +102,7 @@ def render(plan) -> str:
              f"{d.fallback['engine']} <= {d.fallback['max_ratio']:.0%}" if d.fallback else "-",
              f"{d.service.p50_ms:.3g} ({d.service.source})"]
             for d in plan.recommended.decisions]
-    lines += _table(["stage", "engine", "precision", "batch", "window ms", "timeout ms", "concurrency", "fallback",
+    lines += text_table(["stage", "engine", "precision", "batch", "window ms", "timeout ms", "concurrency", "fallback",
                      "service ms"], rows)
     lines += ["", f"alternatives at {plan.rate_rps:.3g} req/s ({ESTIMATE_LABEL}):"]
     rows = []
@@ -113,13 +116,13 @@ def render(plan) -> str:
                      "-" if est.energy_per_request_j is None else f"{est.energy_per_request_j:.3g}",
                      "-" if not o.tco else f"{o.tco['total']:,.0f}",
                      {True: "yes", False: "no", None: "-"}[o.meets_slo]])
-    lines += _table(["plan", "p50 ms", "p95 ms", "p99 ms", "max req/s", "power W", "J/request", f"{plan.constraints.years:g}y cost",
+    lines += text_table(["plan", "p50 ms", "p95 ms", "p99 ms", "max req/s", "power W", "J/request", f"{plan.constraints.years:g}y cost",
                      "meets SLO"], rows)
     lines += ["", plan.verdict]
     return "\n".join(lines)
 
 
-def _option(o) -> dict:
+def _option(plan, o) -> dict:
     return {
         "name": o.name,
         "feasible": o.feasible,
@@ -131,6 +134,8 @@ def _option(o) -> dict:
         "engines": o.engines,
         "stages": [{**{k: v for k, v in _plain(d).items() if k != "service"},
                     "service_time_ms": _plain(d.service)} for d in o.decisions],
+        # what ``loadprobe simulate plans.json`` runs: the option as a pipeline.yaml would hold it
+        "pipeline": pipeline_dict(plan, o) if o.feasible and o.decisions else None,
     }
 
 
@@ -172,7 +177,8 @@ def _ms(x) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
-def _table(headers, rows) -> list[str]:
+def text_table(headers, rows) -> list[str]:
+    """Left-aligned columns under a header and a rule, as the terminal summaries print them."""
     widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)] if rows else [len(h) for h in headers]
     fmt = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
     return [fmt(headers), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)]

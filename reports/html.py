@@ -44,6 +44,18 @@ def render_comparison(a, b, labels: tuple[str, str] = ("A", "B")) -> str:
     return _page("compare.html.j2", comparison_view(a, b, labels))
 
 
+def render_simulation(simulation: dict) -> str:
+    """A simulation.json (``loadprobe simulate``): its plans side by side, stages, engines' queues."""
+    from .simulation import simulation_view
+
+    return _page("simulation.html.j2", simulation_view(simulation))
+
+
+def write_simulation(simulation: dict, path) -> int:
+    """Write ``render_simulation`` to ``path``, replacing a report loadprobe wrote there before."""
+    return write_html(path, render_simulation(simulation), overwrite=is_report(path))
+
+
 def write_html(path, html: str, *, overwrite: bool = False) -> int:
     """Write ``html`` to ``path`` (via a temporary file and a rename); returns its size in bytes.
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
-
 from dataclasses import replace
+from pathlib import Path
+
+import pytest
 
 from loadprobe import load, pipeline
 from loadprobe.queueing import erlang_c
 from loadprobe.simulate import constant, exponential, from_config, lognormal, simulate
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def plan(stage: str = "", engine: str = "max_concurrency: 1\n    max_queue: 1000", routing: str = "",
@@ -147,9 +150,214 @@ def test_the_command_prints_the_table(tmp_path):
     path = tmp_path / "pipeline.yaml"
     pipeline.save(with_stage(plan(), service_time_ms=pipeline.ServiceTimeConfig(p50=2.0, p95=4.0, source="user")),
                   path)
-    result = CliRunner().invoke(main, ["simulate", str(path), "--rate", "100", "--duration", "5", "--poisson"])
+    result = CliRunner().invoke(main, ["simulate", str(path), "--rate", "100", "--duration", "5", "--poisson",
+                                       "-o", str(tmp_path / "out"), "--no-html"])
     assert result.exit_code == 0, result.output
     assert " ok, 0 rejected, 0 timed out" in result.output
     assert "work" in result.output and "utilisation" in result.output
-    missing = CliRunner().invoke(main, ["simulate", str(tmp_path / "nope.yaml"), "--rate", "1"])
+    missing = CliRunner().invoke(main, ["simulate", str(tmp_path / "nope.yaml"), "--rate", "1", "-o", str(tmp_path)])
     assert missing.exit_code == 2 and "cannot read the pipeline file" in missing.output
+
+
+# -- service times from recorded data -------------------------------------------------------------
+
+
+def record(tmp_path, spans_per_request, requests: int = 200):
+    """A real recording: ``spans_per_request(i)`` gives (stage, start_ms, end_ms, extras) of request i."""
+    import loadprobe
+
+    out = tmp_path / "data"
+    loadprobe.start(out, service="sim", sample_devices=False)
+    try:
+        for i in range(requests):
+            base = 1_000_000_000 * i
+            with loadprobe.request(id=f"r{i}"):
+                for stage, start_ms, end_ms, extras in spans_per_request(i):
+                    loadprobe.record_span(stage, base + int(start_ms * 1e6), base + int(end_ms * 1e6), **extras)
+    finally:
+        loadprobe.stop()
+    return out
+
+
+def two_stage_plan(engine_b: str = "kind: cpu", batch: str = "") -> pipeline.PipelineConfig:
+    return pipeline.loads(f"""
+version: 1
+service: sim
+engines:
+  cpu: {{kind: cpu, max_concurrency: 4, max_queue: 1000}}
+  b: {{{engine_b}, max_concurrency: 1, max_queue: 1000}}
+stages:
+  - {{name: outer, engine: cpu, timeout_ms: 10000}}
+  - {{name: model, engine: b, timeout_ms: 10000{batch}}}
+""")
+
+
+def test_recorded_times_are_self_times_drawn_as_recorded(tmp_path):
+    from loadprobe.simulate import from_recording
+
+    # outer spans 10 ms around a 4 ms child "inner" (not a plan stage): its self time is 6 ms.
+    # model alternates 1 ms and 3 ms: an empirical draw gives only those two values.
+    data = record(tmp_path, lambda i: [("outer", 0, 10, {}), ("inner", 2, 6, {}),
+                                       ("model", 10, 11 if i % 2 else 13, {})])
+    times = from_recording(two_stage_plan(), data)
+    rng = __import__("random").Random(1)
+    outer = {round(times[("outer", "cpu")](1, rng) * 1000, 3) for _ in range(200)}
+    model = [round(times[("model", "b")](1, rng) * 1000, 3) for _ in range(2000)]
+    # record_span nests by the open request only, so inner is outer's sibling here: outer keeps 10 ms
+    assert outer == {10.0}
+    assert set(model) == {1.0, 3.0}
+    assert 0.45 < model.count(1.0) / len(model) < 0.55
+    assert "measured" in times[("model", "b")].how
+
+
+def test_children_are_subtracted_from_a_stage(tmp_path):
+    import loadprobe
+    from loadprobe.simulate.recorded import read_self_times
+
+    out = tmp_path / "data"
+    loadprobe.start(out, service="sim", sample_devices=False)
+    try:
+        for i in range(50):
+            with loadprobe.request(id=f"r{i}"):
+                with loadprobe.Span("outer"):
+                    with loadprobe.Span("inner"):
+                        pass
+    finally:
+        loadprobe.stop()
+    times, _ = read_self_times(out)
+    outer, inner = times[("outer", "cpu", 1)], times[("inner", "cpu", 1)]
+    # the self time of outer is what remains once inner is removed: never negative, never the whole
+    assert (outer >= 0).all() and len(outer) == len(inner) == 50
+
+
+def test_batches_draw_from_the_nearest_recorded_size_scaled_by_the_fit(tmp_path):
+    from loadprobe.simulate import from_recording
+
+    # recorded: batch 1 takes 2 ms and batch 4 takes 5 ms, i.e. 1 ms + 1 ms per item
+    data = record(tmp_path, lambda i: [("outer", 0, 1, {}),
+                                       ("model", 1, 3 if i % 2 else 6, {"batch": 1 if i % 2 else 4})])
+    config = two_stage_plan(batch=", batch: {size: 8, max_wait_ms: 2}")
+    sampler = from_recording(config, data)[("model", "b")]
+    rng = __import__("random").Random(0)
+    assert sampler(1, rng) * 1000 == pytest.approx(2.0, rel=1e-6)
+    assert sampler(4, rng) * 1000 == pytest.approx(5.0, rel=1e-6)
+    assert sampler(8, rng) * 1000 == pytest.approx(9.0, rel=1e-6)  # nearest is 4: 5 ms x fit(8) / fit(4) = 9 / 5
+    assert sampler(3, rng) * 1000 == pytest.approx(4.0, rel=1e-6)  # nearest is 4: 5 x 4 / 5
+    # a plan that runs it unbatched draws every recorded time as one request's
+    pooled = from_recording(two_stage_plan(), data)[("model", "b")]
+    assert {round(pooled(1, rng) * 1000, 3) for _ in range(300)} == {2.0, 5.0}
+
+
+def test_another_engine_scales_the_recorded_times_along_the_roofline(tmp_path):
+    from loadprobe.simulate import from_recording
+
+    # a memory-bound model recorded on the CPU with FLOPs and bytes: on an L4 it is estimated faster
+    data = record(tmp_path, lambda i: [("outer", 0, 1, {}),
+                                       ("model", 1, 21, {"flops": 2e9, "bytes": 4e8, "engine": "cpu"})])
+    here = from_recording(two_stage_plan(), data)[("model", "b")]
+    there = from_recording(two_stage_plan("kind: gpu, device: nvidia-l4"), data)[("model", "b")]
+    rng = __import__("random").Random(0)
+    assert here(1, rng) * 1000 == pytest.approx(20.0, rel=1e-6)
+    assert there.source == "roofline-estimate" and "roofline" in there.how
+    assert 0 < there(1, rng) < here(1, rng)
+    assert there.scale == pytest.approx(there(1, rng) / here(1, rng), rel=1e-9)
+
+
+def test_a_stage_neither_recorded_nor_described_is_refused(tmp_path):
+    from loadprobe._errors import LoadprobeError
+    from loadprobe.simulate import from_recording
+
+    data = record(tmp_path, lambda i: [("outer", 0, 1, {})], requests=20)
+    with pytest.raises(LoadprobeError, match="'model' has no service_time_ms .* and was not recorded"):
+        from_recording(two_stage_plan(), data)
+
+
+# -- what a run reports -----------------------------------------------------------------------------
+
+
+def test_power_energy_and_cost_follow_utilisation():
+    config = pipeline.loads("""
+version: 1
+service: sim
+engines:
+  npu0: {kind: npu, device: ascend-310p, max_concurrency: 1, max_queue: 1000, power_w: 100}
+stages:
+  - {name: work, engine: npu0, timeout_ms: 10000}
+""")
+    result = simulate(config, load.constant(50, duration=20), {"work": constant(10)}, prices={"ascend-310p": 1000})
+    util = result.engines["npu0"]["utilisation"]
+    assert util == pytest.approx(0.5, rel=0.02)
+    assert result.power["mean_w"] == pytest.approx(100 * (0.3 + 0.7 * util))
+    assert result.power["energy_per_request_j"] == pytest.approx(
+        result.power["mean_w"] * result.duration_s / result.outcomes["ok"])
+    assert result.tco["purchase"] == 1000 and result.tco["total"] > 1000
+    assert result.tco["purchase_unknown"] == []
+
+
+def test_the_timeline_shows_a_queue_building_in_a_burst():
+    config = plan(engine="max_concurrency: 1\n    max_queue: 100000")
+    arrivals = list(load.constant(50, duration=10)) + [10.0 + i / 1000 for i in range(500)]  # then a burst
+    result = simulate(config, arrivals, {"work": constant(10)})
+    queue = result.timeline["engines"]["a"]["queue"]
+    assert len(queue) == len(result.timeline["t_s"]) == 200
+    t = result.timeline["t_s"]
+    before = [q for q, at in zip(queue, t) if at < 9.5]
+    assert max(before) <= 1 and max(queue) > 100
+    assert result.engines["a"]["queue_max"] == max(queue)
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+
+def test_the_command_replays_a_trace_through_every_plan_of_a_plans_json(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from loadprobe.cli import main
+
+    runner = CliRunner()
+    plan_dir = tmp_path / "plan"
+    made = runner.invoke(main, ["recommend", str(ROOT / "samples" / "data" / "vision"), "-o", str(plan_dir / "pipeline.yaml"),
+                                "--min-rps", "200", "--slo-p95-ms", "80", "--precision", "backbone=int8-ok"])
+    assert made.exit_code == 0, made.output
+    written = json.loads((plan_dir / "plans.json").read_text())
+    feasible = [o["name"] for o in [written["recommended"], *written["alternatives"]] if o["pipeline"]]
+    assert len(feasible) >= 2
+    trace = ROOT / "samples" / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"
+    out = tmp_path / "sim"
+    result = runner.invoke(main, ["simulate", str(plan_dir / "plans.json"), "--trace", str(trace), "--preset",
+                                  "azure-llm-2023", "--speed", "4", "--duration", "30", "--service-times",
+                                  str(ROOT / "samples" / "data" / "vision"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    saved = json.loads((out / "simulation.json").read_text())
+    assert list(saved["plans"]) == feasible
+    assert saved["service_times"].startswith("recorded in")
+    first = saved["plans"][feasible[0]]
+    assert first["requests"] == saved["requests"] > 100
+    assert sum(first["outcomes"].values()) == first["requests"]
+    assert (out / "simulation.html").read_text().count('data-figure="sim_') >= 2
+    for name in feasible:
+        assert name in result.output
+
+
+def test_the_command_refuses_bad_input_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from loadprobe.cli import main
+
+    runner = CliRunner()
+    path = tmp_path / "pipeline.yaml"
+    pipeline.save(with_stage(plan(), service_time_ms=pipeline.ServiceTimeConfig(p50=2.0, p95=4.0, source="user")),
+                  path)
+    not_plans = tmp_path / "other.json"
+    not_plans.write_text('{"a": 1}')
+    cases = [([str(path)], "how fast? give --rate R"),
+             ([str(not_plans), "--rate", "5"], "not a plans.json"),
+             ([str(path), "--rate", "5", "--speed", "2"], "--speed only applies to --replay"),
+             ([str(path), "--trace", str(tmp_path / "none.csv")], "none.csv")]
+    for args, message in cases:
+        result = runner.invoke(main, ["simulate", *args, "-o", str(tmp_path / "o")])
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output and "Traceback" not in result.output
+        assert len(result.output.strip().splitlines()) == 1

@@ -1,33 +1,71 @@
-"""``loadprobe simulate``: run a pipeline.yaml through the discrete-event simulator at a given load."""
+"""``loadprobe simulate``: replay an arrival schedule through one plan, or every plan of a plans.json."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
+
+from .._errors import LoadprobeError
+from ._schedule import build_schedule, schedule_options
 
 
 @click.command()
 @click.argument("plan", type=click.Path(dir_okay=False))
-@click.option("--rate", type=float, required=True, help="Mean arrival rate, requests per second.")
-@click.option("--duration", type=float, default=60.0, show_default=True, help="Seconds of arrivals.")
-@click.option("--poisson", is_flag=True, help="Poisson arrivals (default: evenly spaced).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of arrivals and service times.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def simulate(plan, rate, duration, poisson, seed, as_json):
-    """Simulate PLAN (a pipeline.yaml) under --rate requests per second for --duration seconds.
+@schedule_options
+@click.option("--service-times", "service_times", metavar="DATA",
+              help="Recorded data to draw each stage's service times from (default: the plan's service_time_ms).")
+@click.option("--price", "prices", multiple=True, metavar="DEVICE=PRICE", help="Purchase price of a catalog device.")
+@click.option("--price-per-kwh", type=float, default=0.15, show_default=True, help="Electricity price.")
+@click.option("--years", type=float, default=3.0, show_default=True, help="Years of ownership for the cost.")
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), default="loadprobe-simulation",
+              show_default=True, help="Directory for simulation.json and simulation.html.")
+@click.option("--no-html", is_flag=True, help="Do not write simulation.html.")
+@click.option("--json", "as_json", is_flag=True, help="Print simulation.json to stdout instead of the tables.")
+def simulate(plan, service_times, prices, price_per_kwh, years, outdir, no_html, as_json, **schedule):
+    """Simulate PLAN under an arrival schedule, without the hardware.
 
-    Service times come from each stage's service_time_ms (lognormal through p50 and p95).
+    PLAN is a pipeline.yaml, or the plans.json of `loadprobe recommend` (every plan in it, side by
+    side). The schedule is a replay (--trace: recorded data, an imported trace or a CSV/JSONL
+    request log, --speed to stress it) or a synthetic process at --rate.
 
     \b
     Examples:
-        loadprobe simulate pipeline.yaml --rate 200 --duration 60 --poisson
+        loadprobe simulate pipeline.yaml --poisson --rate 200 --duration 60 --seed 1
+        loadprobe simulate plan/plans.json --trace data/ --speed 1.5 --service-times data/
+        loadprobe simulate pipeline.yaml --trace trace.csv --preset azure-llm-2023 --speed 4
     """
     # Imported here so that ``loadprobe --help`` stays light.
-    from .. import load, pipeline
+    from ..constraints import parse_prices
+    from ..simulate import from_recording
     from ..simulate import simulate as run
+    from ..simulate.compare import Comparison, read_plans
 
-    config = pipeline.load(plan)
-    arrivals = load.poisson(rate, duration=duration, seed=seed) if poisson else load.constant(rate, duration=duration)
-    result = run(config, arrivals, seed=seed)
-    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else result.render())
+    plans = read_plans(plan)
+    offsets, mode, seed = build_schedule(**schedule)
+    seed = seed or 0
+    price_table = parse_prices(prices)
+    results = {}
+    for name, config in plans:
+        times = from_recording(config, service_times) if service_times else None
+        results[name] = run(config, offsets, times, seed=seed, price_per_kwh=price_per_kwh, years=years,
+                            prices=price_table)
+    comparison = Comparison(source=str(plan), arrivals=mode, requests=len(offsets), seed=seed,
+                            service_times=f"recorded in {service_times}" if service_times
+                            else "each stage's service_time_ms (lognormal through p50 and p95)", results=results)
+    out = Path(outdir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "simulation.json").write_text(json.dumps(comparison.to_dict(), indent=2) + "\n")
+        if not no_html:
+            from ..reports.html import write_simulation
+
+            write_simulation(comparison.to_dict(), out / "simulation.html")
+    except OSError as exc:
+        raise LoadprobeError(f"{out}: cannot write the results ({exc.strerror or exc}); give another -o") from None
+    if as_json:
+        click.echo(json.dumps(comparison.to_dict(), indent=2))
+        return
+    click.echo(comparison.render())
+    click.echo(f"\nwrote {out / 'simulation.json'}" + ("" if no_html else f" and {out / 'simulation.html'}"))

@@ -11,7 +11,9 @@ The rules (fallback caps, breakers, retry budget, shedding) are ``loadprobe.rout
 own objects, driven by the simulated clock; docs/simulate.md describes what is modelled.
 """
 
+from .recorded import RecordedTimes, from_recording
 from .result import SimulationResult, simulate
 from .servicetimes import ServiceTime, constant, exponential, from_config, lognormal
 
-__all__ = ["ServiceTime", "SimulationResult", "constant", "exponential", "from_config", "lognormal", "simulate"]
+__all__ = ["RecordedTimes", "ServiceTime", "SimulationResult", "constant", "exponential", "from_config", "from_recording",
+           "lognormal", "simulate"]

@@ -28,7 +28,8 @@ from ..pipeline import PipelineConfig
 from ..route.policy import Admission, Breaker, FailoverCap, RetryBudget, admission, steer
 from .servicetimes import ServiceTime
 
-_TIMEOUT, _DONE, _WAKE = 0, 1, 2  # event kinds
+_TIMEOUT, _DONE, _WAKE, _SAMPLE = 0, 1, 2, 3  # event kinds
+SAMPLES = 200  # instants at which every engine's queue and busy slots are read
 _QUEUED, _RUNNING, _OVER = 0, 1, 2  # attempt states
 
 
@@ -115,6 +116,12 @@ class Simulation:
         self.heap: list[tuple] = []
         self.seq = self.batch_count = 0
         self.end = 0.0  # when the last request ended (stale timeouts may still follow in the heap)
+        self.sampled_at: list[float] = []
+        self.samples: dict[str, tuple[list[int], list[int]]] = {name: ([], []) for name in self.engines}
+        if n:
+            step = max(self.arrivals[-1] - self.arrivals[0], 1e-9) / SAMPLES
+            for k in range(SAMPLES):
+                self._push(self.arrivals[0] + k * step, _SAMPLE, k)
 
     # -- the loop ------------------------------------------------------------------------------------------
 
@@ -134,12 +141,21 @@ class Simulation:
                 self._on_timeout(ident)
             elif kind == _DONE:
                 self._on_done(ident)
+            elif kind == _SAMPLE:
+                self._sample()
             else:
                 lane = self.lanes[ident]
                 if lane.timer_at == self.now:
                     lane.timer_at = math.inf
                 self._pump(lane.engine)
         return self
+
+    def _sample(self) -> None:
+        self.sampled_at.append(self.now)
+        for name, engine in self.engines.items():
+            queue, busy = self.samples[name]
+            queue.append(engine.waiting)
+            busy.append(engine.busy)
 
     def _push(self, when: float, kind: int, ident: int) -> None:
         self.seq += 1

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import LoadprobeError
 from ..histogram import Histogram
 from ..pipeline import PipelineConfig
 from .events import Simulation
@@ -35,6 +36,12 @@ class SimulationResult:
     completed (end to end, and the time from reaching a stage to leaving it, retries included).
     A stage's ``failover_share`` is moved attempts over the stage's attempts; utilisation is busy
     slot-time over ``max_concurrency`` x the run's length (first arrival to last event).
+
+    ``power``: each engine draws ``power_w`` x ``count`` (the catalog TDP when the file gives no
+    power) times 30% idle + 70% x its utilisation; ``energy_per_request_j`` is that mean power
+    x the run's length / completed requests. ``tco`` is ``loadprobe.tco`` at that mean power with
+    the catalog (or given) prices of every engine's device. ``timeline`` holds each engine's
+    queue length and busy slots read at 200 evenly spaced instants.
     """
 
     requests: int
@@ -46,6 +53,9 @@ class SimulationResult:
     timeouts: int  # attempts that timed out, retried or not
     throughput_rps: float
     duration_s: float
+    power: dict[str, Any] = field(default_factory=dict)  # mean_w, energy_per_request_j, per engine, unknown
+    tco: dict[str, Any] | None = None
+    timeline: dict[str, Any] = field(default_factory=dict)  # t_s, and per engine queue / busy samples
     seed: int = 0
     method: str = field(default="discrete-event simulation")
 
@@ -72,17 +82,36 @@ class SimulationResult:
             lines.append(f"{name:<20} {e['utilisation']:>10.1%} {e['executions']:>11} {batch:>11}")
         if self.rejects:
             lines += ["", "rejects: " + ", ".join(f"{k} {v}" for k, v in sorted(self.rejects.items()))]
+        p = self.power
+        if p.get("mean_w") is not None:
+            energy = p["energy_per_request_j"]
+            lines += ["", f"power {p['mean_w']:.0f} W mean, " + ("-" if energy is None else f"{energy:.3g}")
+                      + " J/request" + (f" (unknown for {', '.join(p['unknown'])})" if p["unknown"] else "")]
+        if self.tco:
+            lines.append(f"cost of ownership over {self.tco['years']:g} years: {self.tco['total']:,.0f}"
+                         + (f" (no price for {', '.join(self.tco['purchase_unknown'])})"
+                            if self.tco["purchase_unknown"] else ""))
         return "\n".join(lines)
 
 
 def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times: Overrides | None = None, *,
-             seed: int = 0, priorities: Sequence[int] | None = None, window_s: float = 10.0) -> SimulationResult:
+             seed: int = 0, priorities: Sequence[int] | None = None, window_s: float = 10.0, catalog=None,
+             price_per_kwh: float = 0.15, years: float = 3.0, prices: Mapping[str, float] | None = None
+             ) -> SimulationResult:
     """Run the requests arriving at ``arrivals_s`` (seconds) through ``config``; same inputs, same result.
 
-    ``service_times`` overrides the stages' ``service_time_ms`` (see ``servicetimes.from_config``).
+    ``service_times`` overrides the stages' ``service_time_ms``: ``{stage: sampler}`` or
+    ``{stage: {engine: sampler}}`` (see ``servicetimes.from_config``), or a complete
+    ``{(stage, engine): sampler}`` as ``from_recording`` returns.
     ``priorities`` (one per arrival, higher first) matter with ``routing.shed.by: priority``.
     ``window_s`` is the window of the failover caps and the retry budget, as in ``Router``.
+    ``catalog`` (default: the built-in one), ``prices`` ({device: price}), ``price_per_kwh`` and
+    ``years`` feed the power and cost figures.
     """
+    if catalog is None:
+        from ..catalog import load_catalog
+
+        catalog = load_catalog()
     times = np.asarray(arrivals_s, dtype=float)
     order = np.argsort(times, kind="stable")
     if priorities is not None:
@@ -90,7 +119,7 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
             raise ValueError(f"{len(priorities)} priorities for {len(times)} arrivals; give one per arrival")
         priorities = np.asarray(priorities)[order].tolist()
     times = times[order]
-    sim = Simulation(config, times.tolist(), priorities, from_config(config, service_times), seed=seed,
+    sim = Simulation(config, times.tolist(), priorities, _samplers(config, service_times), seed=seed,
                      window_s=window_s).run()
     start = float(times[0]) if len(times) else 0.0
     duration = max(sim.end - start, 0.0)
@@ -103,13 +132,82 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
                           "breaker_opened": s.breaker.opened_count if s.breaker else 0}
     engines = {}
     for name, e in sim.engines.items():
+        queue, busy = sim.samples[name]
         engines[name] = {"utilisation": e.busy_s / (e.max_concurrency * duration) if duration else 0.0,
                          "executions": e.executions,
-                         "mean_batch": e.items / e.executions if e.executions else None}
+                         "mean_batch": e.items / e.executions if e.executions else None,
+                         "queue_mean": float(np.mean(queue)) if queue else 0.0,
+                         "queue_max": max(queue, default=0)}
+    timeline = {"t_s": [round(t - start, 6) for t in sim.sampled_at],
+                "engines": {name: {"queue": q, "busy": b} for name, (q, b) in sim.samples.items()}}
+    power = _power(config, engines, duration, sim.outcomes["ok"], catalog)
     return SimulationResult(
         requests=len(times), outcomes=dict(sim.outcomes), latency_ms=_summary(sim.latencies), stages=stages,
         engines=engines, rejects=dict(sim.rejects), timeouts=sum(s.timeouts for s in sim.stages),
-        throughput_rps=sim.outcomes["ok"] / duration if duration else 0.0, duration_s=duration, seed=seed)
+        throughput_rps=sim.outcomes["ok"] / duration if duration else 0.0, duration_s=duration,
+        power=power, tco=_cost(config, power, catalog, price_per_kwh, years, prices or {}), timeline=timeline,
+        seed=seed)
+
+
+def _device(catalog, device_id: str | None):
+    if not device_id:
+        return None
+    try:
+        return catalog.get(device_id)
+    except LoadprobeError:
+        return None
+
+
+def _power(config: PipelineConfig, engines: dict, duration: float, ok: int, catalog) -> dict[str, Any]:
+    """Mean power per engine at its simulated utilisation, and the energy of one completed request."""
+    from ..queueing import IDLE_POWER_SHARE
+
+    per_engine, unknown = {}, []
+    for name, spec in config.engines.items():
+        unit = spec.power_w
+        if unit is None:
+            device = _device(catalog, spec.device)
+            unit = device.tdp_w if device is not None else None
+        if unit is None:
+            unknown.append(name)
+            continue
+        util = engines[name]["utilisation"]
+        per_engine[name] = unit * spec.count * (IDLE_POWER_SHARE + (1 - IDLE_POWER_SHARE) * min(1.0, util))
+        engines[name]["power_w"] = per_engine[name]
+    mean = sum(per_engine.values()) if per_engine else None
+    energy = mean * duration / ok if mean is not None and ok else None
+    return {"mean_w": mean, "energy_per_request_j": energy, "engines_w": per_engine, "unknown": unknown}
+
+
+def _cost(config: PipelineConfig, power: dict, catalog, price_per_kwh: float, years: float,
+          prices: Mapping[str, float]) -> dict[str, Any] | None:
+    """loadprobe.tco at the simulated mean power, with every engine's device price (the host CPU is common)."""
+    from ..tco import tco
+
+    if power["mean_w"] is None:
+        return None
+    purchase, unknown = 0.0, []
+    for name, spec in config.engines.items():
+        if spec.kind == "cpu" and not spec.device:
+            continue
+        price = prices.get(spec.device) if spec.device else None
+        if price is None:
+            device = _device(catalog, spec.device)
+            price = device.price_usd if device is not None else None
+        if price is None:
+            unknown.append(spec.device or name)
+        else:
+            purchase += price * spec.count
+    cost = tco(power_w=power["mean_w"], price_per_kwh=price_per_kwh, years=years, purchase=purchase)
+    return {"total": cost.total, "purchase": cost.purchase, "electricity": cost.electricity, "years": years,
+            "price_per_kwh": price_per_kwh, "purchase_unknown": unknown, "power_unknown": power["unknown"]}
+
+
+def _samplers(config: PipelineConfig, given) -> dict:
+    if given and all(isinstance(k, tuple) for k in given):
+        by_pair = dict(given)
+        return from_config(config, measured=lambda stage, engine: by_pair.get((stage.name, engine)))
+    return from_config(config, given)
 
 
 def _summary(latencies_s: list[float]) -> dict[str, float | None]:

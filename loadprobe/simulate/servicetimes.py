@@ -50,11 +50,13 @@ def lognormal(p50_ms: float, p95_ms: float | None = None) -> ServiceTime:
 Overrides = Mapping[str, "ServiceTime | Mapping[str, ServiceTime]"]
 
 
-def from_config(config: PipelineConfig, overrides: Overrides | None = None) -> dict[tuple[str, str], ServiceTime]:
+def from_config(config: PipelineConfig, overrides: Overrides | None = None, *,
+                measured: Callable[[object, str], ServiceTime | None] | None = None) -> dict[tuple[str, str], ServiceTime]:
     """A sampler for every (stage, engine) a request may run on: its own engine and its fallback's.
 
-    ``overrides`` maps a stage to a sampler (every engine) or to ``{engine: sampler}``; the rest
-    come from the stage's ``service_time_ms`` (lognormal through p50 and p95), used on the
+    ``overrides`` maps a stage to a sampler (every engine) or to ``{engine: sampler}``; then
+    ``measured(stage, engine)`` is asked (recorded times, see ``recorded.from_recording``); the
+    rest come from the stage's ``service_time_ms`` (lognormal through p50 and p95), used on the
     fallback engine too, since the file gives one figure per stage.
     """
     overrides = overrides or {}
@@ -67,12 +69,15 @@ def from_config(config: PipelineConfig, overrides: Overrides | None = None) -> d
         given = overrides.get(stage.name)
         for engine in [stage.engine] + ([stage.fallback.engine] if stage.fallback else []):
             sampler = given.get(engine) if isinstance(given, Mapping) else given
+            if sampler is None and measured is not None:
+                sampler = measured(stage, engine)
             if sampler is None:
                 st = stage.service_time_ms
                 if st is None or (st.p50 is None and st.p95 is None):
                     raise LoadprobeError(
-                        f"stage {stage.name!r} has no service_time_ms (p50, p95) for engine {engine!r}; add it to "
-                        f"the pipeline file or pass service_times={{{stage.name!r}: sampler}}")
+                        f"stage {stage.name!r} has no service_time_ms (p50, p95) for engine {engine!r}"
+                        + (" and was not recorded" if measured is not None else "")
+                        + f"; add it to the pipeline file or pass service_times={{{stage.name!r}: sampler}}")
                 sampler = lognormal(st.p50, st.p95) if st.p50 is not None else constant(st.p95)
             out[(stage.name, engine)] = sampler
     return out

@@ -1,0 +1,106 @@
+"""Plans side by side: read a pipeline.yaml or a plans.json, and hold and print their simulations.
+
+Usage::
+
+    plans = read_plans("plan/plans.json")          # [("hybrid", PipelineConfig), ("all-gpu", ...), ...]
+    comparison = Comparison(source="plan/plans.json", arrivals="poisson 200/s", requests=12000, seed=1,
+                            service_times="...", results={name: simulate(config, offsets) for name, config in plans})
+    print(comparison.render())
+    json.dumps(comparison.to_dict())               # simulation.json
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .._errors import LoadprobeError
+from ..pipeline import PipelineConfig
+from ..plan_files import text_table as _table
+from .result import SimulationResult
+
+__all__ = ["Comparison", "read_plans"]
+
+VERSION = "1.0"
+
+
+def read_plans(path: str | Path) -> list[tuple[str, PipelineConfig]]:
+    """``[(name, config)]``: one plan for a pipeline.yaml, every feasible option of a plans.json."""
+    from .. import pipeline
+
+    path = Path(path)
+    if path.suffix != ".json":
+        config = pipeline.load(path)
+        return [(config.service if path.name == "pipeline.yaml" else path.stem, config)]
+    try:
+        document = json.loads(path.read_text())
+    except OSError as exc:
+        raise LoadprobeError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise LoadprobeError(f"{path}: not valid JSON ({exc}); give a pipeline.yaml or the plans.json of "
+                             "loadprobe recommend") from None
+    if not isinstance(document, dict) or "recommended" not in document:
+        raise LoadprobeError(f"{path}: not a plans.json (no 'recommended' option); give a pipeline.yaml or the "
+                             "plans.json that loadprobe recommend writes")
+    plans = []
+    for option in [document["recommended"], *document.get("alternatives", [])]:
+        if not isinstance(option, dict) or not option.get("pipeline"):
+            continue  # an infeasible option has nothing to run
+        name = str(option.get("name", f"plan {len(plans) + 1}"))
+        plans.append((name, pipeline.loads(json.dumps(option["pipeline"]), source=f"{path} option {name!r}")))
+    if not plans:
+        raise LoadprobeError(f"{path}: no option carries a pipeline (written by a loadprobe older than 0.9?); "
+                             "run loadprobe recommend again")
+    return plans
+
+
+@dataclass
+class Comparison:
+    """The simulations of one schedule through one or more plans; the first plan is the reference."""
+
+    source: str
+    arrivals: str
+    requests: int
+    seed: int
+    service_times: str
+    results: dict[str, SimulationResult]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": VERSION, "source": self.source, "arrivals": self.arrivals, "requests": self.requests,
+                "seed": self.seed, "service_times": self.service_times, "method": "discrete-event simulation",
+                "plans": {name: r.to_dict() for name, r in self.results.items()}}
+
+    def render(self) -> str:
+        """Each plan's own tables when there is one; otherwise one row per plan, then each plan's stages."""
+        head = f"{self.requests} requests, {self.arrivals}; service times: {self.service_times}"
+        if len(self.results) == 1:
+            return head + "\n\n" + next(iter(self.results.values())).render()
+        rows = []
+        for name, r in self.results.items():
+            done = r.outcomes["ok"]
+            rows.append([name, _ms(r.latency_ms["p50"]), _ms(r.latency_ms["p95"]), _ms(r.latency_ms["p99"]),
+                         f"{r.throughput_rps:.1f}", _pct(r.outcomes["rejected"] / r.requests if r.requests else 0),
+                         _pct(r.outcomes["timeout"] / r.requests if r.requests else 0),
+                         _pct(max((s["failover_share"] for s in r.stages.values()), default=0.0)),
+                         "-" if r.power.get("mean_w") is None else f"{r.power['mean_w']:.0f}",
+                         "-" if r.power.get("energy_per_request_j") is None or not done
+                         else f"{r.power['energy_per_request_j']:.3g}",
+                         "-" if not r.tco else f"{r.tco['total']:,.0f}" + ("+" if r.tco["purchase_unknown"] else "")])
+        lines = [head, ""]
+        lines += _table(["plan", "p50 ms", "p95 ms", "p99 ms", "done/s", "rejected", "timed out", "failover",
+                         "power W", "J/request", "cost"], rows)
+        lines.append("(cost: + where a device has no known price, the total is a lower bound)")
+        for name, r in self.results.items():
+            util = ", ".join(f"{e} {v['utilisation']:.0%}" for e, v in r.engines.items())
+            lines.append(f"{name}: utilisation {util}")
+        return "\n".join(lines)
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _pct(value: float) -> str:
+    return f"{value:.1%}"
