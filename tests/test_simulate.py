@@ -45,7 +45,7 @@ def test_single_server_matches_the_mm1_mean_time_in_system():
     result = simulate(plan(), arrivals, {"work": exponential(mean_ms)}, seed=3)
     load_ = rate * mean_ms / 1000
     wait_ms = erlang_c(1, load_) * mean_ms / (1 - load_)
-    assert result.outcomes == {"ok": 40_000, "rejected": 0, "timeout": 0}
+    assert result.outcomes == {"ok": 40_000, "rejected": 0, "timeout": 0, "error": 0}
     assert result.latency_ms["mean"] == pytest.approx(mean_ms + wait_ms, rel=0.05)
     assert result.engines["a"]["utilisation"] == pytest.approx(load_, rel=0.05)
 
@@ -53,7 +53,7 @@ def test_single_server_matches_the_mm1_mean_time_in_system():
 def test_a_full_queue_rejects_at_once():
     config = plan(engine="max_concurrency: 1\n    max_queue: 2")
     result = simulate(config, [0.0] * 10, {"work": constant(10)})
-    assert result.outcomes == {"ok": 3, "rejected": 7, "timeout": 0}
+    assert result.outcomes == {"ok": 3, "rejected": 7, "timeout": 0, "error": 0}
     assert result.rejects == {"queue_full": 7}
     assert result.latency_ms["p99"] == pytest.approx(30, rel=0.002)  # the third waited for two
 
@@ -63,13 +63,13 @@ def test_timeouts_count_queue_wait_and_are_retried():
     # stopped at its deadline, #3 and #4 time out waiting.
     config = with_stage(plan(), timeout_ms=25)
     result = simulate(config, [0.0] * 5, {"work": constant(10)})
-    assert result.outcomes == {"ok": 2, "rejected": 0, "timeout": 3}
+    assert result.outcomes == {"ok": 2, "rejected": 0, "timeout": 3, "error": 0}
     assert result.timeouts == 3
     # a second attempt for each: retried at 25 ms, they run at 25-35 and 35-45; the last one's new
     # deadline (50 ms) passes at 45 + 10
     retried = with_stage(config, retry=pipeline.RetryConfig(max_attempts=2))
     result = simulate(retried, [0.0] * 5, {"work": constant(10)})
-    assert result.outcomes == {"ok": 4, "rejected": 0, "timeout": 1}
+    assert result.outcomes == {"ok": 4, "rejected": 0, "timeout": 1, "error": 0}
     assert result.stages["work"]["retries"] == 3
     assert result.latency_ms["p99"] == pytest.approx(45, rel=0.002)
 
@@ -118,7 +118,7 @@ def test_an_open_breaker_rejects_fast():
     config = with_stage(config, timeout_ms=20)
     result = simulate(config, [i * 0.1 for i in range(20)], {"work": constant(50)})
     assert result.stages["work"]["breaker_opened"] == 1
-    assert result.outcomes == {"ok": 0, "rejected": 15, "timeout": 5}
+    assert result.outcomes == {"ok": 0, "rejected": 15, "timeout": 5, "error": 0}
     assert result.rejects == {"breaker_open": 15}
 
 
@@ -153,7 +153,7 @@ def test_the_command_prints_the_table(tmp_path):
     result = CliRunner().invoke(main, ["simulate", str(path), "--rate", "100", "--duration", "5", "--poisson",
                                        "-o", str(tmp_path / "out"), "--no-html"])
     assert result.exit_code == 0, result.output
-    assert " ok, 0 rejected, 0 timed out" in result.output
+    assert " ok, 0 rejected, 0 timed out, 0 failed" in result.output
     assert "work" in result.output and "utilisation" in result.output
     missing = CliRunner().invoke(main, ["simulate", str(tmp_path / "nope.yaml"), "--rate", "1", "-o", str(tmp_path)])
     assert missing.exit_code == 2 and "cannot read the pipeline file" in missing.output
@@ -327,7 +327,7 @@ def test_the_command_replays_a_trace_through_every_plan_of_a_plans_json(tmp_path
     trace = ROOT / "samples" / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"
     out = tmp_path / "sim"
     result = runner.invoke(main, ["simulate", str(plan_dir / "plans.json"), "--trace", str(trace), "--preset",
-                                  "azure-llm-2023", "--speed", "4", "--duration", "30", "--service-times",
+                                  "azure-llm-2023", "--speed", "20", "--duration", "30", "--service-times",
                                   str(ROOT / "samples" / "data" / "vision"), "-o", str(out)])
     assert result.exit_code == 0, result.output
     saved = json.loads((out / "simulation.json").read_text())
@@ -361,3 +361,28 @@ def test_the_command_refuses_bad_input_in_one_line(tmp_path):
         assert result.exit_code == 2, (args, result.output)
         assert message in result.output and "Traceback" not in result.output
         assert len(result.output.strip().splitlines()) == 1
+
+
+def test_executor_errors_fail_attempts_and_retries_recover_most():
+    arrivals = load.constant(200, requests=20_000)
+    once = simulate(plan(), arrivals, {"work": constant(1)}, error_rates={"work": 0.2}, seed=4)
+    assert once.outcomes["error"] / once.requests == pytest.approx(0.2, abs=0.015)
+    assert once.errors == once.outcomes["error"] and once.stages["work"]["errors"] == once.errors
+    retried = simulate(plan(stage="    retry: {max_attempts: 2}", routing="routing:\n  retry: {budget_ratio: 0.5, "
+                                                                         "max_attempts: 2}"),
+                       arrivals, {"work": constant(1)}, error_rates={"work": 0.2}, seed=4)
+    assert retried.outcomes["error"] / retried.requests == pytest.approx(0.04, abs=0.01)  # 0.2 x 0.2
+    assert retried.stages["work"]["retries"] == pytest.approx(0.2 * retried.requests, rel=0.1)
+    with pytest.raises(Exception, match="between 0 and 1"):
+        simulate(plan(), arrivals, {"work": constant(1)}, error_rates={"work": 1.5})
+
+
+def test_a_sync_executor_keeps_its_slot_after_its_deadline():
+    # #0 takes 50 ms against a 30 ms timeout; #1 arrives at 25 ms and takes 3 ms. An async executor is
+    # stopped at 30 ms and #1 is done at 33 ms; a thread runs on to 50 ms, so #1 ends at 53 ms.
+    config = with_stage(plan(), timeout_ms=30.0)
+    for mode, latency in (("async", 8.0), ("sync", 28.0)):
+        calls = iter([0.050, 0.003])
+        result = simulate(config, [0.0, 0.025], {"work": lambda batch, rng: next(calls)}, executors=mode)
+        assert result.outcomes == {"ok": 1, "rejected": 0, "timeout": 1, "error": 0}, mode
+        assert result.latency_ms["p50"] == pytest.approx(latency, rel=0.002), mode

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -16,6 +17,10 @@ from ._schedule import build_schedule, schedule_options
 @schedule_options
 @click.option("--service-times", "service_times", metavar="DATA",
               help="Recorded data to draw each stage's service times from (default: the plan's service_time_ms).")
+@click.option("--errors/--no-errors", default=True, show_default=True,
+              help="With --service-times: executors fail at each stage's recorded error rate.")
+@click.option("--sync", is_flag=True, help="Executors are threads: a timed-out execution keeps its slot until it "
+                                           "ends (default: async, stopped at the deadline).")
 @click.option("--price", "prices", multiple=True, metavar="DEVICE=PRICE", help="Purchase price of a catalog device.")
 @click.option("--price-per-kwh", type=float, default=0.15, show_default=True, help="Electricity price.")
 @click.option("--years", type=float, default=3.0, show_default=True, help="Years of ownership for the cost.")
@@ -23,7 +28,7 @@ from ._schedule import build_schedule, schedule_options
               show_default=True, help="Directory for simulation.json and simulation.html.")
 @click.option("--no-html", is_flag=True, help="Do not write simulation.html.")
 @click.option("--json", "as_json", is_flag=True, help="Print simulation.json to stdout instead of the tables.")
-def simulate(plan, service_times, prices, price_per_kwh, years, outdir, no_html, as_json, **schedule):
+def simulate(plan, service_times, errors, sync, prices, price_per_kwh, years, outdir, no_html, as_json, **schedule):
     """Simulate PLAN under an arrival schedule, without the hardware.
 
     PLAN is a pipeline.yaml, or the plans.json of `loadprobe recommend` (every plan in it, side by
@@ -41,16 +46,28 @@ def simulate(plan, service_times, prices, price_per_kwh, years, outdir, no_html,
     from ..simulate import from_recording
     from ..simulate import simulate as run
     from ..simulate.compare import Comparison, read_plans
+    from ..simulate.recorded import read_self_times
 
     plans = read_plans(plan)
     offsets, mode, seed = build_schedule(**schedule)
     seed = seed or 0
     price_table = parse_prices(prices)
+    recorded = read_self_times(service_times) if service_times else None
+    error_rates = recorded[1] if recorded and errors else None
     results = {}
+
+    @functools.lru_cache(maxsize=1)
+    def portrait():  # analysed once, and only when a plan moves a stage off its recorded engine
+        from ..analysis import analyze
+
+        return analyze([service_times])
+
     for name, config in plans:
-        times = from_recording(config, service_times) if service_times else None
+        times = None
+        if recorded:
+            times = from_recording(config, service_times, catalog=None, portrait=portrait, recorded=recorded)
         results[name] = run(config, offsets, times, seed=seed, price_per_kwh=price_per_kwh, years=years,
-                            prices=price_table)
+                            prices=price_table, error_rates=error_rates, executors="sync" if sync else "async")
     comparison = Comparison(source=str(plan), arrivals=mode, requests=len(offsets), seed=seed,
                             service_times=f"recorded in {service_times}" if service_times
                             else "each stage's service_time_ms (lognormal through p50 and p95)", results=results)

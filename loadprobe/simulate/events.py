@@ -8,9 +8,12 @@ takes one slot; an attempt times out ``timeout_ms`` after it reached the stage, 
 included; fallback, breakers and retries are decided by the very ``FailoverCap``, ``Breaker``
 and ``RetryBudget`` objects the router uses, given the simulated clock.
 
-Modelled like the router's async executors: an execution still running at the last deadline
-of its batch is stopped then and its slot freed. Not simulated: the canary split, routing by
-shape or precision, executor errors (attempts fail only by timing out).
+Executors are async by default, like the router's coroutine executors: an execution still
+running at the last deadline of its batch is stopped then and its slot freed. With
+``executors="sync"`` (the router runs plain functions in threads, which cannot be stopped) a
+timed-out execution keeps its slot until it ends. An attempt fails by timing out or, with the
+stage's ``error_rate``, by its executor raising; both count for breakers and retries, as in the
+router. Not simulated: the canary split, routing by shape or precision.
 
 The heap holds plain tuples ``(time, seq, kind, id)``; arrivals are merged in from their sorted
 list, so the heap only ever holds what is in flight.
@@ -67,7 +70,8 @@ class _Stage:
         self.otherwise = fallback.otherwise if fallback else "reject"
         self.cap = FailoverCap(fallback.max_ratio, window_s, clock) if fallback else None
         self.breaker = Breaker(b.error_rate_over, b.window_s, b.min_requests, b.open_s, clock) if b else None
-        self.entered = self.failovers = self.retries = self.timeouts = 0
+        self.entered = self.failovers = self.retries = self.timeouts = self.errors = 0
+        self.error_rate = 0.0
         self.latencies: list[float] = []
 
 
@@ -75,7 +79,8 @@ class Simulation:
     """One run. ``run()`` consumes the arrivals and leaves counts and samples on the object."""
 
     def __init__(self, config: PipelineConfig, arrivals_s: Sequence[float], priorities: Sequence[int] | None,
-                 service_times: Mapping[tuple[str, str], ServiceTime], *, seed: int, window_s: float) -> None:
+                 service_times: Mapping[tuple[str, str], ServiceTime], *, seed: int, window_s: float,
+                 error_rates: Mapping[str, float] | None = None, executors: str = "async") -> None:
         self.now = 0.0
         clock = lambda: self.now  # noqa: E731 - the policy objects read the simulated time
         self.rng = random.Random(seed)
@@ -109,7 +114,10 @@ class Simulation:
         n = len(self.arrivals)
         self.r_entered = [0.0] * n  # when the request reached its current stage
         self.r_attempt = [0] * n
-        self.outcomes = {"ok": 0, "rejected": 0, "timeout": 0}
+        self.outcomes = {"ok": 0, "rejected": 0, "timeout": 0, "error": 0}
+        self.stoppable = executors == "async"
+        for stage in self.stages:
+            stage.error_rate = (error_rates or {}).get(stage.name, 0.0)
         self.rejects: dict[str, int] = {}
         self.latencies: list[float] = []
         self.batches: dict[int, tuple[_Lane, list[int], float, bool]] = {}
@@ -189,16 +197,19 @@ class Simulation:
         self.outcomes["rejected"] += 1
         self.end = self.now
 
-    def _failed(self, attempt: int) -> None:
-        """An attempt timed out: tell the breaker, then retry within max_attempts and the budget."""
+    def _failed(self, attempt: int, error: bool = False) -> None:
+        """An attempt timed out (or raised): tell the breaker, then retry within max_attempts and the budget."""
         self.a_state[attempt] = _OVER
         request, index = self.a_request[attempt], self.a_stage[attempt]
         stage = self.stages[index]
-        stage.timeouts += 1
+        if error:
+            stage.errors += 1
+        else:
+            stage.timeouts += 1
         if self.a_own[attempt] and stage.breaker is not None:
             stage.breaker.record(ok=False)
         if self.r_attempt[request] >= stage.max_attempts or (self.budget is not None and not self.budget.try_retry()):
-            self.outcomes["timeout"] += 1
+            self.outcomes["error" if error else "timeout"] += 1
             self.end = self.now
             return
         self.r_attempt[request] += 1
@@ -323,7 +334,7 @@ class Simulation:
         engine.items += len(attempts)
         end = self.now + lane.service(len(attempts), self.rng)
         last_deadline = max(self.a_deadline[a] for a in attempts)
-        cut = end > last_deadline  # nobody waits past the last deadline: the execution is stopped
+        cut = self.stoppable and end > last_deadline  # nobody waits past the last deadline: it is stopped
         for a in attempts:
             self.a_state[a] = _RUNNING
         self.batch_count += 1
@@ -339,8 +350,16 @@ class Simulation:
         if engine.waiting:
             self._pump(engine)  # the slot is reused before the members move on, as in the router
         for a in attempts:
-            if self.a_state[a] == _RUNNING:
-                self._failed(a) if cut else self._succeeded(a)
+            if self.a_state[a] != _RUNNING:
+                continue  # timed out while running (a sync executor) or already over
+            if cut:
+                self._failed(a)
+                continue
+            rate = self.stages[self.a_stage[a]].error_rate
+            if rate and self.rng.random() < rate:
+                self._failed(a, error=True)
+            else:
+                self._succeeded(a)
 
     def _on_timeout(self, attempt: int) -> None:
         state = self.a_state[attempt]

@@ -185,16 +185,17 @@ def _self_ns(dur: np.ndarray, span_id: np.ndarray, parent_id: np.ndarray) -> np.
 
 
 def from_recording(config: PipelineConfig, data, overrides: Overrides | None = None, *, catalog=None,
-                   portrait=None) -> dict[tuple[str, str], ServiceTime]:
+                   portrait=None, recorded=None) -> dict[tuple[str, str], ServiceTime]:
     """A sampler for every (stage, engine) of ``config``, from the spans recorded under ``data``.
 
-    ``portrait`` (of the same data; computed when needed and not given) supplies the stage
-    profiles the roofline scaling starts from; ``catalog`` the devices (default: the built-in one).
+    ``portrait`` (of the same data, or a function returning it; computed when needed and not given) supplies the stage
+    profiles the roofline scaling starts from; ``catalog`` the devices (default: the built-in one);
+    ``recorded`` is ``read_self_times(data)`` when already read (several plans, one recording).
     """
     from ..catalog import load_catalog
     from ..servicetime import StageProfile, _kind_of_engine, service_time
 
-    recorded, _errors = read_self_times(data)
+    recorded, _errors = recorded or read_self_times(data)
     catalog = catalog or load_catalog()
     found: dict[str, object] = {"portrait": portrait}
 
@@ -222,6 +223,8 @@ def from_recording(config: PipelineConfig, data, overrides: Overrides | None = N
             from ..analysis import analyze
 
             found["portrait"] = analyze(data if isinstance(data, (list, tuple)) else [data])
+        elif callable(found["portrait"]):
+            found["portrait"] = found["portrait"]()
         device_id = _recorded_device(found["portrait"], catalog, rec_kind)
         if spec.kind == rec_kind and device_id in (None, spec.device):
             sampler.how = f"measured: {recorded_at}" + (f" ({device_id})" if device_id else "")

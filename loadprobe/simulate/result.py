@@ -45,12 +45,13 @@ class SimulationResult:
     """
 
     requests: int
-    outcomes: dict[str, int]  # ok, rejected, timeout
+    outcomes: dict[str, int]  # ok, rejected, timeout, error
     latency_ms: dict[str, float | None]
     stages: dict[str, dict[str, Any]]
     engines: dict[str, dict[str, Any]]
     rejects: dict[str, int]  # reason -> requests
     timeouts: int  # attempts that timed out, retried or not
+    errors: int  # attempts whose executor raised (error_rates), retried or not
     throughput_rps: float
     duration_s: float
     power: dict[str, Any] = field(default_factory=dict)  # mean_w, energy_per_request_j, per engine, unknown
@@ -69,7 +70,7 @@ class SimulationResult:
 
         o, lat = self.outcomes, self.latency_ms
         lines = [f"{self.requests} requests in {self.duration_s:.1f} s: {o['ok']} ok, {o['rejected']} rejected, "
-                 f"{o['timeout']} timed out; {self.throughput_rps:.1f} rps completed",
+                 f"{o['timeout']} timed out, {o['error']} failed; {self.throughput_rps:.1f} rps completed",
                  f"latency ms: p50 {ms(lat['p50'])}  p95 {ms(lat['p95'])}  p99 {ms(lat['p99'])}",
                  "",
                  f"{'stage':<20} {'p50':>8} {'p95':>8} {'p99':>8} {'timeouts':>9} {'retries':>8} {'failover':>9}"]
@@ -96,8 +97,8 @@ class SimulationResult:
 
 def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times: Overrides | None = None, *,
              seed: int = 0, priorities: Sequence[int] | None = None, window_s: float = 10.0, catalog=None,
-             price_per_kwh: float = 0.15, years: float = 3.0, prices: Mapping[str, float] | None = None
-             ) -> SimulationResult:
+             price_per_kwh: float = 0.15, years: float = 3.0, prices: Mapping[str, float] | None = None,
+             error_rates: Mapping[str, float] | None = None, executors: str = "async") -> SimulationResult:
     """Run the requests arriving at ``arrivals_s`` (seconds) through ``config``; same inputs, same result.
 
     ``service_times`` overrides the stages' ``service_time_ms``: ``{stage: sampler}`` or
@@ -105,9 +106,17 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
     ``{(stage, engine): sampler}`` as ``from_recording`` returns.
     ``priorities`` (one per arrival, higher first) matter with ``routing.shed.by: priority``.
     ``window_s`` is the window of the failover caps and the retry budget, as in ``Router``.
-    ``catalog`` (default: the built-in one), ``prices`` ({device: price}), ``price_per_kwh`` and
+    ``error_rates`` ({stage: share of executions that raise}; ``read_self_times`` gives the
+    recorded ones) and ``executors`` ("async": a timed-out execution is stopped; "sync": it keeps
+    its slot until it ends, as threads do) follow the router. ``catalog`` (default: the built-in one), ``prices`` ({device: price}), ``price_per_kwh`` and
     ``years`` feed the power and cost figures.
     """
+    if executors not in ("async", "sync"):
+        raise LoadprobeError(f"executors must be 'async' or 'sync', not {executors!r}")
+    stage_names = {s.name for s in config.stages}
+    for name, rate in (error_rates or {}).items():
+        if name in stage_names and not 0.0 <= rate <= 1.0:
+            raise LoadprobeError(f"error rate of stage {name!r} is {rate!r}; give a share between 0 and 1")
     if catalog is None:
         from ..catalog import load_catalog
 
@@ -120,13 +129,13 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
         priorities = np.asarray(priorities)[order].tolist()
     times = times[order]
     sim = Simulation(config, times.tolist(), priorities, _samplers(config, service_times), seed=seed,
-                     window_s=window_s).run()
+                     window_s=window_s, error_rates=error_rates, executors=executors).run()
     start = float(times[0]) if len(times) else 0.0
     duration = max(sim.end - start, 0.0)
     stages = {}
     for s in sim.stages:
         attempts = s.entered + s.retries
-        stages[s.name] = {**_summary(s.latencies), "requests": s.entered, "timeouts": s.timeouts,
+        stages[s.name] = {**_summary(s.latencies), "requests": s.entered, "timeouts": s.timeouts, "errors": s.errors,
                           "retries": s.retries, "failovers": s.failovers,
                           "failover_share": s.failovers / attempts if attempts else 0.0,
                           "breaker_opened": s.breaker.opened_count if s.breaker else 0}
@@ -143,7 +152,7 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
     power = _power(config, engines, duration, sim.outcomes["ok"], catalog)
     return SimulationResult(
         requests=len(times), outcomes=dict(sim.outcomes), latency_ms=_summary(sim.latencies), stages=stages,
-        engines=engines, rejects=dict(sim.rejects), timeouts=sum(s.timeouts for s in sim.stages),
+        engines=engines, rejects=dict(sim.rejects), timeouts=sum(s.timeouts for s in sim.stages), errors=sum(s.errors for s in sim.stages),
         throughput_rps=sim.outcomes["ok"] / duration if duration else 0.0, duration_s=duration,
         power=power, tco=_cost(config, power, catalog, price_per_kwh, years, prices or {}), timeline=timeline,
         seed=seed)
