@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 
-ESTIMATE_LABEL = "analytic estimate (M/M/c queues per engine; loadprobe simulate replays traffic instead)"
+ESTIMATE_LABEL = ("simulated estimate: each plan's pipeline replayed by loadprobe simulate under Poisson arrivals at "
+                  "the sizing rate, service times drawn from the plan's estimates; capacity and power from the "
+                  "M/M/c model")
 
 
 def pipeline_dict(plan, option=None) -> dict:
@@ -136,6 +138,7 @@ def _option(plan, o) -> dict:
                     "service_time_ms": _plain(d.service)} for d in o.decisions],
         # what ``loadprobe simulate plans.json`` runs: the option as a pipeline.yaml would hold it
         "pipeline": pipeline_dict(plan, o) if o.feasible and o.decisions else None,
+        "tuning": o.tuning,
     }
 
 

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 
 from ._errors import LoadprobeError
 from .constraints import Constraints, EngineSpec
+from .plan_sim import FAILED_SHARE_OK, FAILOVER_RATIOS, STRESS, WINDOW_FACTORS, OptionCheck, tune
 from .queueing import IDLE_POWER_SHARE, EngineCapacity, Estimate, Placement, estimate
 from .servicetime import DEFAULT_DEVICE, ServiceTime, StageProfile, service_time
 
@@ -71,6 +72,7 @@ class Decision:
     shape: list | None
     dynamic_shape: bool
     why: dict = field(default_factory=dict)
+    keep_fp16: tuple = ()  # layers kept in FP16 in an INT8 stage (loadprobe align)
 
 
 @dataclass
@@ -86,6 +88,8 @@ class Option:
     meets_slo: bool | None
     notes: list = field(default_factory=list)
     feasible: bool = True
+    judged: list = field(default_factory=list)  # the notes of the latest verdict (see _judge)
+    tuning: list = field(default_factory=list)  # the settings the simulator tried (the recommended option)
 
 
 @dataclass
@@ -120,6 +124,10 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
     stages = _plan_stages(portrait)
     if not stages:
         raise LoadprobeError("the portrait has no stages to place; record with @probe around the service's stages")
+    if constraints.align:
+        from .align import check_stages
+
+        check_stages(constraints.align, [s.name for s in stages])
     rate = constraints.min_rps or (portrait.traffic.peak_rps if portrait.traffic else None)
     if not rate:
         raise LoadprobeError("the portrait has no request rate; give --min-rps")
@@ -132,7 +140,10 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
     ctx = _Context(portrait, constraints, catalog, rate, slo, cores, stages)
     options = [_build_option(name, kind, profiles, ctx) for name, kind in PLAN_KINDS.items()]
     options = [o for o in options if o is not None]
+    for option in options:
+        _simulate(option, ctx, profiles)
     recommended, alternatives = _select(options)
+    _tune(recommended, ctx, profiles)
     scenario, why = _scenario(portrait, constraints, profiles, slo)
     return Plan(_service(portrait), scenario, why, constraints, rate, slo, recommended, alternatives,
                 _verdict(recommended, alternatives, slo))
@@ -271,22 +282,9 @@ def _assemble(name: str, decisions: list, specs, profiles, ctx: _Context, notes:
     unattributed = _unattributed_ms(ctx.portrait)
     est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=unattributed)
     stress = estimate(placements, capacities, rate=ctx.rate * 1.5, unattributed_ms=unattributed)
-    notes = list(notes)
-    meets = None
-    if est.p95_ms is None:  # saturated: it cannot carry the sizing rate, SLO or not
-        meets = False
-        notes.append(f"cannot carry {ctx.rate:.3g} req/s: capacity {est.max_rps:.3g} req/s ({est.bottleneck} saturates)")
-    elif ctx.slo_ms is not None:
-        meets = est.p95_ms <= ctx.slo_ms
-    p99_target = ctx.constraints.slo_p99_ms
-    if p99_target is not None and est.p99_ms is not None:
-        if est.p99_ms > p99_target:
-            meets = False
-            notes.append(f"misses the p99 target: {est.p99_ms:.3g} ms > {p99_target:g} ms")
-        elif meets is None:
-            meets = True
     host_unknown = [n for n, e in engines.items() if e["power_w"] is None and e["kind"] == "cpu" and not e["device"]]
     accel_unknown = [n for n, e in engines.items() if e["power_w"] is None and n not in host_unknown]
+    notes = list(notes)
     if host_unknown or accel_unknown:
         est.power_w = _known_power(engines, est.utilisation)
         est.energy_per_request_j = est.power_w / ctx.rate if est.power_w else None
@@ -297,13 +295,6 @@ def _assemble(name: str, decisions: list, specs, profiles, ctx: _Context, notes:
                                                    for n in accel_unknown)
                      + ": the catalog has no TDP; the power shown leaves it out")
         est.energy_per_request_j = None
-    budget = ctx.constraints.power_budget_w
-    if budget and est.power_w and est.power_w > budget:
-        notes.append(f"over the power budget: {est.power_w:.0f} W > {budget:g} W")
-        meets = False
-    elif budget and accel_unknown:
-        notes.append(f"the {budget:g} W power budget cannot be checked without those power figures")
-        meets = False
     # Timeouts cover queueing and batching too (docs/pipeline.md): at least twice the stage's estimated p95.
     for d in decisions:
         stage_p95 = est.stage_p95_ms.get(d.stage)
@@ -311,9 +302,96 @@ def _assemble(name: str, decisions: list, specs, profiles, ctx: _Context, notes:
             d.timeout_ms = float(min(MAX_TIMEOUT_MS, math.ceil(2 * stage_p95)))
             d.why["timeout_ms"] = (f"2 x the stage's estimated p95 of {stage_p95:.3g} ms at {ctx.rate:.3g} req/s, "
                                    "queueing and batching wait included")
-    option = Option(name, decisions, engines, est, stress, None, meets, notes)
+    option = Option(name, decisions, engines, est, stress, None, None, notes)
+    _judge(option, ctx)
     option.tco = _tco(option, ctx)
     return option
+
+
+def _check(option: Option, ctx: _Context, profiles) -> OptionCheck:
+    stub = Plan(_service(ctx.portrait), "", "", ctx.constraints, ctx.rate, ctx.slo_ms, option, [], "")
+    return OptionCheck(stub, option, {p.name: p for p in profiles}, _calls_per_request(ctx),
+                       _unattributed_ms(ctx.portrait))
+
+
+def _simulate(option: Option, ctx: _Context, profiles) -> None:
+    """Replace the option's analytic latency figures (at the rate and at 1.5x) with simulated ones, and re-judge.
+
+    A plan the queueing model already finds saturated keeps that verdict: the simulation
+    would only count how much it rejects.
+    """
+    if not option.feasible or option.estimate is None or option.estimate.p95_ms is None:
+        return
+    check = _check(option, ctx, profiles)
+    option.estimate = check.estimate(option.estimate, ctx.rate)
+    option.stress = check.estimate(option.stress, ctx.rate * STRESS)
+    _judge(option, ctx)
+
+
+def _tune(option: Option, ctx: _Context, profiles) -> None:
+    """The simulator's small search over batch windows and failover caps; the winner's settings are kept."""
+    if not option.feasible or option.estimate is None or option.estimate.p95_ms is None:
+        return
+    check = _check(option, ctx, profiles)
+    trials, best, (at, over) = tune(check, ctx.rate, ctx.slo_ms)
+    option.tuning = trials
+    if len(trials) == 1:
+        return
+    tried = (f"tuned by simulation: tried {len(trials)} settings (batch windows x "
+             f"{'/'.join(f'{f:g}' for f in WINDOW_FACTORS)}"
+             + (", failover caps " + "/".join(f"{r:.0%}" for r in FAILOVER_RATIOS) if best["failover_max_ratio"]
+                else "") + f") at {ctx.rate:.3g} and {ctx.rate * STRESS:.3g} req/s; kept the one that meets the "
+             "targets with the fewest failed requests at 1.5x, then the lowest p95 there")
+    for d in option.decisions:
+        if d.batch > 1 and best["window_factor"] != 1.0:
+            d.window_ms = round(min(MAX_WINDOW_MS, d.window_ms * best["window_factor"]), 3)
+            d.why["batch"] = f"{d.why.get('batch', '')}; window x {best['window_factor']:g}, {tried}".lstrip("; ")
+        if d.fallback and best["failover_max_ratio"] is not None and best["failover_max_ratio"] != d.fallback["max_ratio"]:
+            d.fallback["max_ratio"] = best["failover_max_ratio"]
+            d.why["fallback"] = f"{d.why.get('fallback', '')}; cap set to {best['failover_max_ratio']:.0%}, {tried}"
+    option.estimate = check.estimate(option.estimate, ctx.rate, result=at)
+    option.stress = check.estimate(option.stress, ctx.rate * STRESS, result=over)
+    _judge(option, ctx)
+
+
+def _judge(option: Option, ctx: _Context) -> None:
+    """Whether the option meets the SLO, p99 target and power budget, by its current estimate; notes why not.
+
+    Called again once the estimate is simulated: the notes of the earlier verdict are replaced.
+    """
+    est, engines = option.estimate, option.engines
+    for note in option.judged:
+        option.notes.remove(note)
+    notes = []
+    meets = None
+    if est.p95_ms is None:  # saturated: it cannot carry the sizing rate, SLO or not
+        meets = False
+        notes.append(f"cannot carry {ctx.rate:.3g} req/s: capacity {est.max_rps:.3g} req/s ({est.bottleneck} saturates)")
+    elif ctx.slo_ms is not None:
+        meets = est.p95_ms <= ctx.slo_ms
+    if est.failed_share is not None and est.failed_share > FAILED_SHARE_OK:
+        meets = False
+        notes.append(f"rejects or times out {est.failed_share:.1%} of requests at {ctx.rate:.3g} req/s (simulated)")
+    elif est.failed_share is not None and meets is None:
+        meets = True
+    p99_target = ctx.constraints.slo_p99_ms
+    if p99_target is not None and est.p99_ms is not None:
+        if est.p99_ms > p99_target:
+            meets = False
+            notes.append(f"misses the p99 target: {est.p99_ms:.3g} ms > {p99_target:g} ms")
+        elif meets is None:
+            meets = True
+    accel_unknown = [n for n, e in engines.items() if e["power_w"] is None and (e["kind"] != "cpu" or e["device"])]
+    budget = ctx.constraints.power_budget_w
+    if budget and est.power_w and est.power_w > budget:
+        notes.append(f"over the power budget: {est.power_w:.0f} W > {budget:g} W")
+        meets = False
+    elif budget and accel_unknown:
+        notes.append(f"the {budget:g} W power budget cannot be checked without those power figures")
+        meets = False
+    option.meets_slo = meets
+    option.notes.extend(notes)
+    option.judged = notes
 
 
 MAX_COMBINATIONS = 4096
@@ -457,15 +535,19 @@ def _cannot_run(stage, profile, spec, ctx, tensor) -> str | None:
 
 def _precision(stage, spec: EngineSpec, ctx) -> tuple[str, str]:
     policy = ctx.constraints.precision_for(stage.name)
+    evidence = ctx.constraints.align.get(stage.name)  # loadprobe align's verdict, when given
+    basis = (f"loadprobe align ({evidence.source}, {evidence.samples} samples): {evidence.text}" if evidence
+             else f"precision policy {policy}")
     device = ctx.device(spec)
     if spec.kind == "cpu":
         return "fp32", "CPU stages keep the precision they were recorded at (fp32)"
     if policy == "int8-ok" and device is not None and device.peak("int8") and device.int8:
-        return "int8", (f"precision policy int8-ok for {stage.name}; {device.id} runs INT8 at "
+        kept = f", keeping {', '.join(evidence.keep_fp16)} in FP16" if evidence and evidence.keep_fp16 else ""
+        return "int8", (f"{basis}{' for ' + stage.name if not evidence else kept}; {device.id} runs INT8 at "
                         f"{device.peak('int8') / 1e12:.0f} TOPS vs {(device.peak('fp16') or 0) / 1e12:.0f} FP16 TFLOP/s")
     for p in ("fp16", "bf16", "fp32"):
         if device is None or device.peak(p):
-            return p, f"precision policy {policy}: {p}, the lowest float precision {spec.name} publishes a peak for"
+            return p, f"{basis}: {p}, the lowest float precision {spec.name} publishes a peak for"
     return "fp32", "no float peak published; fp32 assumed"
 
 
@@ -563,7 +645,8 @@ def _decision(stage, profile, c, engine_why, budget, ctx) -> Decision:
             shape = None
     return Decision(stage.name, spec.name, spec.kind, c["device"].id if c["device"] is not None and
                     (spec.kind != "cpu" or spec.device) else None, c["precision"], batch, window, float(timeout),
-                    concurrency, None, svc, shape, profile.dynamic_shape, why)
+                    concurrency, None, svc, shape, profile.dynamic_shape, why,
+                    ctx.constraints.keep_fp16_for(stage.name) if c["precision"] == "int8" else ())
 
 
 def _engines(decisions, specs, ctx) -> dict:
@@ -640,7 +723,8 @@ def _add_fallbacks(decisions, engines, specs, profiles, ctx) -> None:
         spec, absorbable, svc = best
         ratio = round(min(FAILOVER_CAP, absorbable), 2)
         over = max(1, math.ceil(0.75 * engines[d.engine]["max_queue"]))
-        d.fallback = {"engine": spec.name, "queue_len_over": over, "max_ratio": ratio, "otherwise": "reject"}
+        d.fallback = {"engine": spec.name, "queue_len_over": over, "max_ratio": ratio, "otherwise": "reject",
+                      "service_ms": [svc.p50_ms, svc.p95_ms]}  # per item there: what the simulator draws
         d.why["fallback"] = (f"to {spec.name} when {d.engine}'s queue passes {over} (75% of its bound), for at most "
                              f"{ratio:.0%} of the stage's traffic: {spec.name} has spare capacity for "
                              + (f"{absorbable:.0%}" if absorbable < 1 else "all") + f" of it at {ctx.rate:.3g} req/s ({svc.p50_ms:.3g} ms per "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+Z95 = 1.6448536269514722  # standard normal quantile at 0.95
 IDLE_POWER_SHARE = 0.3
 """An idle accelerator or CPU draws about this share of its TDP (assumption, stated in plans)."""
 
@@ -35,6 +36,17 @@ class Placement:
     window_ms: float
     calls: float = 1.0  # executions per request (an LLM's decode: once per generated token)
     p99_ms: float | None = None  # one execution's p99 (default: its p95)
+
+    @property
+    def mean_ms(self) -> float:
+        """The mean of the lognormal through p50 and p95 (the simulator's draw): what loads an engine.
+
+        A skewed stage's mean is well above its median, and capacity is set by the mean.
+        """
+        if self.p50_ms <= 0 or self.p95_ms <= self.p50_ms:
+            return self.p50_ms
+        sigma = math.log(self.p95_ms / self.p50_ms) / Z95
+        return self.p50_ms * math.exp(sigma * sigma / 2)
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,7 @@ class Estimate:
     bottleneck: str | None = None  # the engine that saturates first
     p99_ms: float | None = None
     method: str = "analytic estimate (M/M/c per engine)"
+    failed_share: float | None = None  # rejected or timed out (simulated estimates only)
 
 
 def erlang_c(servers: int, load: float) -> float:
@@ -76,7 +89,7 @@ def estimate(placements: list[Placement], engines: dict[str, EngineCapacity], *,
              unattributed_ms: float = 0.0) -> Estimate:
     work: dict[str, float] = {}  # engine -> seconds of service per request
     for p in placements:
-        work[p.engine] = work.get(p.engine, 0.0) + p.calls * p.p50_ms / 1000.0 / max(1, p.batch)
+        work[p.engine] = work.get(p.engine, 0.0) + p.calls * p.mean_ms / 1000.0 / max(1, p.batch)
     capacity = {e: engines[e].servers / w for e, w in work.items() if w > 0}
     max_rps = min(capacity.values()) if capacity else math.inf
     bottleneck = min(capacity, key=capacity.get) if capacity else None
@@ -102,7 +115,7 @@ def estimate(placements: list[Placement], engines: dict[str, EngineCapacity], *,
         window_mean = min(p.window_ms, 1000.0 * (p.batch - 1) / stage_rate) / 2 if p.batch > 1 else 0.0
         windows = p.calls * window_mean
         p50 += p.calls * p.p50_ms + windows + median_wait
-        mean_stage = p.calls * p.p50_ms + windows + mean_wait
+        mean_stage = p.calls * p.mean_ms + windows + mean_wait
         mean_total += mean_stage
         stage_p95[p.stage] = p.calls * p.p95_ms + p.calls * p.window_ms + p95_wait
         spread += (stage_p95[p.stage] - mean_stage) ** 2

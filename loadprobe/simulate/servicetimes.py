@@ -19,12 +19,12 @@ from collections.abc import Callable, Mapping
 
 from .._errors import LoadprobeError
 from ..pipeline import PipelineConfig
+from ..queueing import Z95
 
 __all__ = ["ServiceTime", "constant", "exponential", "from_config", "lognormal"]
 
 ServiceTime = Callable[[int, random.Random], float]
 
-Z95 = 1.6448536269514722  # standard normal quantile at 0.95
 
 
 def constant(ms: float) -> ServiceTime:
