@@ -274,3 +274,31 @@ def test_the_cpu_engine_is_sized_from_the_recorded_cores(tmp_path):
     plan = recommend(portrait, Constraints.parse(slo_p95_ms=500, min_rps=5))
     cpu = plan.recommended.engines["cpu"]
     assert cpu["servers"] == os.cpu_count() and "run.json" in cpu["why"]
+
+
+def test_alternatives_are_simulated_and_the_plan_is_tuned_by_simulation(tmp_path):
+    portrait = record(tmp_path, VISION, requests=40)
+    constraints = Constraints.parse(engines="cpu,gpu:nvidia-l4,npu:ascend-310px2", slo_p95_ms=50, min_rps=300,
+                                    precision=["backbone=int8-ok"], prices=PRICES)
+    plan = recommend(portrait, constraints, cpu_cores=4)
+    rec = plan.recommended
+    for option in [rec, *plan.alternatives]:
+        if option.feasible and option.estimate.p95_ms is not None:
+            assert option.estimate.method.startswith("discrete-event simulation"), option.name
+            assert option.estimate.failed_share is not None
+    # every combination of windows and caps was tried at the rate and at 1.5x
+    batched = any(d.batch > 1 for d in rec.decisions)
+    caps = any(d.fallback for d in rec.decisions)
+    assert len(rec.tuning) == (3 if batched else 1) * (2 if caps else 1)
+    assert all(t["stress_p95_ms"] is not None for t in rec.tuning)
+    kept = [t for t in rec.tuning if t["meets_targets"]]
+    assert kept and rec.meets_slo
+    # a changed window or cap is what the pipeline holds, and its why says it was tuned
+    best = min(rec.tuning, key=lambda t: (not t["meets_targets"], round(t["stress_failed_share"], 3),
+                                          t["stress_p95_ms"], abs(__import__("math").log(t["window_factor"]))))
+    for d in rec.decisions:
+        if d.batch > 1 and best["window_factor"] != 1.0:
+            assert "tuned by simulation" in d.why["batch"]
+        if d.fallback:
+            assert d.fallback["max_ratio"] == best["failover_max_ratio"]
+    assert "simulated estimate" in plan.to_dict()["estimates_are"]
