@@ -29,12 +29,14 @@ from .assets import content_security_policy, csp_hash, plotly_payload, static_te
 GENERATOR = "loadprobe"  # <meta name="generator">: marks a file as one loadprobe may replace
 
 
-def render_report(portrait, plans: dict | None = None, pipeline_yaml: str | None = None) -> str:
+def render_report(portrait, plans: dict | None = None, pipeline_yaml: str | None = None,
+                  simulation: dict | None = None, align=()) -> str:
     """The single-run report; ``plans`` is plans.json's content and ``pipeline_yaml`` the file's text,
-    both from ``loadprobe recommend`` (optional)."""
+    both from ``loadprobe recommend``, ``simulation`` a simulation.json and ``align`` loadprobe align
+    verdicts (``AlignEvidence`` or align.json documents) (all optional)."""
     from .sections import portrait_view
 
-    return _page("portrait.html.j2", portrait_view(portrait, plans, pipeline_yaml))
+    return _page("portrait.html.j2", portrait_view(portrait, plans, pipeline_yaml, simulation, align))
 
 
 def render_comparison(a, b, labels: tuple[str, str] = ("A", "B")) -> str:

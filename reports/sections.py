@@ -14,19 +14,32 @@ from __future__ import annotations
 
 from . import figures as fig
 from .headline import batched_stage, headline, latency_source
+from .precision import precision_checks, precision_section
 from .units import NONE, duration, ms, num, pct, si
 
 MAX_SKIPPED_SHOWN = 100
 
 
-def portrait_view(portrait, plans: dict | None = None, pipeline_yaml: str | None = None) -> dict:
-    """Everything the portrait template shows."""
+def portrait_view(portrait, plans: dict | None = None, pipeline_yaml: str | None = None,
+                  simulation: dict | None = None, align=()) -> dict:
+    """Everything the portrait template shows; ``simulation`` is a simulation.json to add, ``align``
+    loadprobe align verdicts (the plan's own are shown without it)."""
     p, q = portrait, portrait.data_quality
     figures = fig.portrait_figures(p)
     sections = [_traffic(p, figures), _shares(p, figures), _latency(p, figures), _batch(p, figures),
                 _devices(p, figures), _roofline(p, figures), _bottlenecks(p)]
     if plans:
         sections.append(_plan(plans, pipeline_yaml))
+    precision, precision_figures = precision_section(precision_checks(plans, align))
+    if precision is not None:
+        sections.append(precision)
+        figures.update(precision_figures)
+    if simulation:
+        from .simulation import simulation_sections
+
+        simulated, simulated_figures = simulation_sections(simulation)
+        sections += simulated
+        figures.update(simulated_figures)
     sections.append(_quality(p))
     services = ", ".join(q.services) or "unknown service"
     return {

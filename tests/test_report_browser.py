@@ -16,6 +16,7 @@ import pytest
 import loadprobe
 from loadprobe.pipeline import dump
 from loadprobe.plan_files import plan_dict
+from loadprobe.plan_files import to_pipeline as plan_to_pipeline
 from loadprobe.reports.html import render_comparison, render_report, write_html
 
 from . import report_browser as browser
@@ -138,4 +139,32 @@ def test_comparison_report_in_chromium(chromium, tmp_path):
     assert rows >= 10
     assert "latency p95" in visit.page.locator("section#deltas").inner_text()
     assert browser.pixel_spread(visit.page.screenshot()) > 20
+    visit.page.close()
+
+
+def test_simulation_page_in_chromium(chromium, tmp_path):
+    from loadprobe.load import bursty
+    from loadprobe.reports.html import write_simulation
+    from loadprobe.simulate import from_recording, simulate
+    from loadprobe.simulate.compare import Comparison
+
+    portrait = loadprobe.analyze([str(VISION)])
+    plan = loadprobe.recommend(portrait)
+    options = [o for o in [plan.recommended, *plan.alternatives] if o.feasible and o.decisions]
+    arrivals = bursty(400, rate=40, on_s=1, off_s=4, duration=20, seed=1)
+    results = {}
+    for option in options:
+        config = plan_to_pipeline(plan, option)
+        results[option.name] = simulate(config, arrivals, from_recording(config, str(VISION), portrait=portrait))
+    comparison = Comparison(source="plans.json", arrivals="bursty", requests=len(arrivals), seed=0,
+                            service_times="recorded", results=results)
+    path = tmp_path / "simulation.html"
+    write_simulation(comparison.to_dict(), path)
+    visit = browser.open_report(chromium, path)
+    _assert_clean(visit)
+    expected = _figure_ids(path)
+    assert "sim_latency" in expected and "sim_queue_0" in expected
+    _assert_every_chart_drawn(visit, expected)
+    rows = visit.page.locator("section#sim-plans tbody tr").count()
+    assert rows == len(options)
     visit.page.close()

@@ -386,3 +386,30 @@ def test_a_sync_executor_keeps_its_slot_after_its_deadline():
         result = simulate(config, [0.0, 0.025], {"work": lambda batch, rng: next(calls)}, executors=mode)
         assert result.outcomes == {"ok": 1, "rejected": 0, "timeout": 1, "error": 0}, mode
         assert result.latency_ms["p50"] == pytest.approx(latency, rel=0.002), mode
+
+
+def test_the_report_takes_a_simulation_json(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from loadprobe.cli import main
+
+    runner = CliRunner()
+    vision = str(ROOT / "samples" / "data" / "vision")
+    plan_dir = tmp_path / "plan"
+    assert runner.invoke(main, ["recommend", vision, "-o", str(plan_dir / "pipeline.yaml")]).exit_code == 0
+    sim = tmp_path / "sim"
+    ran = runner.invoke(main, ["simulate", str(plan_dir / "pipeline.yaml"), "--poisson", "--rate", "30",
+                               "--duration", "10", "--seed", "2", "-o", str(sim), "--no-html"])
+    assert ran.exit_code == 0, ran.output
+    out = tmp_path / "report.html"
+    made = runner.invoke(main, ["report", vision, "--simulation", str(sim / "simulation.json"), "-o", str(out)])
+    assert made.exit_code == 0, made.output
+    page = out.read_text()
+    assert 'id="sim-plans"' in page and 'data-figure="sim_latency"' in page
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"plans": []}))
+    refused = runner.invoke(main, ["report", vision, "--simulation", str(bad), "-o", str(tmp_path / "r2.html")])
+    assert refused.exit_code == 2 and "not a simulation.json" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1

@@ -22,12 +22,15 @@ from .._errors import LoadprobeError
 @click.option("--pipeline", "pipeline_path", type=click.Path(dir_okay=False),
               help="pipeline.yaml to show with the plan [default: pipeline.yaml beside plans.json].")
 @click.option("--no-plan", is_flag=True, help="Leave any recommendation out.")
+@click.option("--simulation", "simulation_path", type=click.Path(dir_okay=False),
+              help="simulation.json from loadprobe simulate to include as the 'Simulated plans' sections.")
 @click.option("--label", "labels", multiple=True, help="Names for A and B in a comparison (repeat twice).")
 @click.option("--device", help="Catalog device for the roofline, when a source is recorded data.")
 @click.option("--precision", help="Precision for the roofline, when a source is recorded data.")
 @click.option("--catalog", "catalogs", multiple=True, type=click.Path(dir_okay=False),
               help="Extra device catalog file (JSON); repeatable.")
-def report(sources, output, force, plans_path, pipeline_path, no_plan, labels, device, precision, catalogs):
+def report(sources, output, force, plans_path, pipeline_path, no_plan, simulation_path, labels, device, precision,
+           catalogs):
     """Render the HTML load portrait of SOURCE, or compare two: SOURCE [B].
 
     A SOURCE is a portrait.json, a folder holding one (like loadprobe-report/), or recorded
@@ -38,6 +41,7 @@ def report(sources, output, force, plans_path, pipeline_path, no_plan, labels, d
     Examples:
         loadprobe report loadprobe-report/portrait.json -o portrait.html
         loadprobe report before/portrait.json after/portrait.json -o diff.html
+        loadprobe report loadprobe-report/ --simulation loadprobe-simulation/simulation.json
     """
     from ..reports.html import render_comparison, render_report, write_html
 
@@ -49,6 +53,9 @@ def report(sources, output, force, plans_path, pipeline_path, no_plan, labels, d
     path = Path(output or default)
     if path.exists() and not force:  # before any analysis: fail fast
         raise LoadprobeError(f"{path} exists; pass --force to replace it or choose another -o")
+    if simulation_path and len(sources) == 2:
+        raise LoadprobeError("--simulation applies to a single-run report; give one SOURCE")
+    simulation = _simulation(simulation_path) if simulation_path else None
     portraits = [_portrait(s, device, precision, catalogs) for s in sources]
     if len(portraits) == 2:
         names = tuple(labels) if labels else tuple(_label(s) for s in sources)
@@ -57,9 +64,23 @@ def report(sources, output, force, plans_path, pipeline_path, no_plan, labels, d
     else:
         portrait, portrait_file = portraits[0]
         plans, pipeline, plan_note = (None, None, "") if no_plan else _plan(portrait_file, plans_path, pipeline_path)
-        html = render_report(portrait, plans=plans, pipeline_yaml=pipeline)
+        html = render_report(portrait, plans=plans, pipeline_yaml=pipeline, simulation=simulation)
     size = write_html(path, html, overwrite=force)
     click.echo(f"report: {path} ({size / 1e6:.1f} MB){plan_note}", err=True)
+
+
+def _simulation(path: str) -> dict:
+    try:
+        document = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise LoadprobeError(f"--simulation {path}: cannot read it ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise LoadprobeError(f"--simulation {path}: not valid JSON ({exc}); give the simulation.json of "
+                             "loadprobe simulate") from None
+    if not isinstance(document, dict) or not isinstance(document.get("plans"), dict) or not document["plans"]:
+        raise LoadprobeError(f"--simulation {path}: not a simulation.json (no 'plans'); give the file "
+                             "loadprobe simulate writes")
+    return document
 
 
 def _portrait(source: str, device, precision, catalogs):
