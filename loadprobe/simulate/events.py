@@ -181,6 +181,8 @@ class Simulation:
         stage = self.stages[index]
         lane, breaker, cap = stage.lane, stage.breaker, stage.cap
         priority = self.priorities[request] if self.priorities is not None else 0
+        if cap is None and breaker is None:  # steer() would say "run": skip building its questions
+            return self._run(lane, request, index, priority, True)
         action, reason = steer(cap, breaker, otherwise=stage.otherwise,
                                queue_over=lambda: stage.queue_len_over is not None
                                and lane.engine.waiting > stage.queue_len_over,
@@ -265,6 +267,13 @@ class Simulation:
         self.a_deadline.append(deadline)
         self.a_state.append(_QUEUED)
         self.a_own.append(own)
+        if not lane.batched and not engine.waiting and engine.busy < engine.max_concurrency \
+                and lane.busy < lane.limit:
+            # What _pump would do at once, without the queue. An async execution ends by its own
+            # deadline (_start cuts it there), so no timeout event is needed.
+            if not self.stoppable:
+                self._push(deadline, _TIMEOUT, attempt)
+            return self._start(lane, [attempt])
         lane.queues.setdefault(priority, deque()).append(attempt)
         lane.waiting += 1
         engine.waiting += 1
@@ -333,7 +342,8 @@ class Simulation:
         engine.executions += 1
         engine.items += len(attempts)
         end = self.now + lane.service(len(attempts), self.rng)
-        last_deadline = max(self.a_deadline[a] for a in attempts)
+        deadlines = self.a_deadline
+        last_deadline = deadlines[attempts[0]] if len(attempts) == 1 else max(deadlines[a] for a in attempts)
         cut = self.stoppable and end > last_deadline  # nobody waits past the last deadline: it is stopped
         for a in attempts:
             self.a_state[a] = _RUNNING

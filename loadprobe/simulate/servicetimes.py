@@ -39,12 +39,37 @@ def exponential(mean_ms: float) -> ServiceTime:
     return lambda batch, rng: rng.expovariate(rate)
 
 
+class _Buffered:
+    """Draws made by numpy in blocks, seeded from the simulation's ``rng``: a draw costs a list pop.
+
+    The block's seed comes from ``rng`` when the block is needed, and a new ``rng`` (a new run)
+    starts afresh, so a run stays a function of its seed. ``make(generator, n)`` returns ``n`` seconds.
+    """
+
+    BLOCK = 4096
+
+    def __init__(self, make) -> None:
+        self.make = make
+        self.left: list[float] = []
+        self.rng: random.Random | None = None
+
+    def __call__(self, batch: int, rng: random.Random) -> float:
+        if rng is not self.rng:
+            self.rng, self.left = rng, []
+        left = self.left
+        if not left:
+            import numpy as np
+
+            left.extend(self.make(np.random.default_rng(rng.getrandbits(64)), self.BLOCK).tolist())
+        return left.pop()
+
+
 def lognormal(p50_ms: float, p95_ms: float | None = None) -> ServiceTime:
     """The lognormal whose median is ``p50_ms`` and 95th percentile ``p95_ms`` (constant without a p95)."""
     if p95_ms is None or p95_ms <= p50_ms or p50_ms <= 0:
         return constant(p50_ms if p50_ms > 0 else (p95_ms or 0.0))
     mu, sigma = math.log(p50_ms / 1000.0), math.log(p95_ms / p50_ms) / Z95
-    return lambda batch, rng: rng.lognormvariate(mu, sigma)
+    return _Buffered(lambda generator, n: generator.lognormal(mu, sigma, n))
 
 
 Overrides = Mapping[str, "ServiceTime | Mapping[str, ServiceTime]"]
