@@ -159,10 +159,14 @@ class CanaryConfig:
     weight: float
 
 
+DEFAULT_WINDOW_S = 10.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class RoutingConfig:
     retry: RetryBudgetConfig | None = _nested(RetryBudgetConfig, default=None)
     shed: ShedConfig | None = _nested(ShedConfig, default=None)
+    window_s: float | None = None
     canary: CanaryConfig | None = _nested(CanaryConfig, default=None)
 
 
@@ -185,6 +189,12 @@ class PipelineConfig:
         object.__setattr__(self, "engines", dict(self.engines))
         object.__setattr__(self, "stages", tuple(self.stages))
         object.__setattr__(self, "why", dict(self.why))
+
+    @property
+    def window_s(self) -> float:
+        """The routing window (``routing.window_s``), 10 s when the file gives none."""
+        given = self.routing.window_s if self.routing is not None else None
+        return DEFAULT_WINDOW_S if given is None else given
 
 
 def _from_plain(cls: type, data: Mapping[str, Any]) -> Any:

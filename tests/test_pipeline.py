@@ -429,3 +429,26 @@ def test_validate_schema_and_usage():
     assert result.exit_code == 0 and json.loads(result.stdout) == pipeline.schema()
     result = invoke("validate")
     assert result.exit_code == 2 and "give at least one FILE" in result.stderr
+
+
+def test_the_routing_window_is_a_file_field_the_router_uses():
+    from loadprobe.route import Router
+
+    text = """
+version: 1
+service: w
+engines:
+  cpu: {kind: cpu, max_concurrency: 1, max_queue: 4}
+stages:
+  - {name: work, engine: cpu, timeout_ms: 100}
+routing:
+  window_s: 30
+"""
+    config = pipeline.loads(text)
+    assert config.window_s == 30
+    assert pipeline.loads(text.replace("routing:\n  window_s: 30\n", "")).window_s == 10
+    router = Router(config, {"work": {"cpu": lambda payload: payload}})
+    assert router._engines["cpu"].window_s == 30
+    assert Router(config, {"work": {"cpu": lambda payload: payload}}, window_s=5)._engines["cpu"].window_s == 5
+    problems = pipeline.validate_text(text.replace("window_s: 30", "window_s: 0"))
+    assert problems and "window_s" in str(problems[0])

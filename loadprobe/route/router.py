@@ -96,13 +96,15 @@ class Router:
 
     ``window_s`` is the sliding window over which the router counts the failover share of
     each stage, the retry budget and the engines' metrics (breakers use their own
-    ``window_s`` from the file). ``clock`` (seconds, monotonic) is for tests.
+    ``window_s`` from the file); default: the file's ``routing.window_s``, else 10 s.
+    ``clock`` (seconds, monotonic) is for tests.
     """
 
-    def __init__(self, config: PipelineConfig, executors: Executors, *, window_s: float = 10.0,
+    def __init__(self, config: PipelineConfig, executors: Executors, *, window_s: float | None = None,
                  clock: Callable[[], float] = time.monotonic, base_dir: str | os.PathLike | None = None) -> None:
         self.config = config
         _check_executors(config, executors)
+        window_s = config.window_s if window_s is None else window_s
         routing = config.routing
         shed_by = routing.shed.by if routing and routing.shed else "none"
         self._engines = {name: Engine(name, engine, window_s=window_s, shed_by=shed_by, clock=clock)

@@ -96,7 +96,7 @@ class SimulationResult:
 
 
 def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times: Overrides | None = None, *,
-             seed: int = 0, priorities: Sequence[int] | None = None, window_s: float = 10.0, catalog=None,
+             seed: int = 0, priorities: Sequence[int] | None = None, window_s: float | None = None, catalog=None,
              price_per_kwh: float = 0.15, years: float = 3.0, prices: Mapping[str, float] | None = None,
              error_rates: Mapping[str, float] | None = None, executors: str = "async") -> SimulationResult:
     """Run the requests arriving at ``arrivals_s`` (seconds) through ``config``; same inputs, same result.
@@ -105,7 +105,8 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
     ``{stage: {engine: sampler}}`` (see ``servicetimes.from_config``), or a complete
     ``{(stage, engine): sampler}`` as ``from_recording`` returns.
     ``priorities`` (one per arrival, higher first) matter with ``routing.shed.by: priority``.
-    ``window_s`` is the window of the failover caps and the retry budget, as in ``Router``.
+    ``window_s`` is the window of the failover caps and the retry budget, as in ``Router``
+    (default: the file's ``routing.window_s``, else 10 s).
     ``error_rates`` ({stage: share of executions that raise}; ``read_self_times`` gives the
     recorded ones) and ``executors`` ("async": a timed-out execution is stopped; "sync": it keeps
     its slot until it ends, as threads do) follow the router. ``catalog`` (default: the built-in one), ``prices`` ({device: price}), ``price_per_kwh`` and
@@ -129,7 +130,8 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
         priorities = np.asarray(priorities)[order].tolist()
     times = times[order]
     sim = Simulation(config, times.tolist(), priorities, _samplers(config, service_times), seed=seed,
-                     window_s=window_s, error_rates=error_rates, executors=executors).run()
+                     window_s=config.window_s if window_s is None else window_s, error_rates=error_rates,
+                     executors=executors).run()
     start = float(times[0]) if len(times) else 0.0
     duration = max(sim.end - start, 0.0)
     stages = {}
