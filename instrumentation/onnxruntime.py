@@ -13,7 +13,8 @@ Usage::
     lp_ort.instrument_session(session, stage="detector")   # or a single session
 
 FLOPs and bytes come from the model's graph (``onnx_cost.model_cost``), worked out once per
-input-shape signature, before the span starts.
+input-shape signature, before the span starts. ``capture(model, samples, out="fp32.npz")``
+(from ``onnx_capture``) writes chosen intermediate outputs for ``loadprobe align``.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from ._deps import require
 
 ort = require("onnxruntime", extra="onnxruntime")
 
+from .onnx_capture import capture  # noqa: E402 - layer outputs for loadprobe align (docs/align.md)
 from .onnx_cost import ModelCost, load_graph, model_cost  # noqa: E402 - needs onnx, after the runtime
 
 __all__ = [
-    "TARGET_VERSIONS", "ModelCost", "instrument", "instrument_session", "model_cost", "provider_engine",
+    "TARGET_VERSIONS", "ModelCost", "capture", "instrument", "instrument_session", "model_cost", "provider_engine",
     "uninstrument", "uninstrument_session",
 ]
 

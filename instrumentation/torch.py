@@ -15,6 +15,9 @@ tensor argument's shape), ``engine`` (``cpu``, ``gpu0``, ...), ``bytes`` (the mo
 parameters and buffers plus its tensor inputs and outputs) and, with ``count_flops=True``,
 ``flops`` -- counted by ``torch.utils.flop_counter`` on the first call per input shapes and
 reused for later calls with the same shapes.
+
+``capture(model, samples, out="fp32.npz")`` (from ``torch_capture``) writes chosen module
+outputs over a sample set for ``loadprobe align``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from ._deps import require
 
 torch = require("torch", extra="torch")
 
-__all__ = ["TARGET_VERSIONS", "instrument", "uninstrument"]
+from .torch_capture import capture  # noqa: E402 - layer outputs for loadprobe align (docs/align.md)
+
+__all__ = ["TARGET_VERSIONS", "capture", "instrument", "uninstrument"]
 
 TARGET_VERSIONS = ("torch >= 2.1",)
 

@@ -6,6 +6,7 @@ Usage::
                           precision=["int8-ok", "head=fp16-only"])
     c.engines[1]          # EngineSpec(kind="gpu", device="nvidia-l4", count=2, name="gpu0")
     c.precision_for("backbone")   # "int8-ok"
+    Constraints.parse(align=["align.json"])     # a stage's precision from loadprobe align's verdict
 
 Every figure is optional: a plan made without an SLO keeps the recorded p95, without
 ``min_rps`` sizes for the recorded peak rate, without a power budget ignores power.
@@ -50,17 +51,30 @@ class Constraints:
     price_per_kwh: float = 0.15
     prices: dict = field(default_factory=dict)  # catalog id -> purchase price per unit
     changes_often: frozenset = frozenset()  # stages whose model is replaced often (kept off NPUs)
+    align: dict = field(default_factory=dict)  # stage -> align.AlignEvidence: the verdict of loadprobe align
 
     def precision_for(self, stage: str) -> str:
+        evidence = self.align.get(stage)
+        if evidence is not None:
+            return evidence.policy
         return self.precision_by_stage.get(stage, self.precision)
+
+    def keep_fp16_for(self, stage: str) -> tuple:
+        """The layers loadprobe align says to keep in FP16 when ``stage`` runs INT8."""
+        evidence = self.align.get(stage)
+        return tuple(evidence.keep_fp16) if evidence is not None else ()
 
     @classmethod
     def parse(cls, *, engines: str | None = None, slo_p95_ms=None, slo_p99_ms=None, min_rps=None,
               power_budget_w=None, precision=(), years: float = 3.0, price_per_kwh: float = 0.15,
-              prices=(), changes_often=(), catalog=None) -> Constraints:
-        """Build from CLI-style strings; a LoadprobeError names the bad part and what is allowed."""
+              prices=(), changes_often=(), align=(), catalog=None) -> Constraints:
+        """Build from CLI-style strings; a LoadprobeError names the bad part and what is allowed.
+
+        ``align``: align.json files (or ``align.AlignEvidence``), one per stage.
+        """
         specs = parse_engines(engines or DEFAULT_ENGINES, catalog)
         default, by_stage = parse_precision(precision)
+        evidence = parse_align(align, by_stage)
         for option, value in (("--slo-p95-ms", slo_p95_ms), ("--slo-p99-ms", slo_p99_ms), ("--min-rps", min_rps),
                               ("--power-budget-w", power_budget_w), ("--years", years),
                               ("--price-per-kwh", price_per_kwh)):
@@ -68,7 +82,7 @@ class Constraints:
                 raise LoadprobeError(f"{option} {value:g} must be a positive number")
         changing = frozenset(n.strip() for v in changes_often for n in str(v).split(",") if n.strip())
         return cls(specs, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, default, by_stage, float(years),
-                   float(price_per_kwh), parse_prices(prices), changing)
+                   float(price_per_kwh), parse_prices(prices), changing, evidence)
 
 
 def parse_engines(text: str, catalog=None) -> tuple[EngineSpec, ...]:
@@ -130,6 +144,25 @@ def parse_precision(values) -> tuple[str, dict]:
         else:
             default = policy
     return default, by_stage
+
+
+def parse_align(values, precision_by_stage: dict | None = None) -> dict:
+    """align.json files (or evidence already read) -> {stage: AlignEvidence}, one file per stage."""
+    if not values:
+        return {}
+    from .align import AlignEvidence, load_evidence
+
+    out: dict = {}
+    for value in values or ():
+        evidence = value if isinstance(value, AlignEvidence) else load_evidence(value)
+        if evidence.stage in out:
+            raise LoadprobeError(f"--align {evidence.source}: stage {evidence.stage!r} already has "
+                                 f"{out[evidence.stage].source}; give one align.json per stage")
+        if evidence.stage in (precision_by_stage or {}):
+            raise LoadprobeError(f"--precision {evidence.stage}={precision_by_stage[evidence.stage]} and --align "
+                                 f"{evidence.source} both set {evidence.stage!r}'s precision; give one of them")
+        out[evidence.stage] = evidence
+    return out
 
 
 def parse_prices(values) -> dict:

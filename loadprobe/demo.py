@@ -8,10 +8,11 @@ Usage::
 Steps: build the sample's ONNX models (once, cached); start samples/vision on 127.0.0.1
 under a recorder (spans and device samples into ``<out>/data``); drive it with a day's
 traffic compressed into ``seconds`` plus a burst near the evening peak, open loop;
-stop the server cleanly so its files are finished; analyse the recording, recommend a
-plan, render the HTML report with both; print where every output is. The server runs in
-its own process group and is stopped on every exit path, Ctrl-C included. Each run
-writes a new timestamped folder: nothing is overwritten.
+stop the server cleanly so its files are finished; analyse the recording, check the
+backbone's INT8 model against its FP32 one (``loadprobe align``), recommend a plan with
+that verdict, render the HTML report with all three; print where every output is. The
+server runs in its own process group and is stopped on every exit path, Ctrl-C included.
+Each run writes a new timestamped folder: nothing is overwritten.
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ def analyse(data: Path, run_dir: Path, *, echo=print) -> dict[str, Path]:
     report = run_dir / "report"
     outputs = {"portrait": portrait.save(report / "portrait.json")}
     echo(render(portrait))
-    outputs.update(_recommend(portrait, report, echo))
+    outputs.update(_align(report, echo))
+    outputs.update(_recommend(portrait, report, echo, outputs.get("align")))
     outputs["report"] = _html(portrait, report, outputs)
     echo("\ndemo: outputs")
     for name, path in {"recording": data, **outputs}.items():
@@ -114,15 +116,36 @@ def _html(portrait, report: Path, outputs: dict) -> Path:
     return path
 
 
-def _recommend(portrait, report: Path, echo) -> dict[str, Path]:
-    """The plan for the recorded load on the seeds' line-up (CPU, an L4, a 310P), sized for its peak."""
+def _align(report: Path, echo) -> dict[str, Path]:
+    """The backbone's INT8 check: its FP32 and INT8 models captured on the same images, aligned."""
+    try:
+        from .instrumentation.onnxruntime import capture
+        from .samples.vision.model import calibration_batch, ensure_models
+    except ImportError:  # analysing without the sample's dependencies: no check, the plan stays FP16
+        return {}
+    from .align import align, write_align
+    from .cli.align import render
+
+    fp32, int8 = ensure_models()
+    images = calibration_batch(16, seed=5)  # not the images the INT8 model was calibrated on (seed 11)
+    baseline = capture(fp32, images, out=report / "capture-fp32.npz")
+    candidate = capture(int8, images, out=report / "capture-int8.npz")
+    doc = align(baseline, candidate, stage="backbone")
+    echo("\n" + render(doc))
+    return {"align": write_align(doc, report / "align.json")}
+
+
+def _recommend(portrait, report: Path, echo, align: Path | None = None) -> dict[str, Path]:
+    """The plan for the recorded load on the seeds' line-up (CPU, an L4, a 310P), sized for its peak,
+    with the backbone's precision from its INT8 check."""
     import json
 
+    from .constraints import Constraints
     from .pipeline import save
     from .plan_files import plan_dict, render
     from .planner import recommend
 
-    plan = recommend(portrait)
+    plan = recommend(portrait, Constraints.parse(align=[align]) if align else None)
     echo("\n" + render(plan))
     pipeline = save(plan.to_pipeline(), report / "pipeline.yaml")
     plans = report / "plans.json"

@@ -38,6 +38,8 @@ def pipeline_dict(plan, option=None) -> dict:
     stages = []
     for d in option.decisions:
         stage = {"name": d.stage, "engine": d.engine, "precision": d.precision}
+        if d.keep_fp16:  # from loadprobe align: only ever with int8
+            stage["keep_fp16"] = list(d.keep_fp16)
         if d.shape is not None or d.dynamic_shape:
             stage["input"] = {"shape": d.shape, "dynamic": d.dynamic_shape}
         if d.batch > 1:
@@ -99,7 +101,8 @@ def plan_dict(plan) -> dict:
 def render(plan) -> str:
     """The stage table of the recommended plan and the alternatives table."""
     lines = [f"scenario: {plan.scenario} -- {plan.scenario_why}", ""]
-    rows = [[d.stage, d.engine + (f" ({d.device})" if d.device else ""), d.precision, str(d.batch),
+    rows = [[d.stage, d.engine + (f" ({d.device})" if d.device else ""),
+             d.precision + (f" ({len(d.keep_fp16)} kept fp16)" if d.keep_fp16 else ""), str(d.batch),
              f"{d.window_ms:g}", f"{d.timeout_ms:g}", str(d.max_concurrency),
              f"{d.fallback['engine']} <= {d.fallback['max_ratio']:.0%}" if d.fallback else "-",
              f"{d.service.p50_ms:.3g} ({d.service.source})"]

@@ -45,6 +45,11 @@ def test_demo_serves_loads_records_and_analyses(tmp_path):
     html = (run / "report" / "portrait.html").read_text(encoding="utf-8")  # the report, with the plan
     assert str(run / "report" / "portrait.html") in out
     assert '<section id="plan"' in html and "Copy pipeline.yaml" in html
+    # the backbone's INT8 check ran, the plan used its verdict and the report shows it
+    align = json.loads((run / "report" / "align.json").read_text())
+    assert align["stage"] == "backbone" and align["verdict"]["decision"] in ("int8-ok", "int8-keep-fp16", "fp16-only")
+    assert json.loads((run / "report" / "plans.json").read_text())["constraints"]["align"]["backbone"]
+    assert '<section id="precision"' in html
     # a second run never touches the first
     before = sorted(p.name for p in run.rglob("*"))
     again = demo(tmp_path, "--seconds", "2", "--rate", "4")

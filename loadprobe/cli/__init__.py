@@ -44,6 +44,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 def _register() -> None:
+    from .align import align
     from .analyze import analyze
     from .demo import demo
     from .import_ import import_command
@@ -55,6 +56,7 @@ def _register() -> None:
     from .tco import tco
     from .validate import validate
 
+    main.add_command(align)
     main.add_command(analyze)
     main.add_command(demo)
     main.add_command(import_command)

@@ -20,6 +20,9 @@ import click
 @click.option("--power-budget-w", type=float, help="Power budget for the whole line-up, in watts.")
 @click.option("--precision", multiple=True, metavar="[STAGE=]POLICY",
               help="fp16-only (default) or int8-ok, for all stages or one: --precision backbone=int8-ok.")
+@click.option("--align", "aligns", multiple=True, type=click.Path(dir_okay=False), metavar="ALIGN.JSON",
+              help="A loadprobe align verdict: sets its stage's precision and the layers kept in FP16 (repeatable, "
+                   "one per stage).")
 @click.option("--changes-often", multiple=True, metavar="STAGE[,STAGE]",
               help="Stages whose model is replaced often (monthly): kept off NPUs that need offline conversion.")
 @click.option("--price", "prices", multiple=True, metavar="DEVICE=AMOUNT",
@@ -31,8 +34,8 @@ import click
               help="Extra device catalog file (JSON); repeatable.")
 @click.option("--force", is_flag=True, help="Overwrite an existing pipeline.yaml / plans.json.")
 @click.option("--json", "as_json", is_flag=True, help="Print plans.json to stdout instead of the tables.")
-def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, precision, changes_often,
-              prices, years, price_per_kwh, cpu_cores, catalogs, force, as_json):
+def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, precision, aligns,
+              changes_often, prices, years, price_per_kwh, cpu_cores, catalogs, force, as_json):
     """Plan which engine runs each stage, and write it as pipeline.yaml.
 
     SOURCE is a portrait.json or recorded data (directories, globs, URIs), analysed first.
@@ -41,6 +44,7 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_bu
     Example:
         loadprobe recommend loadprobe-report/portrait.json --engines cpu,gpu:nvidia-l4,npu:ascend-310p \\
             --slo-p95-ms 200 --precision backbone=int8-ok -o plan/pipeline.yaml
+        loadprobe recommend loadprobe-report/portrait.json --align align.json -o plan/pipeline.yaml
     """
     from ..catalog import load_catalog
     from ..constraints import Constraints
@@ -53,7 +57,7 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_bu
     constraints = Constraints.parse(engines=engines, slo_p95_ms=slo_p95_ms, slo_p99_ms=slo_p99_ms, min_rps=min_rps,
                                     power_budget_w=power_budget_w, precision=precision, years=years,
                                     price_per_kwh=price_per_kwh, prices=prices, changes_often=changes_often,
-                                    catalog=catalog)
+                                    align=aligns, catalog=catalog)
     plan = make_plan(portrait, constraints, catalog=catalog, cpu_cores=cpu_cores)
     config = plan.to_pipeline()
     plans = json.dumps(plan_dict(plan), indent=2, allow_nan=False) + "\n"

@@ -24,13 +24,16 @@ from .._errors import LoadprobeError
 @click.option("--no-plan", is_flag=True, help="Leave any recommendation out.")
 @click.option("--simulation", "simulation_path", type=click.Path(dir_okay=False),
               help="simulation.json from loadprobe simulate to include as the 'Simulated plans' sections.")
+@click.option("--align", "aligns", multiple=True, type=click.Path(dir_okay=False), metavar="ALIGN.JSON",
+              help="loadprobe align verdicts to show as the INT8 precision check (repeatable) [default: the ones the "
+                   "plan was made with].")
 @click.option("--label", "labels", multiple=True, help="Names for A and B in a comparison (repeat twice).")
 @click.option("--device", help="Catalog device for the roofline, when a source is recorded data.")
 @click.option("--precision", help="Precision for the roofline, when a source is recorded data.")
 @click.option("--catalog", "catalogs", multiple=True, type=click.Path(dir_okay=False),
               help="Extra device catalog file (JSON); repeatable.")
-def report(sources, output, force, plans_path, pipeline_path, no_plan, simulation_path, labels, device, precision,
-           catalogs):
+def report(sources, output, force, plans_path, pipeline_path, no_plan, simulation_path, aligns, labels, device,
+           precision, catalogs):
     """Render the HTML load portrait of SOURCE, or compare two: SOURCE [B].
 
     A SOURCE is a portrait.json, a folder holding one (like loadprobe-report/), or recorded
@@ -42,6 +45,7 @@ def report(sources, output, force, plans_path, pipeline_path, no_plan, simulatio
         loadprobe report loadprobe-report/portrait.json -o portrait.html
         loadprobe report before/portrait.json after/portrait.json -o diff.html
         loadprobe report loadprobe-report/ --simulation loadprobe-simulation/simulation.json
+        loadprobe report loadprobe-report/ --align align.json
     """
     from ..reports.html import render_comparison, render_report, write_html
 
@@ -56,6 +60,11 @@ def report(sources, output, force, plans_path, pipeline_path, no_plan, simulatio
     if simulation_path and len(sources) == 2:
         raise LoadprobeError("--simulation applies to a single-run report; give one SOURCE")
     simulation = _simulation(simulation_path) if simulation_path else None
+    if aligns and len(sources) == 2:
+        raise LoadprobeError("--align applies to a single-run report; give one SOURCE")
+    from ..align import load_evidence
+
+    checks = [load_evidence(a) for a in aligns]  # before any analysis: a bad file fails fast
     portraits = [_portrait(s, device, precision, catalogs) for s in sources]
     if len(portraits) == 2:
         names = tuple(labels) if labels else tuple(_label(s) for s in sources)
@@ -64,7 +73,7 @@ def report(sources, output, force, plans_path, pipeline_path, no_plan, simulatio
     else:
         portrait, portrait_file = portraits[0]
         plans, pipeline, plan_note = (None, None, "") if no_plan else _plan(portrait_file, plans_path, pipeline_path)
-        html = render_report(portrait, plans=plans, pipeline_yaml=pipeline, simulation=simulation)
+        html = render_report(portrait, plans=plans, pipeline_yaml=pipeline, simulation=simulation, align=checks)
     size = write_html(path, html, overwrite=force)
     click.echo(f"report: {path} ({size / 1e6:.1f} MB){plan_note}", err=True)
 
