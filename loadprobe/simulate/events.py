@@ -15,15 +15,17 @@ timed-out execution keeps its slot until it ends. An attempt fails by timing out
 stage's ``error_rate``, by its executor raising; both count for breakers and retries, as in the
 router. Not simulated: the canary split, routing by shape or precision.
 
-The heap holds plain tuples ``(time, seq, kind, id)``; arrivals are merged in from their sorted
-list, so the heap only ever holds what is in flight.
+The heap holds plain tuples ``(time, sequence, kind, what)``; arrivals are merged in from their
+sorted list, so the heap only ever holds what is in flight, and an attempt is freed once it is over.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import random
+from array import array
 from collections import deque
 from collections.abc import Mapping, Sequence
 
@@ -31,9 +33,19 @@ from ..pipeline import PipelineConfig
 from ..route.policy import Admission, Breaker, FailoverCap, RetryBudget, admission, steer
 from .servicetimes import ServiceTime
 
-_TIMEOUT, _DONE, _WAKE, _SAMPLE = 0, 1, 2, 3  # event kinds
+_TIMEOUT, _DONE, _WAKE, _SAMPLE = 0, 1, 2, 3  # event kinds; a WAKE event carries its lane
 SAMPLES = 200  # instants at which every engine's queue and busy slots are read
 _QUEUED, _RUNNING, _OVER = 0, 1, 2  # attempt states
+
+
+class _Attempt:
+    """One try of one request at one stage: on ``lane``, queued at ``enqueued``, due by ``deadline``."""
+
+    __slots__ = ("request", "stage", "lane", "enqueued", "deadline", "state", "own")
+
+    def __init__(self, request: int, stage: int, lane: _Lane, enqueued: float, deadline: float, own: bool) -> None:
+        self.request, self.stage, self.lane, self.own = request, stage, lane, own
+        self.enqueued, self.deadline, self.state = enqueued, deadline, _QUEUED
 
 
 class _Engine:
@@ -53,7 +65,7 @@ class _Lane:
         self.max_wait_s = stage.batch.max_wait_ms / 1000 if stage.batch else 0.0
         self.limit = min(stage.max_concurrency or engine.max_concurrency, engine.max_concurrency)
         self.busy = self.waiting = 0
-        self.queues: dict[int, deque[int]] = {}  # priority -> attempt ids, oldest first
+        self.queues: dict[int, deque[_Attempt]] = {}  # priority -> attempts, oldest first
         self.timer_at = math.inf
         engine.lanes.append(self)
 
@@ -72,7 +84,7 @@ class _Stage:
         self.breaker = Breaker(b.error_rate_over, b.window_s, b.min_requests, b.open_s, clock) if b else None
         self.entered = self.failovers = self.retries = self.timeouts = self.errors = 0
         self.error_rate = 0.0
-        self.latencies: list[float] = []
+        self.latencies = array("d")
 
 
 class Simulation:
@@ -102,34 +114,25 @@ class Simulation:
             _Stage(s, lane(s, s.engine), lane(s, s.fallback.engine) if s.fallback else None,
                    s.retry.max_attempts if s.retry else default_attempts, window_s, clock)
             for s in config.stages]
-        # attempts: parallel lists indexed by attempt id
-        self.a_request: list[int] = []
-        self.a_stage: list[int] = []
-        self.a_lane: list[int] = []
-        self.a_enqueued: list[float] = []
-        self.a_deadline: list[float] = []
-        self.a_state: list[int] = []
-        self.a_own: list[bool] = []  # on the stage's own engine (the breaker hears of it)
         # requests
         n = len(self.arrivals)
-        self.r_entered = [0.0] * n  # when the request reached its current stage
-        self.r_attempt = [0] * n
+        self.r_entered = array("d", bytes(8 * n))  # when the request reached its current stage
+        self.r_attempt = array("l", bytes(array("l").itemsize * n))
         self.outcomes = {"ok": 0, "rejected": 0, "timeout": 0, "error": 0}
         self.stoppable = executors == "async"
         for stage in self.stages:
             stage.error_rate = (error_rates or {}).get(stage.name, 0.0)
         self.rejects: dict[str, int] = {}
-        self.latencies: list[float] = []
-        self.batches: dict[int, tuple[_Lane, list[int], float, bool]] = {}
-        self.heap: list[tuple] = []
-        self.seq = self.batch_count = 0
+        self.latencies = array("d")
+        self.heap: list[tuple] = []  # (time, sequence, kind, what): an attempt, a batch, a lane, a sample
+        self.sequence = itertools.count()
         self.end = 0.0  # when the last request ended (stale timeouts may still follow in the heap)
         self.sampled_at: list[float] = []
         self.samples: dict[str, tuple[list[int], list[int]]] = {name: ([], []) for name in self.engines}
         if n:
             step = max(self.arrivals[-1] - self.arrivals[0], 1e-9) / SAMPLES
             for k in range(SAMPLES):
-                self._push(self.arrivals[0] + k * step, _SAMPLE, k)
+                self._push(self.arrivals[0] + k * step, _SAMPLE, None)
 
     # -- the loop ------------------------------------------------------------------------------------------
 
@@ -144,15 +147,16 @@ class Simulation:
                 self._enter(i, 0)
                 i += 1
                 continue
-            self.now, _, kind, ident = pop(heap)
-            if kind == _TIMEOUT:
-                self._on_timeout(ident)
-            elif kind == _DONE:
-                self._on_done(ident)
+            self.now, _, kind, what = pop(heap)
+            if kind == _DONE:
+                self._on_done(what)
+            elif kind == _TIMEOUT:
+                if what.state != _OVER:
+                    self._on_timeout(what)
             elif kind == _SAMPLE:
                 self._sample()
             else:
-                lane = self.lanes[ident]
+                lane = what
                 if lane.timer_at == self.now:
                     lane.timer_at = math.inf
                 self._pump(lane.engine)
@@ -165,9 +169,8 @@ class Simulation:
             queue.append(engine.waiting)
             busy.append(engine.busy)
 
-    def _push(self, when: float, kind: int, ident: int) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (when, self.seq, kind, ident))
+    def _push(self, when: float, kind: int, what) -> None:
+        heapq.heappush(self.heap, (when, next(self.sequence), kind, what))
 
     # -- the router's decisions (router.py: _stage, _attempt, _move) -------------------------------------
 
@@ -199,16 +202,16 @@ class Simulation:
         self.outcomes["rejected"] += 1
         self.end = self.now
 
-    def _failed(self, attempt: int, error: bool = False) -> None:
+    def _failed(self, attempt: _Attempt, error: bool = False) -> None:
         """An attempt timed out (or raised): tell the breaker, then retry within max_attempts and the budget."""
-        self.a_state[attempt] = _OVER
-        request, index = self.a_request[attempt], self.a_stage[attempt]
+        attempt.state = _OVER
+        request, index = attempt.request, attempt.stage
         stage = self.stages[index]
         if error:
             stage.errors += 1
         else:
             stage.timeouts += 1
-        if self.a_own[attempt] and stage.breaker is not None:
+        if attempt.own and stage.breaker is not None:
             stage.breaker.record(ok=False)
         if self.r_attempt[request] >= stage.max_attempts or (self.budget is not None and not self.budget.try_retry()):
             self.outcomes["error" if error else "timeout"] += 1
@@ -218,11 +221,11 @@ class Simulation:
         stage.retries += 1
         self._attempt(request, index)
 
-    def _succeeded(self, attempt: int) -> None:
-        self.a_state[attempt] = _OVER
-        request, index = self.a_request[attempt], self.a_stage[attempt]
+    def _succeeded(self, attempt: _Attempt) -> None:
+        attempt.state = _OVER
+        request, index = attempt.request, attempt.stage
         stage = self.stages[index]
-        if self.a_own[attempt] and stage.breaker is not None:
+        if attempt.own and stage.breaker is not None:
             stage.breaker.record(ok=True)
         stage.latencies.append(self.now - self.r_entered[request])
         if index + 1 < len(self.stages):
@@ -258,15 +261,8 @@ class Simulation:
                     stage.breaker.release()
                 return self._reject(request, "queue_full")
             self._evict_lowest(engine)
-        attempt = len(self.a_state)
         deadline = self.now + stage.timeout_s
-        self.a_request.append(request)
-        self.a_stage.append(index)
-        self.a_lane.append(lane.index)
-        self.a_enqueued.append(self.now)
-        self.a_deadline.append(deadline)
-        self.a_state.append(_QUEUED)
-        self.a_own.append(own)
+        attempt = _Attempt(request, index, lane, self.now, deadline, own)
         if not lane.batched and not engine.waiting and engine.busy < engine.max_concurrency \
                 and lane.busy < lane.limit:
             # What _pump would do at once, without the queue. An async execution ends by its own
@@ -289,11 +285,11 @@ class Simulation:
             del lane.queues[lowest]
         lane.waiting -= 1
         engine.waiting -= 1
-        self.a_state[victim] = _OVER
-        stage = self.stages[self.a_stage[victim]]
-        if self.a_own[victim] and stage.breaker is not None:
+        victim.state = _OVER
+        stage = self.stages[victim.stage]
+        if victim.own and stage.breaker is not None:
             stage.breaker.release()
-        self._reject(self.a_request[victim], "shed")
+        self._reject(victim.request, "shed")
 
     def _pump(self, engine: _Engine) -> None:
         while engine.waiting and engine.busy < engine.max_concurrency:
@@ -308,21 +304,23 @@ class Simulation:
         for lane in engine.lanes:
             if not lane.waiting or lane.busy >= lane.limit:
                 continue
-            oldest = min(self.a_enqueued[q[0]] for q in lane.queues.values())
+            queues = lane.queues
+            oldest = min(q[0].enqueued for q in queues.values()) if len(queues) > 1 else \
+                next(iter(queues.values()))[0].enqueued
             if lane.waiting < lane.batch_size and engine.waiting < engine.max_queue:
                 opens = oldest + lane.max_wait_s
                 if now < opens:
                     if opens < lane.timer_at:
                         lane.timer_at = opens
-                        self._push(opens, _WAKE, lane.index)
+                        self._push(opens, _WAKE, lane)
                     continue
             key = (max(lane.queues), -oldest)
             if best_key is None or key > best_key:
                 best, best_key = lane, key
         return best
 
-    def _take(self, lane: _Lane) -> list[int]:
-        out: list[int] = []
+    def _take(self, lane: _Lane) -> list[_Attempt]:
+        out: list[_Attempt] = []
         n = lane.batch_size
         while len(out) < n and lane.queues:
             top = max(lane.queues)
@@ -335,54 +333,56 @@ class Simulation:
         lane.engine.waiting -= len(out)
         return out
 
-    def _start(self, lane: _Lane, attempts: list[int]) -> None:
+    def _start(self, lane: _Lane, attempts: list[_Attempt]) -> None:
         engine = lane.engine
         engine.busy += 1
         lane.busy += 1
         engine.executions += 1
         engine.items += len(attempts)
         end = self.now + lane.service(len(attempts), self.rng)
-        deadlines = self.a_deadline
-        last_deadline = deadlines[attempts[0]] if len(attempts) == 1 else max(deadlines[a] for a in attempts)
+        if len(attempts) == 1:
+            last_deadline = attempts[0].deadline
+            attempts[0].state = _RUNNING
+        else:
+            last_deadline = max(a.deadline for a in attempts)
+            for a in attempts:
+                a.state = _RUNNING
         cut = self.stoppable and end > last_deadline  # nobody waits past the last deadline: it is stopped
-        for a in attempts:
-            self.a_state[a] = _RUNNING
-        self.batch_count += 1
-        self.batches[self.batch_count] = (lane, attempts, self.now, cut)
-        self._push(last_deadline if cut else end, _DONE, self.batch_count)
+        heapq.heappush(self.heap, (last_deadline if cut else end, next(self.sequence), _DONE,
+                                   (lane, attempts, self.now, cut)))
 
-    def _on_done(self, batch: int) -> None:
-        lane, attempts, start, cut = self.batches.pop(batch)
+    def _on_done(self, batch: tuple) -> None:
+        lane, attempts, start, cut = batch
         engine = lane.engine
         engine.busy -= 1
         lane.busy -= 1
         engine.busy_s += self.now - start
         if engine.waiting:
             self._pump(engine)  # the slot is reused before the members move on, as in the router
+        rate = self.stages[attempts[0].stage].error_rate  # a lane serves one stage
         for a in attempts:
-            if self.a_state[a] != _RUNNING:
+            if a.state != _RUNNING:
                 continue  # timed out while running (a sync executor) or already over
             if cut:
                 self._failed(a)
-                continue
-            rate = self.stages[self.a_stage[a]].error_rate
-            if rate and self.rng.random() < rate:
+            elif rate and self.rng.random() < rate:
                 self._failed(a, error=True)
             else:
                 self._succeeded(a)
 
-    def _on_timeout(self, attempt: int) -> None:
-        state = self.a_state[attempt]
-        if state == _OVER:
-            return
-        if state == _QUEUED:
-            lane = self.lanes[self.a_lane[attempt]]
+    def _on_timeout(self, attempt: _Attempt) -> None:
+        if attempt.state == _QUEUED:
+            lane = attempt.lane
             for priority, queue in lane.queues.items():
-                if attempt in queue:  # almost always at the head: a stage's attempts share one timeout
-                    queue.remove(attempt)
-                    if not queue:
-                        del lane.queues[priority]
-                    break
+                for i, queued in enumerate(queue):  # almost always at the head: a stage's attempts
+                    if queued is attempt:           # share one timeout
+                        del queue[i]
+                        break
+                else:
+                    continue
+                if not queue:
+                    del lane.queues[priority]
+                break
             lane.waiting -= 1
             lane.engine.waiting -= 1
         self._failed(attempt)
