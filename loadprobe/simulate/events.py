@@ -138,18 +138,19 @@ class Simulation:
 
     def run(self) -> Simulation:
         heap, arrivals, pop = self.heap, self.arrivals, heapq.heappop
+        enter, on_done, budget = self._enter, self._on_done, self.budget
         i, n = 0, len(arrivals)
         while i < n or heap:
             if i < n and (not heap or arrivals[i] < heap[0][0]):
                 self.now = arrivals[i]
-                if self.budget is not None:
-                    self.budget.note_request()
-                self._enter(i, 0)
+                if budget is not None:
+                    budget.note_request()
+                enter(i, 0)
                 i += 1
                 continue
             self.now, _, kind, what = pop(heap)
             if kind == _DONE:
-                self._on_done(what)
+                on_done(what)
             elif kind == _TIMEOUT:
                 if what.state != _OVER:
                     self._on_timeout(what)
@@ -177,14 +178,18 @@ class Simulation:
     def _enter(self, request: int, index: int) -> None:
         self.r_entered[request] = self.now
         self.r_attempt[request] = 1
-        self.stages[index].entered += 1
+        stage = self.stages[index]
+        stage.entered += 1
+        if stage.cap is None and stage.breaker is None:  # steer() would say "run": skip building its questions
+            priorities = self.priorities
+            return self._run(stage.lane, request, index, priorities[request] if priorities is not None else 0, True)
         self._attempt(request, index)
 
     def _attempt(self, request: int, index: int) -> None:
         stage = self.stages[index]
         lane, breaker, cap = stage.lane, stage.breaker, stage.cap
         priority = self.priorities[request] if self.priorities is not None else 0
-        if cap is None and breaker is None:  # steer() would say "run": skip building its questions
+        if cap is None and breaker is None:
             return self._run(lane, request, index, priority, True)
         action, reason = steer(cap, breaker, otherwise=stage.otherwise,
                                queue_over=lambda: stage.queue_len_over is not None
@@ -255,21 +260,23 @@ class Simulation:
     def _run(self, lane: _Lane, request: int, index: int, priority: int, own: bool) -> None:
         engine = lane.engine
         stage = self.stages[index]
-        if not (self._starts_now(lane) or engine.waiting < engine.max_queue):
+        now = self.now
+        starts_now = not engine.waiting and engine.busy < engine.max_concurrency and lane.busy < lane.limit
+        if starts_now and not lane.batched:
+            # What _pump would do at once, without the queue. An async execution ends by its own
+            # deadline (_start cuts it there), so no timeout event is needed.
+            attempt = _Attempt(request, index, lane, now, now + stage.timeout_s, own)
+            if not self.stoppable:
+                self._push(attempt.deadline, _TIMEOUT, attempt)
+            return self._start(lane, [attempt])
+        if not starts_now and engine.waiting >= engine.max_queue:
             if self._admission(engine, priority) is Admission.REJECT:
                 if own and stage.breaker is not None:
                     stage.breaker.release()
                 return self._reject(request, "queue_full")
             self._evict_lowest(engine)
-        deadline = self.now + stage.timeout_s
-        attempt = _Attempt(request, index, lane, self.now, deadline, own)
-        if not lane.batched and not engine.waiting and engine.busy < engine.max_concurrency \
-                and lane.busy < lane.limit:
-            # What _pump would do at once, without the queue. An async execution ends by its own
-            # deadline (_start cuts it there), so no timeout event is needed.
-            if not self.stoppable:
-                self._push(deadline, _TIMEOUT, attempt)
-            return self._start(lane, [attempt])
+        deadline = now + stage.timeout_s
+        attempt = _Attempt(request, index, lane, now, deadline, own)
         lane.queues.setdefault(priority, deque()).append(attempt)
         lane.waiting += 1
         engine.waiting += 1
