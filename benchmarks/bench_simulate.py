@@ -16,7 +16,7 @@ Arrivals: ``loadprobe.load.poisson`` at ``--rate`` (default 360/s), which keeps 
 npu0, busy ~74% of the time (cpu ~40%, gpu0 ~30%); the script prints the utilisations loadprobe
 measures.
 
-Each stage draws its service times with ``loadprobe.simulate.lognormal`` from its own
+Each stage draws its service times with ``loadprobe.simulator.lognormal`` from its own
 ``random.Random`` stream (seeded from ``--seed``), in both tools: if both models start the
 executions of a stage in the same order, every execution gets the same service time in both, so
 the latency percentiles and outcomes must agree closely — a check that the two do the same work.
@@ -26,7 +26,7 @@ is of the simulation call alone, with its CPU time beside it (on a shared machin
 moves less than the wall time): arrivals and plan are built before the clock starts, and SimPy's
 time includes building its model and the same percentile summary loadprobe computes.
 
-- ``loadprobe``: ``loadprobe.simulate.simulate(plan, arrivals, samplers, seed=...)``;
+- ``loadprobe``: ``loadprobe.simulate(plan, arrivals, samplers, seed=...)``;
 - ``simpy``: the same plan written idiomatically in SimPy: a process per request going through
   the stages; an unbatched stage is a ``simpy.Resource`` with the engine's slots, requested with
   ``req | env.timeout(deadline)``; the batched stage is a ``simpy.Store`` fed by the requests and
@@ -89,7 +89,7 @@ def plan():
 
 def samplers(config, seed: int) -> dict:
     """One loadprobe lognormal per stage, drawing from the stage's own stream (the simulator's rng unused)."""
-    from loadprobe.simulate import lognormal
+    from loadprobe.simulator import lognormal
 
     out = {}
     for k, s in enumerate(config.stages):
@@ -294,7 +294,7 @@ def child(tool: str, requests: int, seed: int, rate: float) -> dict:
     draw = samplers(config, seed)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if tool == "loadprobe":
-        from loadprobe.simulate import simulate
+        from loadprobe.simulator import simulate
 
         start, cpu = time.perf_counter(), time.process_time()
         result = simulate(config, arrivals, draw, seed=seed)

@@ -9,12 +9,12 @@ trace (samples/traces/azure_llm_2023) -- it
    ``loadprobe.route.Router.submit`` on the plan of ``plan_text()`` (five stages on engines cpu,
    npu0 and gpu0: bounded queues, timeouts, a batched stage with ``max_wait_ms``, a fallback
    capped by ``max_ratio``, a retry budget). Every executor is an ``async def`` that awaits
-   ``asyncio.sleep(t)``, ``t`` drawn from ``loadprobe.simulate.from_recording`` on
+   ``asyncio.sleep(t)``, ``t`` drawn from ``loadprobe.simulator.from_recording`` on
    samples/data/vision, times ``--scale``;
 2. sends the arrivals with ``loadprobe.load.run`` (the ``loadprobe load`` client, open loop),
    recording the client's view; the server notes for every request when ``submit`` was called,
    how long it took to return (the router's end-to-end latency) and how it ended;
-3. runs ``loadprobe.simulate.simulate`` with the same plan and samplers on the arrival times the
+3. runs ``loadprobe.simulate`` with the same plan and samplers on the arrival times the
    router saw;
 4. prints measured against predicted -- p50 and p95 end to end (relative error, limit 10%), the
    share of requests rejected and each fallback stage's failover share (difference, limit 2
@@ -147,7 +147,7 @@ def lane_rng(seed: int, stage: str, engine: str) -> random.Random:
 
 def service_times(config, scale: float, data: Path = DATA) -> dict:
     """{(stage, engine): sampler}: the simulator's model of the recorded times, every time x ``scale``."""
-    from loadprobe.simulate import from_recording
+    from loadprobe.simulator import from_recording
 
     return {key: Scaled(sampler, scale) for key, sampler in from_recording(config, str(data)).items()}
 
@@ -448,7 +448,7 @@ def compare(name: str, offsets: np.ndarray, *, scale: float = 10.0, seed: int = 
             plan: str | None = None) -> Comparison:
     """Measure ``offsets`` on the real Router, simulate the same, compare."""
     from loadprobe import pipeline
-    from loadprobe.simulate import simulate
+    from loadprobe.simulator import simulate
 
     plan = plan or plan_text(scale)
     config = pipeline.loads(plan)

@@ -36,6 +36,7 @@ __all__ = [
     "recommend",
     "record_span",
     "request",
+    "simulate",
     "start",
     "stop",
 ]
@@ -114,6 +115,25 @@ def recommend(portrait, constraints=None, **options):
     from .planner import recommend as plan
 
     return plan(portrait, constraints, **options)
+
+
+def simulate(plan, arrivals_s, service_times=None, **options):
+    """Replay arrivals through a plan: ``loadprobe.simulate(plan, arrivals_s, service_times) -> SimulationResult``.
+
+    ``plan`` is a ``PipelineConfig`` or the path of a pipeline.yaml; ``arrivals_s`` are arrival
+    times in seconds (``loadprobe.load.poisson(200, duration=60)``, ``load.replay(...)``);
+    ``service_times`` maps stages (or ``(stage, engine)``) to samplers, e.g.
+    ``loadprobe.simulator.from_recording(config, "data/")``; default: each stage's
+    ``service_time_ms``. Options: ``seed``, ``priorities``, ``error_rates``, ``executors``,
+    ``prices``, ``price_per_kwh``, ``years``, ``window_s`` (docs/simulate.md).
+    """
+    from .simulator import simulate as run
+
+    if isinstance(plan, (str, _os.PathLike)):
+        from .pipeline import load
+
+        plan = load(plan)
+    return run(plan, arrivals_s, service_times, **options)
 
 
 def __getattr__(name: str):

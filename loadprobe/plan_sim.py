@@ -74,7 +74,7 @@ class OptionCheck:
 
     def run(self, rate: float, config=None):
         from .load import poisson
-        from .simulate import simulate
+        from .simulator import simulate
 
         arrivals = poisson(rate, requests=SIM_REQUESTS, seed=0)
         return simulate(config or self.config(), arrivals, self.samplers(), seed=0)
@@ -138,7 +138,7 @@ def _plus(value, extra: float):
 def _sampler(p50_ms: float, p95_ms: float, batch: int, profile, calls: float):
     """Seconds for ``k`` requests' executions: lognormal at a full batch, scaled by the fit, summed over calls."""
     from .queueing import Placement
-    from .simulate import lognormal
+    from .simulator import lognormal
 
     base = lognormal(p50_ms, p95_ms)
     mean_s = Placement("", "", p50_ms, p95_ms, batch, 0.0).mean_ms / 1000.0

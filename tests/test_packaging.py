@@ -28,7 +28,7 @@ def test_public_surface_is_pinned():
     assert loadprobe.__all__ == sorted(loadprobe.__all__)
     assert loadprobe.__all__ == [
         "Portrait", "Recorder", "RecorderStats", "Span", "__version__", "analyze", "current", "flush", "probe",
-        "recommend", "record_span", "request", "start", "stop",
+        "recommend", "record_span", "request", "simulate", "start", "stop",
     ]
     for name in loadprobe.__all__:
         assert getattr(loadprobe, name) is not None

@@ -145,8 +145,8 @@ def test_comparison_report_in_chromium(chromium, tmp_path):
 def test_simulation_page_in_chromium(chromium, tmp_path):
     from loadprobe.load import bursty
     from loadprobe.reports.html import write_simulation
-    from loadprobe.simulate import from_recording, simulate
-    from loadprobe.simulate.compare import Comparison
+    from loadprobe.simulator import from_recording, simulate
+    from loadprobe.simulator.compare import Comparison
 
     portrait = loadprobe.analyze([str(VISION)])
     plan = loadprobe.recommend(portrait)

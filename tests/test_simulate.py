@@ -9,7 +9,7 @@ import pytest
 
 from loadprobe import load, pipeline
 from loadprobe.queueing import erlang_c
-from loadprobe.simulate import constant, exponential, from_config, lognormal, simulate
+from loadprobe.simulator import constant, exponential, from_config, lognormal, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -193,7 +193,7 @@ stages:
 
 
 def test_recorded_times_are_self_times_drawn_as_recorded(tmp_path):
-    from loadprobe.simulate import from_recording
+    from loadprobe.simulator import from_recording
 
     # outer spans 10 ms around a 4 ms child "inner" (not a plan stage): its self time is 6 ms.
     # model alternates 1 ms and 3 ms: an empirical draw gives only those two values.
@@ -212,7 +212,7 @@ def test_recorded_times_are_self_times_drawn_as_recorded(tmp_path):
 
 def test_children_are_subtracted_from_a_stage(tmp_path):
     import loadprobe
-    from loadprobe.simulate.recorded import read_self_times
+    from loadprobe.simulator.recorded import read_self_times
 
     out = tmp_path / "data"
     loadprobe.start(out, service="sim", sample_devices=False)
@@ -231,7 +231,7 @@ def test_children_are_subtracted_from_a_stage(tmp_path):
 
 
 def test_batches_draw_from_the_nearest_recorded_size_scaled_by_the_fit(tmp_path):
-    from loadprobe.simulate import from_recording
+    from loadprobe.simulator import from_recording
 
     # recorded: batch 1 takes 2 ms and batch 4 takes 5 ms, i.e. 1 ms + 1 ms per item
     data = record(tmp_path, lambda i: [("outer", 0, 1, {}),
@@ -249,7 +249,7 @@ def test_batches_draw_from_the_nearest_recorded_size_scaled_by_the_fit(tmp_path)
 
 
 def test_another_engine_scales_the_recorded_times_along_the_roofline(tmp_path):
-    from loadprobe.simulate import from_recording
+    from loadprobe.simulator import from_recording
 
     # a memory-bound model recorded on the CPU with FLOPs and bytes: on an L4 it is estimated faster
     data = record(tmp_path, lambda i: [("outer", 0, 1, {}),
@@ -265,7 +265,7 @@ def test_another_engine_scales_the_recorded_times_along_the_roofline(tmp_path):
 
 def test_a_stage_neither_recorded_nor_described_is_refused(tmp_path):
     from loadprobe._errors import LoadprobeError
-    from loadprobe.simulate import from_recording
+    from loadprobe.simulator import from_recording
 
     data = record(tmp_path, lambda i: [("outer", 0, 1, {})], requests=20)
     with pytest.raises(LoadprobeError, match="'model' has no service_time_ms .* and was not recorded"):
@@ -413,3 +413,16 @@ def test_the_report_takes_a_simulation_json(tmp_path):
     refused = runner.invoke(main, ["report", vision, "--simulation", str(bad), "-o", str(tmp_path / "r2.html")])
     assert refused.exit_code == 2 and "not a simulation.json" in refused.output
     assert len(refused.output.strip().splitlines()) == 1
+
+
+def test_loadprobe_simulate_is_the_public_function():
+    import loadprobe
+    import loadprobe.simulator  # importing the package must not shadow the function
+
+    path = ROOT / "samples" / "vision" / "pipeline.yaml"
+    config = pipeline.load(path)
+    times = {s.name: constant(1.0) for s in config.stages}
+    by_path = loadprobe.simulate(str(path), load.constant(20, duration=2), times)
+    by_config = loadprobe.simulate(config, load.constant(20, duration=2), times)
+    assert by_path.to_dict() == by_config.to_dict()
+    assert by_path.outcomes["ok"] == 40 and callable(loadprobe.simulate)

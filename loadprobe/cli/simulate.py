@@ -43,10 +43,10 @@ def simulate(plan, service_times, errors, sync, prices, price_per_kwh, years, ou
     """
     # Imported here so that ``loadprobe --help`` stays light.
     from ..constraints import parse_prices
-    from ..simulate import from_recording
-    from ..simulate import simulate as run
-    from ..simulate.compare import Comparison, read_plans
-    from ..simulate.recorded import read_self_times
+    from ..simulator import from_recording
+    from ..simulator import simulate as run
+    from ..simulator.compare import Comparison, read_plans
+    from ..simulator.recorded import read_self_times
 
     plans = read_plans(plan)
     offsets, mode, seed = build_schedule(**schedule)
