@@ -2,7 +2,7 @@
 
 Usage::
 
-    from loadprobe.simulate import exponential, simulate
+    from loadprobe.simulator import exponential, simulate
 
     result = simulate(config, arrivals_s, {"backbone": exponential(3.0)}, seed=1)
     result.latency_ms["p95"], result.rejects, result.engines["npu0"]["utilisation"]

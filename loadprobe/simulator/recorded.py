@@ -2,7 +2,7 @@
 
 Usage::
 
-    from loadprobe.simulate import from_recording, simulate
+    from loadprobe.simulator import from_recording, simulate
 
     times = from_recording(config, "data/")          # {(stage, engine): sampler}
     times[("backbone", "npu0")].how                  # "measured on cpu ..., x 0.31 roofline estimate ..."

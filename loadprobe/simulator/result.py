@@ -3,7 +3,7 @@
 Usage::
 
     from loadprobe import load, pipeline
-    from loadprobe.simulate import simulate
+    from loadprobe.simulator import simulate
 
     config = pipeline.load("pipeline.yaml")
     result = simulate(config, load.poisson(200, duration=60, seed=1), seed=1)
