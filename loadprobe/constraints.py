@@ -82,7 +82,7 @@ class Constraints:
                 raise LoadprobeError(f"{option} {value:g} must be a positive number")
         changing = frozenset(n.strip() for v in changes_often for n in str(v).split(",") if n.strip())
         return cls(specs, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, default, by_stage, float(years),
-                   float(price_per_kwh), parse_prices(prices), changing, evidence)
+                   float(price_per_kwh), parse_prices(prices, catalog), changing, evidence)
 
 
 def parse_engines(text: str, catalog=None) -> tuple[EngineSpec, ...]:
@@ -165,11 +165,21 @@ def parse_align(values, precision_by_stage: dict | None = None) -> dict:
     return out
 
 
-def parse_prices(values) -> dict:
-    """``["nvidia-l4=2500"]`` -> {"nvidia-l4": 2500.0}: purchase prices per unit, any currency."""
+def parse_prices(values, catalog=None) -> dict:
+    """``["nvidia-l4=2500"]`` -> {"nvidia-l4": 2500.0}: purchase prices per unit, any currency.
+
+    A device must be in the hardware catalog (default: the built-in one).
+    """
+    if values and catalog is None:
+        from .catalog import load_catalog
+
+        catalog = load_catalog()
     prices = {}
     for value in values or ():
         device, _, amount = str(value).partition("=")
+        if device.strip() not in set(catalog.ids()):
+            raise LoadprobeError(f"--price {value!r}: {device.strip()!r} is not in the hardware catalog; known "
+                                 f"devices: {', '.join(catalog.ids())} (add your own with --catalog)")
         try:
             prices[device.strip()] = float(amount)
         except ValueError:

@@ -128,6 +128,7 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
         from .align import check_stages
 
         check_stages(constraints.align, [s.name for s in stages])
+    _check_stage_names(constraints, [s.name for s in stages])
     rate = constraints.min_rps or (portrait.traffic.peak_rps if portrait.traffic else None)
     if not rate:
         raise LoadprobeError("the portrait has no request rate; give --min-rps")
@@ -172,6 +173,16 @@ class _Context:
     def device(self, spec: EngineSpec):
         name = spec.device or DEFAULT_DEVICE.get(spec.kind)
         return self.catalog.get(name) if name else None
+
+
+def _check_stage_names(constraints: Constraints, names: list) -> None:
+    """A stage named in --precision or --changes-often must be one the plan places: a typo is an error."""
+    for option, given in (("--precision", sorted(constraints.precision_by_stage)),
+                          ("--changes-often", sorted(constraints.changes_often))):
+        unknown = [n for n in given if n not in names]
+        if unknown:
+            raise LoadprobeError(f"{option}: no stage {', '.join(repr(n) for n in unknown)} in the portrait; its "
+                                 f"stages are {', '.join(names)}")
 
 
 def _plan_stages(portrait) -> list:

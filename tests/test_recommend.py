@@ -187,6 +187,9 @@ def test_power_budget_scenario_and_plans_file(tmp_path):
     (["--engines", "gpu:nvidia-x9"], "not in the hardware catalog"),
     (["--precision", "int4-ok"], "fp16-only, int8-ok"),
     (["--slo-p95-ms", "-5"], "positive"),
+    (["--precision", "decod=int8-ok"], "--precision: no stage 'decod' in the portrait; its stages are decode"),
+    (["--changes-often", "decode,nms"], "--changes-often: no stage 'nms'"),
+    (["--price", "nvidia-l5=100"], "'nvidia-l5' is not in the hardware catalog"),
 ])
 def test_bad_constraints_are_one_line_errors(tmp_path, args, message):
     portrait = record(tmp_path, {"decode": {"ms": 1.0}}, requests=10)
@@ -194,6 +197,7 @@ def test_bad_constraints_are_one_line_errors(tmp_path, args, message):
     result = CliRunner().invoke(main, ["recommend", str(path), "-o", str(tmp_path / "p.yaml"), *args])
     assert result.exit_code == 2
     assert message in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("name", ["vision", "llm"])
