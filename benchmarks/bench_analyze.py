@@ -1,7 +1,8 @@
 """Analysis benchmark: a full loadprobe portrait against the same core figures from pandas and DuckDB.
 
     python benchmarks/bench_analyze.py --spans 10000000 [--spans 100000000] [--data DIR] [--json PATH]
-        [--repeat 3] [--src SNAPSHOT_DIR] [--contenders loadprobe-inprocess,loadprobe-process,pandas,duckdb]
+        [--repeat 3] [--src SNAPSHOT_DIR]
+        [--contenders loadprobe-inprocess,loadprobe-process,loadprobe-numpy,pandas,duckdb]
 
 For each ``--spans`` size it generates (or reuses) a recorded dataset with
 ``benchmarks/gen_spans.py`` under ``DIR/spans-<N>`` (default DIR: /tmp/loadprobe-bench; keep
@@ -11,6 +12,8 @@ cache, then runs each contender in a fresh interpreter:
 - ``loadprobe inprocess``: ``loadprobe.analyze([DIR])`` (the whole portrait), saved to a
   temporary portrait.json;
 - ``loadprobe process x2``: the same with ``engine="process", workers=2``;
+- ``loadprobe numpy``: in-process with ``kernel="numpy"`` (the reference map step, without the
+  compiled kernel numba provides), to show what the kernel buys in the same run;
 - ``pandas``: the obvious code, ``pd.concat`` of ``pd.read_parquet(f, columns=...)`` over all
   files, then per-stage p50/p95/p99 of dur_ns, per-minute counts of root spans and batch
   value counts per stage;
@@ -56,6 +59,7 @@ LOADPROBE_RELATIVE_ERROR = 1.0 / 1024  # loadprobe.histogram.RELATIVE_ERROR (3 s
 CONTENDERS = {
     "loadprobe-inprocess": "loadprobe analyze, engine=inprocess",
     "loadprobe-process": "loadprobe analyze, engine=process, 2 workers",
+    "loadprobe-numpy": "loadprobe analyze, engine=inprocess, kernel=numpy",
     "pandas": "pandas read_parquet + concat + groupby",
     "duckdb": "DuckDB SQL, 2 threads",
 }
@@ -73,7 +77,7 @@ SELECT stage, batch, count(*) AS n FROM spans WHERE batch IS NOT NULL GROUP BY s
 # -- contenders (run in the child) ---------------------------------------------------------
 
 
-def run_loadprobe(data: str, engine: str, workers: int, src: str) -> dict:
+def run_loadprobe(data: str, engine: str, workers: int, src: str, kernel: str = "auto") -> dict:
     sys.path.insert(0, src)
     import loadprobe
 
@@ -81,12 +85,16 @@ def run_loadprobe(data: str, engine: str, workers: int, src: str) -> dict:
         raise RuntimeError(f"imported {loadprobe.__file__}, not the loadprobe under {src}")
 
     t = time.perf_counter()
-    portrait = loadprobe.analyze([data], engine=engine, workers=workers)
+    portrait = loadprobe.analyze([data], engine=engine, workers=workers, kernel=kernel)
     with tempfile.TemporaryDirectory(prefix="bench-portrait-") as tmp:
         path = portrait.save(Path(tmp) / "portrait.json")
         compute = time.perf_counter() - t
         saved = json.loads(path.read_text(encoding="utf-8"))
         portrait_bytes = path.stat().st_size
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps({k: v for k, v in saved.items() if k != "generated_at"},
+                                       sort_keys=True).encode()).hexdigest()
     pcts, batch = {}, {}
     for stage in saved["stages"]:
         lat = stage["latency_ms"]
@@ -100,7 +108,11 @@ def run_loadprobe(data: str, engine: str, workers: int, src: str) -> dict:
             raise RuntimeError("traffic buckets are coarser than a minute")
         key = str(int(start_s) // 60)
         per_minute[key] = per_minute.get(key, 0) + int(n)
+    from loadprobe import partials
+
+    compiled = kernel != "numpy" and partials._WARM.get("module") is not None
     return {"compute_s": compute, "pcts": pcts, "per_minute": {k: v for k, v in per_minute.items() if v},
+            "kernel": "numba" if compiled else "numpy", "portrait_sha256": digest,
             "batch": batch, "rows": saved["data_quality"]["rows"], "portrait_bytes": portrait_bytes,
             "stages": len(saved["stages"]), "bottlenecks": [b["kind"] for b in saved["bottlenecks"]]}
 
@@ -159,6 +171,8 @@ def child_main(args) -> int:
             out = run_loadprobe(args.dataset, "inprocess", 1, args.src)
         elif args.child == "loadprobe-process":
             out = run_loadprobe(args.dataset, "process", args.workers, args.src)
+        elif args.child == "loadprobe-numpy":
+            out = run_loadprobe(args.dataset, "inprocess", 1, args.src, kernel="numpy")
         elif args.child == "pandas":
             out = run_pandas(args.dataset)
         elif args.child == "duckdb":
@@ -216,6 +230,7 @@ def measure(name: str, data: Path, args) -> dict:
                "--result", str(result_file), "--workers", str(args.workers), "--mem-limit-gb", str(args.mem_limit_gb),
                "--src", str(Path(args.src).resolve())]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        load_before = os.getloadavg()[0]  # other work on the machine, which every wall time includes
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         ps = psutil.Process(proc.pid)
@@ -266,7 +281,8 @@ def measure(name: str, data: Path, args) -> dict:
            "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
            "peak_rss_tree_mib": peak_total / MIB, "peak_rss_main_mib": peak_main / MIB,
            "peak_rss_other_mib": peak_other / MIB if peak_other else None, "processes": peak_procs,
-           "returncode": proc.returncode, **{k: v for k, v in res.items() if k not in ("traceback",)}}
+           "returncode": proc.returncode, "load_avg_1m_before": load_before,
+           **{k: v for k, v in res.items() if k not in ("traceback",)}}
     if killed:
         row["status"] = killed
     elif proc.returncode != 0:
@@ -299,7 +315,8 @@ def summarise(runs: list[dict]) -> dict:
     row["repeats"] = len(runs)
     if len(runs) > 1:
         row["runs"] = [{k: r.get(k) for k in ("status", "wall_s", "compute_s", "cpu_s", "peak_rss_tree_mib",
-                                               "peak_rss_main_mib", "peak_rss_other_mib")} for r in runs]
+                                               "peak_rss_main_mib", "peak_rss_other_mib", "load_avg_1m_before")}
+                       for r in runs]
         row["wall_s_all"] = [round(r["wall_s"], 2) for r in runs]
     return row
 
@@ -311,6 +328,9 @@ def rel(a: float, b: float) -> float:
 def agreement(rows: list[dict]) -> dict:
     by = {r["contender"]: r for r in rows if r["status"] == "ok"}
     out: dict = {"bound": LOADPROBE_RELATIVE_ERROR}
+    digests = {name: r.get("portrait_sha256") for name, r in by.items() if name.startswith("loadprobe")}
+    out["loadprobe_portraits_identical"] = len(set(digests.values())) <= 1 if digests else None
+    out["loadprobe_kernels"] = {name: by[name].get("kernel") for name in digests}
     ref = by.get("duckdb")
     if ref is None:
         return out
@@ -455,7 +475,8 @@ def main() -> None:
                 row = measure(name, data, args)
                 row["spans"] = info["spans"]
                 runs[name].append(row)
-                print(f"{row['status']}: wall {row['wall_s']:.1f} s, peak RSS {fmt_rss(row)} MiB", flush=True)
+                print(f"{row['status']}: wall {row['wall_s']:.1f} s, CPU {row['cpu_s']:.1f} s, peak RSS {fmt_rss(row)} MiB"
+                      f" (load average before: {row['load_avg_1m_before']:.2f})", flush=True)
                 if row["status"] != "ok" and row.get("traceback"):
                     print(row["traceback"], flush=True)
         rows = [summarise(runs[name]) for name in names]
@@ -477,8 +498,11 @@ def main() -> None:
 
 def print_agreement(check: dict) -> None:
     bound = check["bound"]
+    if check.get("loadprobe_kernels"):
+        print(f"loadprobe portraits identical across {', '.join(f'{k} ({v})' for k, v in check['loadprobe_kernels'].items())}"
+              f" (whole portrait.json but its timestamp): {check['loadprobe_portraits_identical']}")
     for name, c in check.items():
-        if name == "bound":
+        if name in ("bound", "loadprobe_portraits_identical", "loadprobe_kernels"):
             continue
         verdict = "" if c["within_bound"] is None else (" (within" if c["within_bound"] else " (OUTSIDE") + \
             f" loadprobe's {bound:.4%} bound)"

@@ -14,7 +14,7 @@ import dataclasses
 from concurrent.futures import ProcessPoolExecutor
 
 from ._errors import LoadprobeError
-from .partials import Filters, Partial, map_file
+from .partials import Filters, Partial, map_file, map_files
 
 ENGINES = ("inprocess", "process", "dask")
 
@@ -44,8 +44,9 @@ def run_map(refs, filters: Filters, windows: dict, *, engine: str = "inprocess",
             progress(done, len(jobs))
 
     if engine == "inprocess" or (engine == "process" and workers <= 1):
-        for job in jobs:
-            total.merge(_map_one(job))
+        # The next file is read in a thread while this one is aggregated (map_files).
+        for part in map_files([(ref, window) for ref, _, window in jobs], filters):
+            total.merge(part)
             tick()
         return total
     if engine == "process":

@@ -6,6 +6,10 @@ end, so merging is associative and commutative: the same files give the same por
 in-process, in a process pool or on Dask, in any order and any split. Memory is bounded
 by one file plus the partial, whatever the dataset's size.
 
+Each file's spans are aggregated by numpy (``_aggregate_numpy``, the reference) or, when
+numba is installed, by the compiled ``_mapkernel`` (``_aggregate_compiled``): identical
+results, checked by tests/test_analyze_fast.py; ``Filters.kernel`` chooses.
+
 Usage::
 
     part = map_file(ref, Filters())
@@ -14,6 +18,7 @@ Usage::
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -34,6 +39,7 @@ _SPAN_COLUMNS = ["ts_ns", "dur_ns", "stage", "span_id", "parent_id", "request_id
                  "engine", "status", "queue_ns", "flops", "bytes", "tokens_in", "tokens_out"]
 _REQUIRED_SPAN_COLUMNS = {"ts_ns", "dur_ns", "stage", "span_id", "parent_id", "request_id", "status"}
 _SAMPLE_COLUMNS = ["ts_ns", "device", "metric", "value"]
+KERNELS = ("auto", "numba", "numpy")  # how a file's spans are aggregated (Filters.kernel)
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,7 @@ class Filters:
     until_ns: int | None = None
     sample_skew: bool = True
     read_threads: bool = False  # let Arrow decode columns in parallel (when one process maps alone)
+    kernel: str = "auto"  # "auto": compiled (numba) when installed, else numpy; "numba"; "numpy"
 
 
 @dataclass
@@ -192,18 +199,47 @@ def merge(partials) -> Partial:
 
 def map_file(ref: FileRef, filters: Filters = Filters(), run_window: tuple | None = None) -> Partial:
     """Read one file and return its partial; a file that cannot be used is recorded as skipped."""
-    part = Partial()
+    return _map_read(ref, _read_or_reason(ref, filters), filters, run_window)
+
+
+def map_files(jobs, filters: Filters = Filters()):
+    """``map_file`` over ``(ref, run_window)`` pairs, in order, reading the next file in a
+    background thread while this one is aggregated: Arrow's decoding and the compiled
+    kernel release the GIL, so the two overlap on two cores. At most two files in memory."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = list(jobs)
+    if not jobs:
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="loadprobe-read") as reader:
+        ahead = reader.submit(_read_or_reason, jobs[0][0], filters)
+        for i, (ref, window) in enumerate(jobs):
+            read = ahead.result()
+            if i + 1 < len(jobs):
+                ahead = reader.submit(_read_or_reason, jobs[i + 1][0], filters)
+            yield _map_read(ref, read, filters, window)
+            del read
+
+
+def _read_or_reason(ref: FileRef, filters: Filters):
+    """(table, known) of a file, or the reason it cannot be used (a string)."""
     try:
-        table = _read(ref, filters)
+        return _read_table(ref, filters)
     except SchemaVersionError as exc:
-        part.skipped[ref.path] = str(exc).split(": ", 1)[-1]
-        return part
+        return str(exc).split(": ", 1)[-1]
     except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
-        part.skipped[ref.path] = _reason(exc)
+        return _reason(exc)
+
+
+def _map_read(ref: FileRef, read, filters: Filters, run_window) -> Partial:
+    part = Partial()
+    if isinstance(read, str):
+        part.skipped[ref.path] = read
         return part
+    table, known = read
     part.files.append(ref.path)
     if ref.kind == "spans":
-        _map_spans(part, table, ref, filters, run_window)
+        _map_spans(part, table, ref, filters, run_window, known)
     else:
         _map_samples(part, table, ref, filters)
     return part
@@ -217,13 +253,27 @@ def _reason(exc: BaseException) -> str:
 
 
 def _read(ref: FileRef, filters: Filters = Filters()) -> pa.Table:
+    """The file's table with every column analysis uses (``request_id`` always present)."""
+    table, known = _read_table(ref, filters)
+    if known is not None:
+        ids = pa.array([known] * table.num_rows, pa.bool_())
+        table = table.append_column("request_id", pc.if_else(ids, pa.scalar("", pa.string()),
+                                                             pa.scalar(None, pa.string())))
+    return table
+
+
+def _read_table(ref: FileRef, filters: Filters = Filters()) -> tuple[pa.Table, bool | None]:
+    """(table, known): ``known`` is None when ``request_id`` was read, else what the footer says:
+    True if every span has a request id, False if none has (the column is then not decoded)."""
     wanted = _SPAN_COLUMNS if ref.kind == "spans" else _SAMPLE_COLUMNS
     source = open_input(ref)
+    known = None
     try:
         if ref.stream:
             table = pa.Table.from_batches(list(iter_stream(source)), schema=SCHEMAS[ref.kind])
         else:
-            pf = pq.ParquetFile(source, pre_buffer=False)
+            # Local files are memory-mapped: pages come straight from the page cache, no copies.
+            pf = pq.ParquetFile(source, pre_buffer=False, memory_map=isinstance(source, str))
             metadata = pf.schema_arrow.metadata or {}
             if SCHEMA_KEY in metadata:
                 check_version(metadata[SCHEMA_KEY].decode(), ref.path)
@@ -232,18 +282,14 @@ def _read(ref: FileRef, filters: Filters = Filters()) -> pa.Table:
             if known is not None:  # the footer says every span has (or none has) a request id
                 present.remove("request_id")
             table = pf.read(columns=present, use_threads=filters.read_threads)
-            if known is not None:
-                ids = pa.array([known] * table.num_rows, pa.bool_())
-                table = table.append_column("request_id", pc.if_else(ids, pa.scalar("", pa.string()),
-                                                                     pa.scalar(None, pa.string())))
     finally:
         if hasattr(source, "close"):
             source.close()
     required = _REQUIRED_SPAN_COLUMNS if ref.kind == "spans" else set(_SAMPLE_COLUMNS)
-    missing = sorted(required - set(table.column_names))
+    missing = sorted(required - set(table.column_names) - ({"request_id"} if known is not None else set()))
     if missing:
         raise KeyError(f"missing column(s) {', '.join(missing)}")
-    return table
+    return table, known
 
 
 def _all_null(pf: pq.ParquetFile, column: str) -> bool:
@@ -271,6 +317,8 @@ def _request_ids_known(pf: pq.ParquetFile) -> bool | None:
     """
     meta = pf.metadata
     index = pf.schema_arrow.get_field_index("request_id")
+    if index < 0:
+        return None
     nulls = total = 0
     for i in range(meta.num_row_groups):
         chunk = meta.row_group(i).column(index)
@@ -284,14 +332,106 @@ def _request_ids_known(pf: pq.ParquetFile) -> bool | None:
     return False if nulls == total else None
 
 
+def request_id_ranges(refs) -> list | None:
+    """``(host, lowest, highest)`` request id of every local Parquet span file, from footers only.
+
+    None when some file's range is unknown (a stream, a remote file, no statistics): then
+    nothing can be ruled out. Request ids compare as UTF-8 bytes, as Parquet orders them.
+    """
+    out = []
+    for ref in refs:
+        if ref.kind != "spans":
+            continue
+        if ref.stream or ref.filesystem_uri is not None:
+            return None
+        try:
+            pf = pq.ParquetFile(open_input(ref), pre_buffer=False)
+            index = pf.schema_arrow.get_field_index("request_id")
+            if index < 0:
+                continue  # no request ids at all: nothing to share
+            meta = pf.metadata
+            for i in range(meta.num_row_groups):
+                chunk = meta.row_group(i).column(index)
+                stats = chunk.statistics
+                if stats is None or not stats.has_null_count:
+                    return None
+                if stats.null_count == chunk.num_values:
+                    continue
+                if not stats.has_min_max:
+                    return None
+                lo, hi = stats.min, stats.max
+                lo = lo.encode() if isinstance(lo, str) else bytes(lo)
+                hi = hi.encode() if isinstance(hi, str) else bytes(hi)
+                out.append((ref.host, lo, hi))
+        except (pa.ArrowException, OSError, ValueError, KeyError, IndexError):
+            continue  # unreadable: the map step skips it too
+    return out
+
+
+def hosts_may_share_request_ids(refs) -> bool:
+    """Whether two hosts' span files may hold the same request id (the cross-host clock check
+    compares such requests). False only when the footers' id ranges prove they cannot: then
+    the ids need not be decoded, and the check finds nothing, exactly as if they had been."""
+    ranges = request_id_ranges(refs)
+    return True if ranges is None else _ranges_overlap_across_hosts(ranges)
+
+
+def _ranges_overlap_across_hosts(ranges: list) -> bool:
+    """Whether any two ``(host, lo, hi)`` ranges of different hosts intersect."""
+    # Sweep by lower bound: a range meets an earlier one of another host iff that one's upper
+    # bound reaches its lower bound. Keep the largest upper bound of the two best hosts so far.
+    ranges = sorted(ranges, key=lambda r: (r[1], r[2]))
+    top: list = []  # [(hi, host)] of at most 2 distinct hosts, largest first
+    for host, lo, hi in ranges:
+        if any(top_host != host and top_hi >= lo for top_hi, top_host in top):
+            return True
+        best = max([hi] + [t[0] for t in top if t[1] == host])
+        top = sorted([t for t in top if t[1] != host] + [(best, host)], reverse=True)[:2]
+    return False
+
+
 def _ints(table: pa.Table, name: str, fill: int = -1) -> np.ndarray:
     """An int64 column as numpy, nulls replaced by ``fill``."""
     if name not in table.column_names:
         return np.full(table.num_rows, fill, dtype=np.int64)
     column = table.column(name)
+    if column.type == pa.int64() and column.null_count:
+        return _with_fill(column.chunks, table.num_rows, fill, np.int64)
     if column.null_count:
         column = pc.fill_null(column, fill)
     return column.to_numpy().astype(np.int64, copy=False)
+
+
+def _with_fill(chunks, n: int, fill, dtype, out_dtype=np.int64) -> np.ndarray:
+    """Fixed-width Arrow chunks (of ``dtype``) as one ``out_dtype`` array, nulls set to ``fill``:
+    one copy from Arrow's buffers, no intermediate arrays."""
+    out = np.empty(n, dtype=out_dtype)
+    fill_nulls = _fill_kernel()
+    pos = 0
+    for chunk in chunks:
+        m = len(chunk)
+        if m == 0:
+            continue
+        validity, data = chunk.buffers()[:2]
+        seg = out[pos:pos + m]
+        if data is None or (validity is None and chunk.null_count):  # all null, no buffers
+            seg[:] = fill
+            pos += m
+            continue
+        values = np.frombuffer(data, dtype=dtype, count=m, offset=chunk.offset * np.dtype(dtype).itemsize)
+        if chunk.null_count and fill_nulls is not None and values.dtype == seg.dtype:
+            bits = np.frombuffer(validity, dtype=np.uint8)
+            values.flags.writeable = bits.flags.writeable = False  # always read-only: one compiled variant
+            fill_nulls(values, bits, chunk.offset, seg.dtype.type(fill), seg)
+            pos += m
+            continue
+        seg[:] = values
+        if chunk.null_count:
+            bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), count=chunk.offset + m,
+                                 bitorder="little")[chunk.offset:]
+            np.putmask(seg, bits == 0, fill)
+        pos += m
+    return out
 
 
 def _floats(table: pa.Table, name: str) -> np.ndarray:
@@ -303,24 +443,165 @@ def _floats(table: pa.Table, name: str) -> np.ndarray:
     return column.to_numpy()
 
 
-def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list]:
-    """Dictionary codes (-1 for null) and the dictionary's values, for a string column."""
+def _sparse(table: pa.Table, name: str, dtype) -> tuple[np.ndarray, np.ndarray] | None:
+    """A mostly-null column as (values, present): raw values (arbitrary where null) and whether
+    each row has one; None when the column is absent or all null. No fill, no full-size cast."""
     if name not in table.column_names:
-        return np.full(table.num_rows, -1, dtype=np.int64), []
+        return None
+    column = table.column(name)
+    if column.null_count == len(column):
+        return None
+    arrow_type = pa.from_numpy_dtype(dtype)
+    chunks = [c if c.type == arrow_type else c.cast(arrow_type) for c in column.chunks if len(c)]
+    values, present = [], []
+    for chunk in chunks:
+        validity, data = chunk.buffers()[:2]
+        m = len(chunk)
+        if data is None or (validity is None and chunk.null_count):  # an all-null chunk without buffers
+            values.append(np.zeros(m, dtype=dtype))
+            present.append(np.zeros(m, dtype=bool))
+            continue
+        values.append(np.frombuffer(data, dtype=dtype, count=m, offset=chunk.offset * np.dtype(dtype).itemsize))
+        if chunk.null_count:
+            present.append(np.unpackbits(np.frombuffer(validity, dtype=np.uint8), count=chunk.offset + m,
+                                         bitorder="little")[chunk.offset:].view(bool))
+        else:
+            present.append(np.ones(m, dtype=bool))
+    if len(chunks) == 1:
+        return values[0], present[0]
+    return np.concatenate(values), np.concatenate(present)
+
+
+def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list]:
+    """Dictionary codes (int32, -1 for null) and the dictionary's values, for a string column."""
+    if name not in table.column_names:
+        return np.full(table.num_rows, -1, dtype=np.int32), []
     column = table.column(name)
     if not pa.types.is_dictionary(column.type):
         column = pc.dictionary_encode(column)
-    column = column.unify_dictionaries() if isinstance(column, pa.ChunkedArray) else column
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
     if not chunks:
-        return np.zeros(0, dtype=np.int64), []
+        return np.zeros(0, dtype=np.int32), []
+    first = chunks[0].dictionary
+    # Row groups of one Parquet file usually share the same dictionary: unify only when they do not.
+    if any(c.dictionary is not first and not c.dictionary.equals(first) for c in chunks[1:]):
+        column = column.unify_dictionaries() if isinstance(column, pa.ChunkedArray) else column
+        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
     dictionary = chunks[0].dictionary.to_pylist()
-    codes = np.concatenate([pc.fill_null(c.indices, -1).to_numpy().astype(np.int64, copy=False)
-                            for c in chunks]) if chunks else np.zeros(0, dtype=np.int64)
+    index_type = chunks[0].indices.type
+    n = sum(len(c) for c in chunks)
+    if index_type == pa.int32() and len(chunks) == 1 and not chunks[0].null_count:
+        return chunks[0].indices.to_numpy(), dictionary  # no copy
+    if pa.types.is_integer(index_type) and index_type.bit_width in (8, 16, 32, 64):
+        dtype = np.dtype(f"{'i' if pa.types.is_signed_integer(index_type) else 'u'}{index_type.bit_width // 8}")
+        return _with_fill([c.indices for c in chunks], n, -1, dtype, np.int32), dictionary
+    codes = np.concatenate([pc.fill_null(c.indices, -1).to_numpy().astype(np.int32) for c in chunks])
     return codes, dictionary
 
 
-def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, run_window) -> None:
+_WARM_LOCK = threading.Lock()
+_WARM: dict = {}  # "started": the warm-up's thread (or True), "module": _mapkernel once it works, "error"
+_WARMING_HERE = threading.local()  # set in the thread running the warm-up
+
+
+def _fill_kernel():
+    """``_mapkernel.fill_nulls`` (an exact fused copy) once the compiled kernels are loaded, else None."""
+    module = _WARM.get("module")
+    return module.fill_nulls if module is not None and _WARM.get("done") else None
+
+
+def _kernel(filters: Filters):
+    """The compiled aggregation module, or None for the numpy path (``Filters.kernel``): "auto"
+    falls back to numpy when numba is missing or its kernels fail to load; "numba" raises then."""
+    if filters.kernel == "numpy":
+        return None
+    if getattr(_WARMING_HERE, "active", False):
+        return _WARM.get("module")
+    warm_kernel(background=False)  # loads them here unless a warm-up already started
+    wait_for_kernel()
+    module = _WARM.get("module")
+    if module is None and filters.kernel == "numba":
+        raise ImportError(f"the compiled map step is unavailable: {_WARM.get('error', 'numba is not installed')}")
+    return module
+
+
+def kernel_available() -> bool:
+    """Whether the compiled map step loads here (numba installed and working); loads it if not yet."""
+    warm_kernel(background=False)
+    wait_for_kernel()
+    return _WARM.get("module") is not None
+
+
+def warm_kernel(background: bool = True) -> None:
+    """Load the compiled kernels (numba's first call costs ~1 s per process, even from its disk
+    cache), once per process: in a background thread by default, so it overlaps discovery and
+    the first file's read. Call ``wait_for_kernel`` before forking workers (they inherit them)."""
+    with _WARM_LOCK:
+        if "started" in _WARM:
+            return
+        if background:
+            thread = threading.Thread(target=_warm, name="loadprobe-kernel-warm-up", daemon=True)
+            _WARM["started"] = thread
+            thread.start()
+            return
+        _WARM["started"] = True
+    _warm()
+
+
+def wait_for_kernel() -> None:
+    """Wait for ``warm_kernel``'s thread (before forking: no thread may hold a lock then)."""
+    thread = _WARM.get("started")
+    if isinstance(thread, threading.Thread) and thread is not threading.current_thread():
+        thread.join()
+
+
+def _warm() -> None:
+    """Import ``_mapkernel`` and map a few synthetic spans with every column the compiled path
+    reads, so each compiled function is loaded (or compiled) with the argument types real
+    files give it. On any failure the numpy path is used instead."""
+    try:
+        from . import _mapkernel
+    except ImportError as exc:
+        _WARM["error"] = str(exc)
+        _WARM["done"] = True
+        return
+    rows = 4
+    dictionary = pa.dictionary(pa.int32(), pa.string())
+    columns = {
+        "ts_ns": pa.array([_NS * 1000 + i for i in range(rows)], pa.int64()),
+        "dur_ns": pa.array([10, 5, 3, None], pa.int64()),
+        "stage": pa.array(["request", "model", "model", "model"]).cast(dictionary),
+        "span_id": pa.array([1, 2, 3, 4], pa.int64()),
+        "parent_id": pa.array([None, 1, 1, 1], pa.int64()),
+        "batch": pa.array([None, 2, 3, None], pa.int64()),
+        "shape": pa.array([None, "2x4", "3x4", None]).cast(dictionary),
+        "engine": pa.array([None, "cpu", "cpu", None]).cast(dictionary),
+        "status": pa.array(["ok"] * rows).cast(dictionary),
+        "queue_ns": pa.array([None, 1, 2, None], pa.int64()),
+        "flops": pa.array([None, 1.0, 2.0, None], pa.float64()),
+        "bytes": pa.array([None, 1.0, 2.0, None], pa.float64()),
+        "tokens_in": pa.array([None, 1, 2, None], pa.int64()),
+        "tokens_out": pa.array([None, 1, 2, None], pa.int64()),
+    }
+    ref = FileRef(path="warm-up", kind="spans", stream=False, host="h", service="s", run_id="r")
+    _WARMING_HERE.active = True
+    _WARM["module"] = _mapkernel
+    try:
+        for dtype in (np.int64, np.int32):  # as _with_fill calls it: Arrow's buffers are read-only
+            values, bits = np.arange(9, dtype=dtype), np.array([0b10101010, 1], dtype=np.uint8)
+            values.flags.writeable = bits.flags.writeable = False
+            _mapkernel.fill_nulls(values, bits, 0, values.dtype.type(-1), np.empty(9, dtype=dtype))
+        _map_spans(Partial(), pa.table(columns), ref, Filters(kernel="numba"), None, True)
+    except Exception as exc:  # a numba that cannot compile here: numpy does the work
+        _WARM["module"] = None
+        _WARM["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        _WARMING_HERE.active = False
+        _WARM["done"] = True
+
+
+def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, run_window,
+               known: bool | None = None) -> None:
     ts = _ints(table, "ts_ns")
     part.rows += len(ts)
     keep = np.ones(len(ts), dtype=bool)
@@ -335,23 +616,66 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
     if len(ts) == 0:
         return
     dur = _ints(table, "dur_ns", fill=-(2**62))
-    null_dur = dur == -(2**62)
-    negative = (dur < 0) & ~null_dur
-    part.null_durations += int(null_dur.sum())
-    if negative.any():  # impossible spans: left out entirely, counted and reported
-        part.negative_durations += int(negative.sum())
-        table = table.filter(pa.array(~negative))
-        ts, dur, null_dur = ts[~negative], dur[~negative], null_dur[~negative]
-        if len(ts) == 0:
-            return
-    valid = dur >= 0
-    dur = np.where(valid, dur, 0)
+    if "dur_ns" in table.column_names and not table.column("dur_ns").null_count and not (dur < 0).any():
+        valid = np.ones(len(ts), dtype=bool)  # the usual case: every duration present and sane
+    else:
+        null_dur = dur == -(2**62)
+        negative = (dur < 0) & ~null_dur
+        part.null_durations += int(null_dur.sum())
+        if negative.any():  # impossible spans: left out entirely, counted and reported
+            part.negative_durations += int(negative.sum())
+            table = table.filter(pa.array(~negative))
+            ts, dur, null_dur = ts[~negative], dur[~negative], null_dur[~negative]
+            if len(ts) == 0:
+                return
+        valid = dur >= 0
+        dur = np.where(valid, dur, 0)
 
-    span_id = _ints(table, "span_id", 0)
-    parent = _ints(table, "parent_id", 0)
-    has_request = table.column("request_id").is_valid().to_numpy(zero_copy_only=False)
-    stage_codes, stage_names = _codes(table, "stage")
-    status_codes, status_names = _codes(table, "status")
+    c = {"ts": ts, "dur": dur, "valid": valid, "span_id": _ints(table, "span_id", 0),
+         "parent": _ints(table, "parent_id", 0),
+         "batch": _sparse(table, "batch", np.int64), "flops": _sparse(table, "flops", np.float64),
+         "bytes": _sparse(table, "bytes", np.float64),
+         "known": known}
+    for key, column in (("queue", "queue_ns"), ("tin", "tokens_in"), ("tout", "tokens_out")):
+        c[key] = _ints(table, column) if column in table.column_names else None  # None: absent (all null)
+    if known is None:
+        c["req"] = table.column("request_id").is_valid().to_numpy(zero_copy_only=False)
+    for key, column in (("stage", "stage"), ("status", "status"), ("shape", "shape"), ("engine", "engine")):
+        c[key], c[key + "_names"] = _codes(table, column)
+
+    kernel = _kernel(filters)
+    compiled = None if kernel is None else _aggregate_compiled(kernel, part, c, ref, run_window)
+    if compiled is None:
+        if known is not None:
+            c["req"] = np.full(len(ts), known, dtype=bool)
+        _aggregate_numpy(part, c, ref, run_window)
+        roots = c["parent"] == 0
+        requests = roots & c["req"]
+        arrivals_ts = ts[requests] if requests.any() else ts[roots]
+        grouped = None
+    else:
+        arrivals_ts, grouped = compiled
+        roots = None
+        if len(arrivals_ts) == 0:
+            roots = c["parent"] == 0
+            arrivals_ts = ts[roots]
+    _batch_and_float_sums(part, c, grouped)
+
+    # Timsort ("stable"): start times of spans written in end order are nearly sorted already.
+    arrivals_ts = np.sort(arrivals_ts, kind="stable")
+    if len(arrivals_ts) > 1:
+        gaps = np.diff(arrivals_ts) / 1e9
+        part.gaps.setdefault(ref.run_id, []).append([float(len(gaps)), float(gaps.sum()), float((gaps * gaps).sum())])
+    if known is None:
+        _sample_for_skew(part, table, ts, ts + dur, c["parent"] == 0 if roots is None else roots, ref.host)
+
+
+def _aggregate_numpy(part: Partial, c: dict, ref: FileRef, run_window) -> None:
+    """The reference path: every integer figure of the file's spans with numpy."""
+    ts, dur, valid, span_id, parent = c["ts"], c["dur"], c["valid"], c["span_id"], c["parent"]
+    has_request = c["req"]
+    stage_codes, stage_names = c["stage"], c["stage_names"]
+    status_codes, status_names = c["status"], c["status_names"]
 
     part.first_ns = _pick(min, part.first_ns, int(ts.min()))
     ends = ts + dur
@@ -377,12 +701,10 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
     child_rows = np.flatnonzero(child)[found]
     offset[child_rows] = np.maximum(ts[child_rows] - ts[order[pos_clipped[found]]], 0)
 
-    batch = _ints(table, "batch")
-    queue = _ints(table, "queue_ns")
-    flops, nbytes = _floats(table, "flops"), _floats(table, "bytes")
-    tokens_in, tokens_out = _ints(table, "tokens_in"), _ints(table, "tokens_out")
-    shape_codes, shape_names = _codes(table, "shape")
-    engine_codes, engine_names = _codes(table, "engine")
+    absent_column = np.full(len(ts), -1, dtype=np.int64) if any(c[k] is None for k in ("queue", "tin", "tout")) else None
+    queue, tokens_in, tokens_out = (absent_column if c[k] is None else c[k] for k in ("queue", "tin", "tout"))
+    shape_codes, shape_names = c["shape"], c["shape_names"]
+    engine_codes, engine_names = c["engine"], c["engine_names"]
     seconds = ts // _NS
 
     # Rows grouped by stage once (a radix sort of small codes), so each stage works on its
@@ -391,14 +713,12 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
     order = np.argsort(stage_codes.astype(np.int16 if len(stage_names) < 2**15 else np.int64), kind="stable")
     bounds = np.searchsorted(stage_codes[order], np.arange(len(stage_names) + 1))
     columns = {"dur": dur, "valid": valid, "self": self_ns, "req": has_request, "status": status_codes,
-               "sec": seconds, "offset": offset, "batch": batch, "queue": queue, "tin": tokens_in, "tout": tokens_out,
-               "shape": shape_codes, "engine": engine_codes, "flops": flops, "bytes": nbytes}
-    absent = {"offset": -1, "batch": -1, "queue": -1, "tin": -1, "tout": -1, "shape": -1, "engine": -1}
+               "sec": seconds, "offset": offset, "queue": queue, "tin": tokens_in, "tout": tokens_out,
+               "shape": shape_codes, "engine": engine_codes}
+    absent = {"offset": -1, "queue": -1, "tin": -1, "tout": -1, "shape": -1, "engine": -1}
     g = {}
     for key, values in columns.items():
         if key in absent and not (values != absent[key]).any():
-            continue
-        if key in ("flops", "bytes") and np.isnan(values).all():
             continue
         g[key] = values[order]
     for code, name in enumerate(stage_names):
@@ -423,30 +743,12 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
             sp.offset_n += int(joined.sum())
         if "queue" in s:
             sp.queue.record(s["queue"][s["queue"] >= 0])
-        if "batch" in s:
-            b_rows = ok & (s["batch"] >= 0)
-            if b_rows.any():
-                b = s["batch"][b_rows]
-                sp.batch.update(_counts(b))
-                bf, lf = b.astype(np.float64), s["dur"][b_rows] / 1e6
-                sp.fit.append([float(len(b)), float(bf.sum()), float((bf * bf).sum()), float(lf.sum()),
-                               float((bf * lf).sum()), float((lf * lf).sum())])
         if "shape" in s:
             sp.shapes.update(_count_codes(s["shape"], shape_names))
             if len(sp.shapes) > MAX_SHAPES:
                 sp.merge(StagePartial())  # trims to the cap
         if "engine" in s:
             sp.engines.update(_count_codes(s["engine"], engine_names))
-        # Float sums are per file (deterministic for the file) and added with fsum when finalised.
-        for key, sums in (("flops", sp.flops), ("bytes", sp.bytes)):
-            if key in s:
-                rows = ok & ~np.isnan(s[key])
-                if rows.any():
-                    sums.append(float(s[key][rows].sum()))
-                    if key == "flops":
-                        sp.flops_dur_ns += int(s["dur"][rows].sum())
-                    else:
-                        sp.bytes_dur_ns += int(s["dur"][rows].sum())
         if "tin" in s:
             sp.tokens_in.record(s["tin"][s["tin"] >= 0])
         if "tout" in s:
@@ -466,11 +768,172 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
     part.arrivals.update(arrivals)
     part.host_arrivals.update({(ref.host, sec): n for sec, n in arrivals.items()})
     part.root_arrivals.update(_counts(seconds[roots]))
-    arrivals_ts = np.sort(ts[requests] if requests.any() else ts[roots])
-    if len(arrivals_ts) > 1:
-        gaps = np.diff(arrivals_ts) / 1e9
-        part.gaps.setdefault(ref.run_id, []).append([float(len(gaps)), float(gaps.sum()), float((gaps * gaps).sum())])
-    _sample_for_skew(part, table, ts, ends, roots, ref.host)
+
+
+_DENSE_CELLS = 1 << 23  # largest per-file table (stages x seconds, stages x shapes) the compiled path allocates
+_DENSE_IDS = 4  # the compiled join's id table may be this many times the row count (plus 2**20)
+
+
+def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
+    """The same figures as ``_aggregate_numpy`` through ``_mapkernel``; None (nothing done) when a
+    per-file table would be too large for it, so the numpy path runs instead. Returns (request
+    start times, {"batch"|"flops"|"bytes": (rows, bounds per stage)}) for the float sums."""
+    ts, dur, valid, parent = c["ts"], c["dur"], c["valid"], c["parent"]
+    n = len(ts)
+    n_stage, n_status = len(c["stage_names"]), len(c["status_names"])
+    n_shape, n_engine = len(c["shape_names"]), len(c["engine_names"])
+    sec_lo = int(ts.min()) // _NS
+    n_sec = int(ts.max()) // _NS - sec_lo + 1
+    if max(n_stage * n_sec, n_stage * n_shape, n_stage * n_engine, n_sec) > _DENSE_CELLS:
+        return None
+    span_id = c["span_id"]
+    for array in (ts, dur, valid, parent, span_id):  # Arrow's zero-copy arrays are read-only: make
+        array.flags.writeable = False                 # all inputs so, for one compiled variant
+    id_lo = int(span_id.min())
+    id_size = int(span_id.max()) - id_lo + 1
+    if id_size <= _DENSE_IDS * n + (1 << 20):
+        parent_row, unjoined = k.join_dense(span_id, parent, valid, id_lo, id_size)
+    else:  # sparse ids: join through a sort, as the numpy path does
+        child = (parent != 0) & valid
+        order = np.argsort(span_id, kind="stable")
+        sorted_ids = span_id[order]
+        pos = np.minimum(np.searchsorted(sorted_ids, parent[child]), n - 1)
+        found = sorted_ids[pos] == parent[child]
+        unjoined = int((~found).sum())
+        parent_row = np.full(n, -1, dtype=np.int64)
+        parent_row[np.flatnonzero(child)[found]] = order[pos[found]]
+    part.unjoined_children += int(unjoined)
+
+    none = np.zeros(0, dtype=np.int64)
+    optional = {key: none if c[key] is None else c[key] for key in ("queue", "tin", "tout")}
+    hists = {key: k.new_histogram_arrays(n_stage if key == "lat" or len(optional[key]) else 0)
+             for key in ("lat", "queue", "tin", "tout")}
+    nothing_f, nothing_b = np.zeros(0, dtype=np.float64), np.zeros(0, dtype=bool)
+    sparse = [c["batch"] or (none, nothing_b), c["flops"] or (nothing_f, nothing_b), c["bytes"] or (nothing_f, nothing_b)]
+    req_hist = k.new_histogram_arrays(1)
+    known = c["known"]
+    small = np.iinfo(np.int64).min
+    if run_window is not None:
+        start, stop = run_window
+        win_start, win_stop = start - 5 * _NS, (stop + 5 * _NS) if stop else small
+    else:
+        win_start = win_stop = small
+    inputs = [ts, dur, valid, parent, parent_row, c["req"] if known is None else nothing_b,
+              c["stage"], c["status"], c["shape"], c["engine"], optional["queue"], optional["tin"], optional["tout"],
+              *sparse[0], *sparse[1], *sparse[2]]
+    for array in inputs:
+        array.flags.writeable = False
+    (ts, dur, valid, parent, parent_row, req_rows, stage, status, shape, engine, queue, tin, tout,
+     batch_v, batch_p, flops_v, flops_p, bytes_v, bytes_p) = inputs
+    (sums, statuses, shapes, engines, busy, busy_n, req_sums, req_statuses, arrivals, root_arrivals,
+     edges, req_ts, *grouped) = k.aggregate(
+        ts, dur, valid, parent, parent_row, req_rows, -1 if known is None else int(known),
+        stage, n_stage, status, n_status, shape, n_shape, engine, n_engine, queue, tin, tout,
+        batch_v, batch_p, flops_v, flops_p, bytes_v, bytes_p,
+        sec_lo, n_sec, win_start, win_stop, *hists["lat"], *hists["queue"], *hists["tin"], *hists["tout"], *req_hist)
+
+    part.first_ns = _pick(min, part.first_ns, int(edges[0]))
+    part.last_ns = _pick(max, part.last_ns, int(edges[1]))
+    if edges[2]:
+        part.out_of_window[ref.run_id] += int(edges[2])
+
+    def record(h: Histogram, counts, stats, row: int) -> None:
+        st = stats[row].tolist()
+        h.record_summary(counts[row], st[k.H_TOTAL], (st[k.H_SUM_HI] << 32) + st[k.H_SUM_LO], st[k.H_MIN],
+                         st[k.H_MAX], st[k.H_CLAMPED])
+
+    status_names, shape_names, engine_names = c["status_names"], c["shape_names"], c["engine_names"]
+    secs = np.arange(sec_lo, sec_lo + n_sec)
+    busy_all: dict = {}  # one update: Counter.update is a Python loop unless the counter is empty
+    for code, name in enumerate(c["stage_names"]):
+        row = sums[code].tolist()
+        if row[k.S_COUNT] == 0:
+            continue
+        sp = part.stage(str(name))
+        sp.count += row[k.S_COUNT]
+        record(sp.latency, *hists["lat"], code)
+        sp.self_ns += row[k.S_SELF]
+        sp.in_request_ns += row[k.S_IN_REQUEST]
+        sp.self_in_request_ns += row[k.S_SELF_IN_REQUEST]
+        sp.statuses.update(_dense_counts(statuses[code], status_names))
+        sp.offset_ns += row[k.S_OFFSET]
+        sp.offset_n += row[k.S_OFFSET_N]
+        if len(optional["queue"]):
+            record(sp.queue, *hists["queue"], code)
+        if n_shape:
+            sp.shapes.update(_dense_counts(shapes[code], shape_names))
+            if len(sp.shapes) > MAX_SHAPES:
+                sp.merge(StagePartial())  # trims to the cap
+        if n_engine:
+            sp.engines.update(_dense_counts(engines[code], engine_names))
+        if len(optional["tin"]):
+            record(sp.tokens_in, *hists["tin"], code)
+        if len(optional["tout"]):
+            record(sp.tokens_out, *hists["tout"], code)
+        present = np.flatnonzero(busy_n[code])
+        busy_all.update({(ref.host, str(name), sec): v
+                         for sec, v in zip(secs[present].tolist(), busy[code][present].tolist())})
+    part.busy.update(busy_all)
+
+    part.request_count += int(req_sums[0])
+    record(part.requests, *req_hist, 0)
+    part.request_total_ns += int(req_sums[1])
+    part.request_self_ns += int(req_sums[2])
+    part.request_statuses.update(_dense_counts(req_statuses, status_names))
+    present = np.flatnonzero(arrivals)
+    arrived = dict(zip(secs[present].tolist(), arrivals[present].tolist()))
+    part.arrivals.update(arrived)
+    part.host_arrivals.update({(ref.host, sec): n for sec, n in arrived.items()})
+    present = np.flatnonzero(root_arrivals)
+    part.root_arrivals.update(dict(zip(secs[present].tolist(), root_arrivals[present].tolist())))
+    return req_ts, dict(zip(("batch", "flops", "bytes"), grouped))
+
+
+def _dense_counts(counts: np.ndarray, names: list) -> dict:
+    """``_count_codes``'s result from counts already made per code."""
+    present = np.flatnonzero(counts)
+    return {str(names[i]): int(n) for i, n in zip(present.tolist(), counts[present].tolist())}
+
+
+def _batch_and_float_sums(part: Partial, c: dict, grouped: dict | None = None) -> None:
+    """Batch sizes and the float sums (batch fit, FLOPs, bytes) per stage: one code for both paths,
+    on the few rows that carry them, so their rounding is the same whichever path ran. ``grouped``:
+    those rows per stage as the compiled path found them; None: found here with numpy."""
+    stage, names, valid, dur = c["stage"], c["stage_names"], c["valid"], c["dur"]
+
+    def by_stage(key: str, mask):
+        if grouped is not None:
+            rows, bounds = grouped[key]
+            for code in np.flatnonzero(np.diff(bounds)).tolist():
+                yield part.stage(str(names[code])), rows[bounds[code]:bounds[code + 1]]
+            return
+        rows = np.flatnonzero(mask())
+        if rows.size == 0:
+            return
+        codes = stage[rows]
+        present = np.flatnonzero(np.bincount(codes + 1, minlength=len(names) + 1)[1:])
+        for code in present.tolist():
+            yield part.stage(str(names[code])), rows if len(present) == 1 and codes[0] == code else rows[codes == code]
+
+    if c["batch"] is not None:
+        batch, present = c["batch"]
+        for sp, rows in by_stage("batch", lambda: valid & present & (batch >= 0)):
+            b = batch[rows]
+            sp.batch.update(_counts(b))
+            bf, lf = b.astype(np.float64), dur[rows] / 1e6
+            sp.fit.append([float(len(b)), float(bf.sum()), float((bf * bf).sum()), float(lf.sum()),
+                           float((bf * lf).sum()), float((lf * lf).sum())])
+    # Float sums are per file (deterministic for the file) and added with fsum when finalised.
+    for key in ("flops", "bytes"):
+        if c[key] is None:
+            continue
+        values, present = c[key]
+        for sp, rows in by_stage(key, lambda: valid & present & ~np.isnan(values)):
+            (sp.flops if key == "flops" else sp.bytes).append(float(values[rows].sum()))
+            if key == "flops":
+                sp.flops_dur_ns += int(dur[rows].sum())
+            else:
+                sp.bytes_dur_ns += int(dur[rows].sum())
 
 
 def _sample_for_skew(part: Partial, table, ts, ends, roots, host: str) -> None:

@@ -26,8 +26,11 @@ import click
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes (--engine process) or Dask workers of a local cluster.")
 @click.option("--scheduler", help="Address of a running Dask scheduler (--engine dask).")
+@click.option("--kernel", type=click.Choice(["auto", "numba", "numpy"]), default="auto", show_default=True,
+              help="Per-file aggregation: compiled with numba (pip install 'loadprobe[fast]'), numpy, or numba "
+                   "for large data when it loads.")
 def analyze(data, output, as_json, no_html, since, until, service, host, device, precision, catalogs, engine, workers,
-            scheduler):
+            scheduler, kernel):
     """Compute the load portrait of DATA (directories, globs or s3://, gs:// URIs).
 
     \b
@@ -60,7 +63,7 @@ def analyze(data, output, as_json, no_html, since, until, service, host, device,
     try:
         portrait = run_analysis(list(data), since=since, until=until, service=service, host=host, device=device,
                                 precision=precision, catalog=catalogs, engine=engine, workers=workers,
-                                scheduler=scheduler, progress=progress)
+                                scheduler=scheduler, progress=progress, kernel=kernel)
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)

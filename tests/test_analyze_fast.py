@@ -1,0 +1,335 @@
+"""The compiled map step (``loadprobe/_mapkernel.py``, numba) against the numpy reference path.
+
+Both must give identical partials (every count, sum, histogram bucket and float, in the same
+key order) and so identical portraits, on data that exercises every branch: nested spans,
+children whose parent is in another file, duplicate and sparse span ids, errors, timeouts,
+null and negative durations, clamped values, batches, shapes, engines, FLOPs and bytes with
+NaNs, queue times, tokens, several hosts, time filters and run windows. Also: the footer
+check that lets analysis skip decoding request ids when no two hosts can share one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import loadprobe
+from loadprobe import partials
+from loadprobe._errors import LoadprobeError
+from loadprobe.analysis import _roofline_device
+from loadprobe.dataset import discover, file_refs
+from loadprobe.finalize import build_portrait
+from loadprobe.histogram import HIGHEST_TRACKABLE, Histogram
+from loadprobe.partials import Filters, hosts_may_share_request_ids, map_file, merge
+from loadprobe.schema import SPANS
+
+from .conftest import REPO
+
+pytest.importorskip("numba")
+
+BASE_NS = 1_796_198_400 * 10**9
+STATUSES = ["ok", "error", "timeout", "cancelled"]
+
+
+def _dict_array(values: list) -> pa.Array:
+    return pa.array(values, pa.string()).dictionary_encode().cast(pa.dictionary(pa.int32(), pa.string()))
+
+
+def random_spans(rng: np.random.Generator, n_requests: int, run: str, first_id: int, *, id_scale: int = 1,
+                 tokens: bool = False, duplicates: bool = False, foreign_parents: bool = False,
+                 odd_values: bool = True, shared_ids: str | None = None) -> pa.Table:
+    """Requests of a root, pre, model (with nested kernel spans) and post; plus background spans."""
+    rows: dict = {f.name: [] for f in SPANS}
+    next_id = first_id
+
+    def add(ts, dur, stage, parent, rid, status="ok", **extra):
+        nonlocal next_id
+        next_id += 1
+        span_id = next_id * id_scale
+        values = {"ts_ns": int(ts), "dur_ns": dur, "stage": stage, "span_id": span_id, "parent_id": parent,
+                  "request_id": rid, "status": status, **extra}
+        for name in rows:
+            rows[name].append(values.get(name))
+        return span_id
+
+    t = BASE_NS + int(rng.integers(0, 10**9))
+    for n in range(n_requests):
+        t += int(rng.exponential(4e6)) + 1
+        rid = f"{shared_ids or run}-{n}"
+        status = STATUSES[int(rng.choice(4, p=[0.9, 0.05, 0.03, 0.02]))]
+        root_dur = int(rng.integers(5_000_000, 60_000_000))
+        if odd_values and n % 97 == 5:
+            root_dur = None  # imported arrival-only span
+        root = add(t, root_dur, "request", None, rid, status)
+        pre = int(rng.lognormal(14, 0.5))
+        add(t + 10_000, pre, "pre", root, rid, engine="cpu", shape=f"{int(rng.integers(1, 4)) * 360}x640x3")
+        batch = int(rng.integers(1, 9))
+        model_status = "error" if status == "error" and rng.random() < 0.5 else "ok"
+        flops = float(batch * 2e9)
+        if odd_values and n % 31 == 7:
+            flops = float("nan")  # a recorded NaN, not a null
+        model = add(t + 20_000 + pre, int(1_000_000 * batch + rng.integers(0, 500_000)), "model", root, rid,
+                    model_status, engine="npu", batch=batch if n % 13 else None, shape=f"{batch}x3x224x224",
+                    queue_ns=int(rng.exponential(1e6)) if n % 11 else -5, flops=flops if n % 17 else None,
+                    bytes=float(1e7 + batch * 3e6))
+        for k in range(int(rng.integers(0, 3))):  # nested: kernels inside the model span
+            add(t + 30_000 + pre + k * 1000, int(rng.integers(10_000, 400_000)), "kernel", model, rid, engine="npu")
+        post_dur = int(rng.integers(100_000, 3_000_000))
+        if odd_values and n % 211 == 3:
+            post_dur = HIGHEST_TRACKABLE + 12_345  # clamped in the histogram, exact in the sums
+        extra = {"tokens_in": int(rng.integers(1, 4000)), "tokens_out": int(rng.integers(0, 800))} if tokens else {}
+        add(t + 40_000 + pre, post_dur, "post", root, rid, engine="gpu0", shape=f"{int(rng.integers(1, 300))}x4",
+            **extra)
+        if foreign_parents and n % 7 == 0:
+            add(t + 50_000, 200_000, "post", 10**15 + n, rid)  # its parent lives in another file
+        if n % 29 == 0:
+            add(t - 500_000, int(rng.integers(1_000, 50_000)), "background", None, None, engine="cpu")
+    if duplicates:
+        for name in rows:  # the same span twice: the first row is the parent children join to
+            rows[name].extend(rows[name][:40])
+    order = np.argsort([ts + (d or 0) for ts, d in zip(rows["ts_ns"], rows["dur_ns"])], kind="stable")
+    arrays = []
+    for f in SPANS:
+        values = [rows[f.name][i] for i in order]
+        arrays.append(_dict_array(values) if pa.types.is_dictionary(f.type) else pa.array(values, f.type))
+    return pa.Table.from_arrays(arrays, schema=SPANS)
+
+
+def write_run(base: Path, host: str, run: str, tables: list, *, window: tuple | None = None,
+              row_group_size: int = 700) -> None:
+    d = base / host / "svc" / run
+    d.mkdir(parents=True)
+    for i, table in enumerate(tables, 1):
+        pq.write_table(table, d / f"spans-{i:05d}.parquet", row_group_size=row_group_size)
+    info = {"schema": "run/1.0", "host": host, "service": "svc", "run_id": run, "role": "service"}
+    if window:
+        info["started_ns"], info["stopped_ns"] = window
+    (d / "run.json").write_text(json.dumps(info))
+
+
+@pytest.fixture(scope="module")
+def varied(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("varied")
+    rng = np.random.default_rng(7)
+    write_run(base, "h1", "1-a", [random_spans(rng, 400, "1-a", 0), random_spans(rng, 300, "1-a", 5_000,
+                                                                                  foreign_parents=True)])
+    write_run(base, "h1", "2-b", [random_spans(rng, 350, "2-b", 0, duplicates=True)],
+              window=(BASE_NS + 2 * 10**9, BASE_NS + 3 * 10**9))  # many spans outside its own window
+    write_run(base, "h2", "3-c", [random_spans(rng, 300, "3-c", 0, id_scale=10**6),  # sparse ids: sort join
+                                  random_spans(rng, 200, "3-c", 9_000, tokens=True)])
+    write_run(base, "h3", "4-d", [random_spans(rng, 250, "4-d", 0, odd_values=False)], row_group_size=100_000)
+    return base
+
+
+def _norm(value):
+    if isinstance(value, Histogram):
+        nz = np.flatnonzero(value.counts)
+        return ("hist", nz.tolist(), value.counts[nz].tolist(), value.total, value.sum, value.min, value.max,
+                value.clamped)
+    if dataclasses.is_dataclass(value):
+        return {f.name: _norm(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):  # key order too: it decides the order of equal-ranked items downstream
+        return [(repr(k), _norm(v)) for k, v in value.items()]
+    if isinstance(value, (list, tuple)):
+        return [_norm(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return "nan"
+    return value
+
+
+def _comparable(portrait) -> dict:
+    data = portrait.to_dict()
+    data.pop("generated_at")
+    return data
+
+
+def _map_both(ref, **filters):
+    slow = map_file(ref, Filters(kernel="numpy", **filters))
+    fast = map_file(ref, Filters(kernel="numba", **filters))
+    return slow, fast
+
+
+@pytest.mark.parametrize("sample_skew", [True, False])
+def test_every_file_maps_to_the_same_partial(varied, sample_skew):
+    runs, _ = discover([varied])
+    windows = {r.run_id: (r.info["started_ns"], r.info["stopped_ns"]) for r in runs if "started_ns" in r.info}
+    for ref in file_refs(runs):
+        slow = map_file(ref, Filters(kernel="numpy", sample_skew=sample_skew), windows.get(ref.run_id))
+        fast = map_file(ref, Filters(kernel="numba", sample_skew=sample_skew), windows.get(ref.run_id))
+        assert slow.rows > 0 and not slow.skipped
+        assert _norm(fast) == _norm(slow), ref.path
+
+
+def test_the_data_exercises_every_branch(varied):
+    runs, _ = discover([varied])
+    windows = {r.run_id: (r.info["started_ns"], r.info["stopped_ns"]) for r in runs if "started_ns" in r.info}
+    part = merge(map_file(r, Filters(kernel="numba"), windows.get(r.run_id)) for r in file_refs(runs))
+    assert part.null_durations and part.unjoined_children and part.out_of_window
+    assert {"request", "pre", "model", "kernel", "post", "background"} <= set(part.stages)
+    model, post = part.stage("model"), part.stage("post")
+    assert model.queue.total and model.batch and model.fit and model.flops and model.bytes and model.offset_n
+    assert post.latency.clamped and post.tokens_in.total and post.tokens_out.total and len(post.shapes) > 100
+    assert model.statuses["error"] and part.request_statuses["timeout"] and part.request_statuses["cancelled"]
+    assert part.stage("kernel").count and part.stage("model").self_ns < part.stage("model").latency.sum
+    assert part.stage("background").count and part.root_arrivals != part.arrivals
+
+
+def test_time_filters_give_the_same_partials(varied):
+    runs, _ = discover([varied])
+    for ref in file_refs(runs):
+        whole = map_file(ref, Filters(kernel="numpy"))
+        middle = (whole.first_ns + whole.last_ns) // 2
+        slow, fast = _map_both(ref, since_ns=whole.first_ns + 10**8, until_ns=middle)
+        assert slow.rows_filtered > 0
+        assert _norm(fast) == _norm(slow)
+
+
+def test_portraits_are_identical_whatever_the_kernel_and_engine(varied):
+    numpy_path = _comparable(loadprobe.analyze([varied], kernel="numpy"))
+    assert numpy_path["data_quality"]["clock_warnings"]  # the run whose spans fall outside its window
+    assert _comparable(loadprobe.analyze([varied], kernel="numba")) == numpy_path
+    assert _comparable(loadprobe.analyze([varied], kernel="numba", engine="process", workers=2)) == numpy_path
+    since = BASE_NS + 3 * 10**9
+    assert (_comparable(loadprobe.analyze([varied], kernel="numba", since=since / 1e9, host="h[12]"))
+            == _comparable(loadprobe.analyze([varied], kernel="numpy", since=since / 1e9, host="h[12]")))
+
+
+def test_the_numpy_path_is_taken_when_per_file_tables_would_be_too_large(varied, monkeypatch):
+    runs, _ = discover([varied])
+    refs = file_refs(runs)
+    reference = [_norm(map_file(r, Filters(kernel="numpy"))) for r in refs]
+    calls = []
+    original = partials._aggregate_numpy
+    monkeypatch.setattr(partials, "_aggregate_numpy", lambda *a: calls.append(1) or original(*a))
+    monkeypatch.setattr(partials, "_DENSE_CELLS", 10)
+    assert [_norm(map_file(r, Filters(kernel="numba"))) for r in refs] == reference
+    assert len(calls) == len(refs)
+    monkeypatch.setattr(partials, "_DENSE_CELLS", 1 << 23)
+    monkeypatch.setattr(partials, "_DENSE_IDS", 0)  # the sort join everywhere
+    calls.clear()
+    assert [_norm(map_file(r, Filters(kernel="numba"))) for r in refs] == reference
+    assert not calls
+
+
+def test_a_recorded_service_gives_identical_portraits(tmp_path):
+    from .test_analyze import record_pipeline
+
+    record_pipeline(tmp_path, requests=300)
+    a = _comparable(loadprobe.analyze([tmp_path], kernel="numpy"))
+    b = _comparable(loadprobe.analyze([tmp_path], kernel="numba"))
+    assert a == b and a["requests"]["count"] == 300
+
+
+def test_the_benchmark_dataset_gives_identical_portraits(tmp_path):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import gen_spans
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    gen_spans.generate(tmp_path, 40_000, seed=3, jobs=1, quiet=True)
+    runs, _ = discover([tmp_path])
+    assert len({r.host for r in runs}) == 2
+    assert not hosts_may_share_request_ids(file_refs(runs))  # "<run>-<n>" ids: each host its own range
+    a = _comparable(loadprobe.analyze([tmp_path], kernel="numpy"))
+    b = _comparable(loadprobe.analyze([tmp_path], kernel="numba"))
+    assert a == b and a["requests"]["count"] == 10_000
+    # Skipping the ids changes nothing: with them decoded and sampled, the same portrait.
+    part = merge(map_file(r, Filters(sample_skew=True)) for r in file_refs(runs))
+    assert part.skew
+    device = _roofline_device(None, runs, ())
+    assert _comparable(build_portrait(part, runs, inputs=[tmp_path], device=device)) == a
+
+
+def test_request_id_ranges_decide_whether_ids_are_decoded(tmp_path):
+    rng = np.random.default_rng(1)
+    write_run(tmp_path / "apart", "a", "1-a", [random_spans(rng, 50, "1-a", 0)])
+    write_run(tmp_path / "apart", "b", "2-b", [random_spans(rng, 50, "2-b", 0)])
+    write_run(tmp_path / "apart", "b", "3-a", [random_spans(rng, 50, "3-a", 0)])  # "3-a-*": still above every "1-a-*"
+    assert not hosts_may_share_request_ids(file_refs(discover([tmp_path / "apart"])[0]))
+    # A distributed trace: host b's spans carry host a's request ids.
+    write_run(tmp_path / "shared", "a", "1-a", [random_spans(rng, 50, "1-a", 0)])
+    write_run(tmp_path / "shared", "b", "2-b", [random_spans(rng, 50, "2-b", 0, shared_ids="1-a")])
+    assert hosts_may_share_request_ids(file_refs(discover([tmp_path / "shared"])[0]))
+    # Interleaved ranges of two hosts overlap even if no id is equal: decoded, to be safe.
+    write_run(tmp_path / "mixed", "a", "1-a", [random_spans(rng, 50, "1-a", 0, shared_ids="m")])
+    write_run(tmp_path / "mixed", "b", "2-b", [random_spans(rng, 50, "2-b", 0, shared_ids="m-1x")])
+    assert hosts_may_share_request_ids(file_refs(discover([tmp_path / "mixed"])[0]))
+    # One host: nothing to compare.
+    assert not hosts_may_share_request_ids(file_refs(discover([tmp_path / "shared" / "a"])[0]))
+    # No statistics in a footer: nothing can be ruled out.
+    d = tmp_path / "nostats" / "b" / "svc" / "2-b"
+    write_run(tmp_path / "nostats", "a", "1-a", [random_spans(rng, 50, "1-a", 0)])
+    d.mkdir(parents=True)
+    pq.write_table(random_spans(rng, 50, "2-b", 0), d / "spans-00001.parquet", write_statistics=False)
+    assert hosts_may_share_request_ids(file_refs(discover([tmp_path / "nostats"])[0]))
+
+
+def test_overlap_sweep_matches_a_pairwise_check():
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        ranges = []
+        for _ in range(int(rng.integers(1, 9))):
+            lo, hi = sorted(rng.integers(0, 60, 2).tolist())
+            ranges.append((f"h{int(rng.integers(0, 3))}", b"%03d" % lo, b"%03d" % hi))
+        expected = any(a[0] != b[0] and a[1] <= b[2] and b[1] <= a[2] for a in ranges for b in ranges)
+        assert partials._ranges_overlap_across_hosts(list(ranges)) == expected, ranges
+
+
+def test_kernel_names_are_checked(varied):
+    with pytest.raises(LoadprobeError, match="kernel"):
+        loadprobe.analyze([varied], kernel="fortran")
+
+
+def test_compiled_null_fill_is_an_exact_copy():
+    rng = np.random.default_rng(11)
+    partials.warm_kernel(background=False)
+    assert partials._fill_kernel() is not None
+    for _ in range(40):
+        n = int(rng.integers(1, 300))
+        values = rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64, endpoint=True)
+        mask = rng.random(n) < rng.choice([0.0, 0.3, 0.9, 1.0])
+        array = pa.array(values, pa.int64(), mask=~mask)
+        start = int(rng.integers(0, n))
+        chunks = [array.slice(0, start), array.slice(start)]  # odd bit offsets
+        for fill in (-1, 0, -(2**62)):
+            fast = partials._with_fill(chunks, n, fill, np.int64)
+            assert fast.tolist() == [v if m else fill for v, m in zip(values.tolist(), mask.tolist())]
+        codes = pa.array(rng.integers(0, 50, n).astype(np.int32), pa.int32(), mask=~mask)
+        fast = partials._with_fill([codes.slice(0, start), codes.slice(start)], n, -1, np.int32, np.int32)
+        assert fast.tolist() == [c if m else -1 for c, m in zip(codes.to_numpy(zero_copy_only=False).tolist(),
+                                                               mask.tolist())]
+
+
+def test_without_numba_the_numpy_path_gives_the_same_portrait(varied):
+    import subprocess
+
+    code = ("import sys, json; sys.modules['numba'] = None\n"  # as if numba were not installed
+            "import loadprobe\n"
+            f"p = loadprobe.analyze([{str(varied)!r}])\n"
+            "d = p.to_dict(); d.pop('generated_at'); print(json.dumps(d))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == json.loads(json.dumps(_comparable(loadprobe.analyze([varied], kernel="numba"))))
+    failed = subprocess.run([sys.executable, "-c", code.replace("analyze([", "analyze(kernel='numba', paths=[")],
+                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert failed.returncode != 0 and "kernel 'numba' needs numba" in failed.stderr
+
+
+def test_auto_compiles_only_data_large_enough_to_pay_for_loading_numba(varied, monkeypatch):
+    from loadprobe import analysis
+
+    compiled = []
+    original = partials._aggregate_compiled
+    monkeypatch.setattr(partials, "_aggregate_compiled", lambda *a: compiled.append(1) or original(*a))
+    small = _comparable(loadprobe.analyze([varied]))  # a few hundred kB: numpy
+    assert not compiled
+    monkeypatch.setattr(analysis, "COMPILE_FROM_BYTES", 1)
+    assert _comparable(loadprobe.analyze([varied])) == small
+    assert compiled
