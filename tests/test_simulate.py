@@ -426,3 +426,32 @@ def test_loadprobe_simulate_is_the_public_function():
     by_config = loadprobe.simulate(config, load.constant(20, duration=2), times)
     assert by_path.to_dict() == by_config.to_dict()
     assert by_path.outcomes["ok"] == 40 and callable(loadprobe.simulate)
+
+
+def test_the_command_takes_a_service_time_per_stage(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from loadprobe.cli import main
+
+    path = tmp_path / "pipeline.yaml"
+    pipeline.save(with_stage(plan(), service_time_ms=pipeline.ServiceTimeConfig(p50=2.0, p95=4.0, source="user")),
+                  path)
+    runner = CliRunner()
+    out = tmp_path / "out"
+    result = runner.invoke(main, ["simulate", str(path), "--rate", "10", "--duration", "5", "--service-time",
+                                  "work@a=constant:7", "-o", str(out), "--no-html"])
+    assert result.exit_code == 0, result.output
+    saved = json.loads((out / "simulation.json").read_text())
+    stage = next(iter(saved["plans"].values()))["stages"]["work"]
+    assert stage["p50"] == pytest.approx(7.0, rel=0.002) and stage["p99"] == pytest.approx(7.0, rel=0.002)
+    assert "given for work" in saved["service_times"]
+    for bad, message in (("work=gamma:1", "write STAGE[@ENGINE]=constant:MS"),
+                         ("work=lognormal:5:2", "p95 >= p50"),
+                         ("nope=constant:1", "unknown stages: nope"),
+                         ("work@gpu9=constant:1", "never runs on; its engines are a")):
+        refused = runner.invoke(main, ["simulate", str(path), "--rate", "10", "--service-time", bad,
+                                       "-o", str(out), "--no-html"])
+        assert refused.exit_code == 2 and message in refused.output, (bad, refused.output)
+        assert len(refused.output.strip().splitlines()) == 1

@@ -17,6 +17,9 @@ from ._schedule import build_schedule, schedule_options
 @schedule_options
 @click.option("--service-times", "service_times", metavar="DATA",
               help="Recorded data to draw each stage's service times from (default: the plan's service_time_ms).")
+@click.option("--service-time", "service_time_overrides", multiple=True, metavar="STAGE[@ENGINE]=DIST",
+              help="A stage's service time, overriding the plan and the recording: constant:MS, "
+                   "exponential:MEAN_MS or lognormal:P50_MS:P95_MS; repeatable.")
 @click.option("--errors/--no-errors", default=True, show_default=True,
               help="With --service-times: executors fail at each stage's recorded error rate.")
 @click.option("--sync", is_flag=True, help="Executors are threads: a timed-out execution keeps its slot until it "
@@ -28,7 +31,7 @@ from ._schedule import build_schedule, schedule_options
               show_default=True, help="Directory for simulation.json and simulation.html.")
 @click.option("--no-html", is_flag=True, help="Do not write simulation.html.")
 @click.option("--json", "as_json", is_flag=True, help="Print simulation.json to stdout instead of the tables.")
-def simulate(plan, service_times, errors, sync, prices, price_per_kwh, years, outdir, no_html, as_json, **schedule):
+def simulate(plan, service_times, service_time_overrides, errors, sync, prices, price_per_kwh, years, outdir, no_html, as_json, **schedule):
     """Simulate PLAN under an arrival schedule, without the hardware.
 
     PLAN is a pipeline.yaml, or the plans.json of `loadprobe recommend` (every plan in it, side by
@@ -40,10 +43,11 @@ def simulate(plan, service_times, errors, sync, prices, price_per_kwh, years, ou
         loadprobe simulate pipeline.yaml --poisson --rate 200 --duration 60 --seed 1
         loadprobe simulate plan/plans.json --trace data/ --speed 1.5 --service-times data/
         loadprobe simulate pipeline.yaml --trace trace.csv --preset azure-llm-2023 --speed 4
+        loadprobe simulate pipeline.yaml --poisson --rate 300 --service-time backbone@npu0=lognormal:3:5
     """
     # Imported here so that ``loadprobe --help`` stays light.
     from ..constraints import parse_prices
-    from ..simulator import from_recording
+    from ..simulator import from_recording, parse_override
     from ..simulator import simulate as run
     from ..simulator.compare import Comparison, read_plans
     from ..simulator.recorded import read_self_times
@@ -52,6 +56,15 @@ def simulate(plan, service_times, errors, sync, prices, price_per_kwh, years, ou
     offsets, mode, seed = build_schedule(**schedule)
     seed = seed or 0
     price_table = parse_prices(prices)
+    overrides: dict = {}
+    for text in service_time_overrides:
+        stage, engine, sampler = parse_override(text)
+        if engine is None:
+            overrides[stage] = sampler
+        else:
+            if not isinstance(overrides.setdefault(stage, {}), dict):
+                raise LoadprobeError(f"--service-time {text!r}: {stage} already has one for every engine")
+            overrides[stage][engine] = sampler
     recorded = read_self_times(service_times) if service_times else None
     error_rates = recorded[1] if recorded and errors else None
     results = {}
@@ -63,14 +76,15 @@ def simulate(plan, service_times, errors, sync, prices, price_per_kwh, years, ou
         return analyze([service_times])
 
     for name, config in plans:
-        times = None
+        times = overrides or None
         if recorded:
-            times = from_recording(config, service_times, catalog=None, portrait=portrait, recorded=recorded)
+            times = from_recording(config, service_times, overrides, portrait=portrait, recorded=recorded)
         results[name] = run(config, offsets, times, seed=seed, price_per_kwh=price_per_kwh, years=years,
                             prices=price_table, error_rates=error_rates, executors="sync" if sync else "async")
     comparison = Comparison(source=str(plan), arrivals=mode, requests=len(offsets), seed=seed,
-                            service_times=f"recorded in {service_times}" if service_times
-                            else "each stage's service_time_ms (lognormal through p50 and p95)", results=results)
+                            service_times=(f"recorded in {service_times}" if service_times
+                                           else "each stage's service_time_ms (lognormal through p50 and p95)")
+                            + (f"; given for {', '.join(sorted(overrides))}" if overrides else ""), results=results)
     out = Path(outdir)
     try:
         out.mkdir(parents=True, exist_ok=True)

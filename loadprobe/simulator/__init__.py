@@ -13,7 +13,7 @@ own objects, driven by the simulated clock; docs/simulate.md describes what is m
 
 from .recorded import RecordedTimes, from_recording
 from .result import SimulationResult, simulate
-from .servicetimes import ServiceTime, constant, exponential, from_config, lognormal
+from .servicetimes import ServiceTime, constant, exponential, from_config, lognormal, parse_override
 
 __all__ = ["RecordedTimes", "ServiceTime", "SimulationResult", "constant", "exponential", "from_config", "from_recording",
-           "lognormal", "simulate"]
+           "lognormal", "parse_override", "simulate"]

@@ -21,7 +21,7 @@ from .._errors import LoadprobeError
 from ..pipeline import PipelineConfig
 from ..queueing import Z95
 
-__all__ = ["ServiceTime", "constant", "exponential", "from_config", "lognormal"]
+__all__ = ["ServiceTime", "constant", "exponential", "from_config", "lognormal", "parse_override"]
 
 ServiceTime = Callable[[int, random.Random], float]
 
@@ -72,6 +72,28 @@ def lognormal(p50_ms: float, p95_ms: float | None = None) -> ServiceTime:
     return _Buffered(lambda generator, n: generator.lognormal(mu, sigma, n))
 
 
+def parse_override(text: str) -> tuple[str, str | None, ServiceTime]:
+    """``"STAGE[@ENGINE]=lognormal:P50:P95"`` (or ``constant:MS``, ``exponential:MEAN``), milliseconds.
+
+    Returns ``(stage, engine or None, sampler)``; a LoadprobeError says what was expected.
+    """
+    target, _, spec = str(text).partition("=")
+    stage, _, engine = target.partition("@")
+    kind, *numbers = spec.split(":")
+    makers = {"constant": (constant, 1), "exponential": (exponential, 1), "lognormal": (lognormal, 2)}
+    usage = ("write STAGE[@ENGINE]=constant:MS, exponential:MEAN_MS or lognormal:P50_MS:P95_MS, "
+             "e.g. --service-time backbone@npu0=lognormal:3:5")
+    if not stage.strip() or kind not in makers or len(numbers) != makers[kind][1]:
+        raise LoadprobeError(f"--service-time {text!r}: {usage}")
+    try:
+        values = [float(n) for n in numbers]
+    except ValueError:
+        raise LoadprobeError(f"--service-time {text!r}: the times must be numbers of milliseconds; {usage}") from None
+    if not all(v > 0 and math.isfinite(v) for v in values) or (kind == "lognormal" and values[1] < values[0]):
+        raise LoadprobeError(f"--service-time {text!r}: times must be positive milliseconds (and p95 >= p50)")
+    return stage.strip(), engine.strip() or None, makers[kind][0](*values)
+
+
 Overrides = Mapping[str, "ServiceTime | Mapping[str, ServiceTime]"]
 
 
@@ -92,6 +114,11 @@ def from_config(config: PipelineConfig, overrides: Overrides | None = None, *,
     out: dict[tuple[str, str], ServiceTime] = {}
     for stage in config.stages:
         given = overrides.get(stage.name)
+        engines = [stage.engine] + ([stage.fallback.engine] if stage.fallback else [])
+        stray = sorted(set(given) - set(engines)) if isinstance(given, Mapping) else []
+        if stray:
+            raise LoadprobeError(f"service times given for stage {stage.name!r} on {', '.join(stray)}, which it "
+                                 f"never runs on; its engines are {', '.join(engines)}")
         for engine in [stage.engine] + ([stage.fallback.engine] if stage.fallback else []):
             sampler = given.get(engine) if isinstance(given, Mapping) else given
             if sampler is None and measured is not None:
