@@ -889,7 +889,7 @@ def _verdict(rec: Option, alternatives: list, slo) -> str:
     est = rec.estimate
     if est is not None and est.p95_ms is not None:
         parts.append(f"The {rec.name} plan is estimated at p95 {est.p95_ms:.3g} ms"
-                     + (f" against a {slo:g} ms SLO ({'met' if rec.meets_slo else 'NOT met'})" if slo else "")
+                     + (f" against a {slo:.3g} ms SLO ({'met' if rec.meets_slo else 'NOT met'})" if slo else "")
                      + f", capacity {est.max_rps:.3g} req/s.")
     elif est is not None:
         parts.append(f"The {rec.name} plan cannot carry the sizing rate: capacity {est.max_rps:.3g} req/s, "
