@@ -10,7 +10,9 @@ under a recorder (spans and device samples into ``<out>/data``); drive it with a
 traffic compressed into ``seconds`` plus a burst near the evening peak, open loop;
 stop the server cleanly so its files are finished; analyse the recording, check the
 backbone's INT8 model against its FP32 one (``loadprobe align``), recommend a plan with
-that verdict, render the HTML report with all three; print where every output is. The
+that verdict, replay the recorded arrivals at 1.5x through every plan (``loadprobe
+simulate``, service times drawn from the recording), render the HTML report with all of it;
+print where every output is. The
 server runs in its own process group and is stopped on every exit path, Ctrl-C included.
 Each run writes a new timestamped folder: nothing is overwritten.
 """
@@ -96,6 +98,8 @@ def analyse(data: Path, run_dir: Path, *, echo=print) -> dict[str, Path]:
     echo(render(portrait))
     outputs.update(_align(report, echo))
     outputs.update(_recommend(portrait, report, echo, outputs.get("align")))
+    client = run_dir / "client"  # the load generator's own record: the requests it sent, nothing else
+    outputs.update(_simulate(client if client.exists() else data, data, portrait, report, outputs["plans"], echo))
     outputs["report"] = _html(portrait, report, outputs)
     echo("\ndemo: outputs")
     for name, path in {"recording": data, **outputs}.items():
@@ -110,10 +114,39 @@ def _html(portrait, report: Path, outputs: dict) -> Path:
     from .reports.html import render_report, write_html
 
     plans = json.loads(outputs["plans"].read_text(encoding="utf-8"))
+    simulation = json.loads(outputs["simulation"].read_text(encoding="utf-8"))
     path = report / "portrait.html"
     pipeline = outputs["pipeline"].read_text(encoding="utf-8")
-    write_html(path, render_report(portrait, plans=plans, pipeline_yaml=pipeline))
+    write_html(path, render_report(portrait, plans=plans, pipeline_yaml=pipeline, simulation=simulation))
     return path
+
+
+STRESS = 1.5  # the seeds' stress test: the recorded traffic, played 1.5x faster
+
+
+def _simulate(sent: Path, data: Path, portrait, report: Path, plans: Path, echo) -> dict[str, Path]:
+    """Every plan of plans.json under the requests ``sent`` at 1.5x, with the service times recorded in ``data``."""
+    import json
+
+    from .load import arrivals, replay
+    from .simulator import from_recording, simulate
+    from .simulator.compare import Comparison, read_plans
+    from .simulator.recorded import outside_stages, read_self_times
+
+    offsets = replay(arrivals(str(sent)), speed=STRESS)
+    recorded = read_self_times(str(data))
+    outside = outside_stages(recorded)  # HTTP and framework time, around the stages
+    results = {name: simulate(config, offsets, from_recording(config, str(data), portrait=portrait,
+                                                              recorded=recorded), seed=0,
+                              error_rates=recorded.error_rates, outside=outside)
+               for name, config in read_plans(plans)}
+    comparison = Comparison(source=str(plans), arrivals=f"the recorded requests at {STRESS:g}x",
+                            requests=len(offsets), seed=0, results=results,
+                            service_times=f"recorded in {data}" + (f"; plus {outside.how}" if outside else ""))
+    echo("\n" + comparison.render())
+    path = report / "simulation.json"
+    path.write_text(json.dumps(comparison.to_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    return {"simulation": path}
 
 
 def _align(report: Path, echo) -> dict[str, Path]:

@@ -50,6 +50,14 @@ def test_demo_serves_loads_records_and_analyses(tmp_path):
     assert align["stage"] == "backbone" and align["verdict"]["decision"] in ("int8-ok", "int8-keep-fp16", "fp16-only")
     assert json.loads((run / "report" / "plans.json").read_text())["constraints"]["align"]["backbone"]
     assert '<section id="precision"' in html
+    # every plan was replayed under the recorded arrivals at 1.5x, and the report shows it
+    simulation = json.loads((run / "report" / "simulation.json").read_text())
+    plans = json.loads((run / "report" / "plans.json").read_text())
+    feasible = [o["name"] for o in [plans["recommended"], *plans["alternatives"]] if o["pipeline"]]
+    assert list(simulation["plans"]) == feasible
+    assert simulation["requests"] == len(served_ids) and "1.5x" in simulation["arrivals"]
+    assert all(sum(r["outcomes"].values()) == r["requests"] for r in simulation["plans"].values())
+    assert '<section id="sim-plans"' in html
     # a second run never touches the first
     before = sorted(p.name for p in run.rglob("*"))
     again = demo(tmp_path, "--seconds", "2", "--rate", "4")

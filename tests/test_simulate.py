@@ -224,7 +224,7 @@ def test_children_are_subtracted_from_a_stage(tmp_path):
                         pass
     finally:
         loadprobe.stop()
-    times, _ = read_self_times(out)
+    times = read_self_times(out).times
     outer, inner = times[("outer", "cpu", 1)], times[("inner", "cpu", 1)]
     # the self time of outer is what remains once inner is removed: never negative, never the whole
     assert (outer >= 0).all() and len(outer) == len(inner) == 50
@@ -455,3 +455,32 @@ def test_the_command_takes_a_service_time_per_stage(tmp_path):
                                        "-o", str(out), "--no-html"])
         assert refused.exit_code == 2 and message in refused.output, (bad, refused.output)
         assert len(refused.output.strip().splitlines()) == 1
+
+
+
+def test_time_outside_every_stage_is_added_to_each_request(tmp_path):
+    from loadprobe.simulator import from_recording
+    from loadprobe.simulator.recorded import outside_stages, read_self_times
+
+    # requests of 20 ms whose stages take 1 + 3 ms: 16 ms of each is outside every stage
+    data = record(tmp_path, lambda i: [("outer", 0, 1, {}), ("model", 1, 4, {})])
+    root = tmp_path / "root"
+    import loadprobe
+
+    loadprobe.start(root, service="sim", sample_devices=False)
+    try:
+        for i in range(100):
+            base = 1_000_000_000 * i
+            loadprobe.record_span("request", base, base + 20_000_000, request_id=f"r{i}")
+    finally:
+        loadprobe.stop()
+    recorded = read_self_times([str(data), str(root)])
+    outside = outside_stages(recorded)
+    assert outside is not None and outside.samples == 100
+    assert outside(1, __import__("random").Random(0)) * 1000 == pytest.approx(20.0)
+    config = two_stage_plan()
+    times = from_recording(config, data)
+    plain = simulate(config, load.constant(5, duration=10), times)
+    plus = simulate(config, load.constant(5, duration=10), times, outside=outside)
+    assert plus.latency_ms["p50"] == pytest.approx(plain.latency_ms["p50"] + 20.0, rel=0.002)
+    assert plus.stages == plain.stages  # a delay outside the stages holds no engine

@@ -22,6 +22,8 @@ from ._schedule import build_schedule, schedule_options
                    "exponential:MEAN_MS or lognormal:P50_MS:P95_MS; repeatable.")
 @click.option("--errors/--no-errors", default=True, show_default=True,
               help="With --service-times: executors fail at each stage's recorded error rate.")
+@click.option("--outside/--no-outside", default=True, show_default=True,
+              help="With --service-times: add each request's recorded time outside every stage (HTTP, framework).")
 @click.option("--sync", is_flag=True, help="Executors are threads: a timed-out execution keeps its slot until it "
                                            "ends (default: async, stopped at the deadline).")
 @click.option("--price", "prices", multiple=True, metavar="DEVICE=PRICE", help="Purchase price of a catalog device.")
@@ -31,7 +33,7 @@ from ._schedule import build_schedule, schedule_options
               show_default=True, help="Directory for simulation.json and simulation.html.")
 @click.option("--no-html", is_flag=True, help="Do not write simulation.html.")
 @click.option("--json", "as_json", is_flag=True, help="Print simulation.json to stdout instead of the tables.")
-def simulate(plan, service_times, service_time_overrides, errors, sync, prices, price_per_kwh, years, outdir, no_html, as_json, **schedule):
+def simulate(plan, service_times, service_time_overrides, errors, outside, sync, prices, price_per_kwh, years, outdir, no_html, as_json, **schedule):
     """Simulate PLAN under an arrival schedule, without the hardware.
 
     PLAN is a pipeline.yaml, or the plans.json of `loadprobe recommend` (every plan in it, side by
@@ -50,7 +52,7 @@ def simulate(plan, service_times, service_time_overrides, errors, sync, prices, 
     from ..simulator import from_recording, parse_override
     from ..simulator import simulate as run
     from ..simulator.compare import Comparison, read_plans
-    from ..simulator.recorded import read_self_times
+    from ..simulator.recorded import outside_stages, read_self_times
 
     plans = read_plans(plan)
     offsets, mode, seed = build_schedule(**schedule)
@@ -66,7 +68,8 @@ def simulate(plan, service_times, service_time_overrides, errors, sync, prices, 
                 raise LoadprobeError(f"--service-time {text!r}: {stage} already has one for every engine")
             overrides[stage][engine] = sampler
     recorded = read_self_times(service_times) if service_times else None
-    error_rates = recorded[1] if recorded and errors else None
+    error_rates = recorded.error_rates if recorded and errors else None
+    outside_sampler = outside_stages(recorded) if recorded and outside else None
     results = {}
 
     @functools.lru_cache(maxsize=1)
@@ -80,11 +83,13 @@ def simulate(plan, service_times, service_time_overrides, errors, sync, prices, 
         if recorded:
             times = from_recording(config, service_times, overrides, portrait=portrait, recorded=recorded)
         results[name] = run(config, offsets, times, seed=seed, price_per_kwh=price_per_kwh, years=years,
-                            prices=price_table, error_rates=error_rates, executors="sync" if sync else "async")
+                            prices=price_table, error_rates=error_rates, executors="sync" if sync else "async",
+                            outside=outside_sampler)
     comparison = Comparison(source=str(plan), arrivals=mode, requests=len(offsets), seed=seed,
                             service_times=(f"recorded in {service_times}" if service_times
                                            else "each stage's service_time_ms (lognormal through p50 and p95)")
-                            + (f"; given for {', '.join(sorted(overrides))}" if overrides else ""), results=results)
+                            + (f"; given for {', '.join(sorted(overrides))}" if overrides else "")
+                            + (f"; plus {outside_sampler.how}" if outside_sampler else ""), results=results)
     out = Path(outdir)
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -92,7 +92,8 @@ class Simulation:
 
     def __init__(self, config: PipelineConfig, arrivals_s: Sequence[float], priorities: Sequence[int] | None,
                  service_times: Mapping[tuple[str, str], ServiceTime], *, seed: int, window_s: float,
-                 error_rates: Mapping[str, float] | None = None, executors: str = "async") -> None:
+                 error_rates: Mapping[str, float] | None = None, executors: str = "async",
+                 outside: ServiceTime | None = None) -> None:
         self.now = 0.0
         clock = lambda: self.now  # noqa: E731 - the policy objects read the simulated time
         self.rng = random.Random(seed)
@@ -120,6 +121,7 @@ class Simulation:
         self.r_attempt = array("l", bytes(array("l").itemsize * n))
         self.outcomes = {"ok": 0, "rejected": 0, "timeout": 0, "error": 0}
         self.stoppable = executors == "async"
+        self.outside = outside  # time a request spends outside every stage, added to its latency
         for stage in self.stages:
             stage.error_rate = (error_rates or {}).get(stage.name, 0.0)
         self.rejects: dict[str, int] = {}
@@ -238,7 +240,8 @@ class Simulation:
         else:
             self.outcomes["ok"] += 1
             self.end = self.now
-            self.latencies.append(self.now - self.arrivals[request])
+            extra = self.outside(1, self.rng) if self.outside is not None else 0.0
+            self.latencies.append(self.now - self.arrivals[request] + extra)
 
     # -- an engine (engine.py: run, _pump, _ready_lane, _start, _finish) ---------------------------------
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,7 +39,7 @@ from .._errors import LoadprobeError
 from ..pipeline import PipelineConfig
 from .servicetimes import Overrides, ServiceTime, from_config
 
-__all__ = ["RecordedTimes", "from_recording", "read_self_times"]
+__all__ = ["Recorded", "RecordedTimes", "from_recording", "outside_stages", "read_self_times"]
 
 MAX_SAMPLES = 4096
 """Recorded times kept per stage, engine and batch size (a seeded uniform subsample beyond)."""
@@ -106,8 +107,17 @@ def _batch_fit(medians: Mapping[int, float], counts: Mapping[int, int]):
     return lambda b: per_item * b
 
 
-def read_self_times(data) -> tuple[dict[tuple[str, str, int], np.ndarray], dict[str, float]]:
-    """Successful spans' self times (seconds) per (stage, engine, batch), and each stage's error share.
+class Recorded(NamedTuple):
+    """What ``read_self_times`` finds: times per (stage, engine, batch), error shares, time outside stages."""
+
+    times: dict[tuple[str, str, int], np.ndarray]  # seconds
+    error_rates: dict[str, float]  # stage -> share of its spans with status error
+    outside: np.ndarray | None  # seconds a request spent outside every stage: its root span's self time
+
+
+def read_self_times(data) -> Recorded:
+    """Successful spans' self times (seconds) per (stage, engine, batch), each stage's error share, and
+    the self times of the most common kind of root span (a request's time outside every stage).
 
     ``data``: a directory, file or list of them, as ``loadprobe analyze`` takes. Spans without an
     engine count as ``cpu``; without a batch as 1. Children are subtracted within their run.
@@ -117,6 +127,7 @@ def read_self_times(data) -> tuple[dict[tuple[str, str, int], np.ndarray], dict[
 
     runs, _skipped = discover(data if isinstance(data, (list, tuple)) else [data])
     groups: dict[tuple[str, str, int], list[np.ndarray]] = {}
+    roots: dict[str, list[np.ndarray]] = {}
     spans: dict[str, int] = {}
     errors: dict[str, int] = {}
     for run in runs:
@@ -132,6 +143,9 @@ def read_self_times(data) -> tuple[dict[tuple[str, str, int], np.ndarray], dict[
             mine = stage == name
             spans[name] = spans.get(name, 0) + int(mine.sum())
             errors[name] = errors.get(name, 0) + int((mine & (status == "error")).sum())
+        root = ok & (columns["parent_id"] < 0)
+        for name in np.unique(stage[root]):
+            roots.setdefault(str(name), []).append(self_ns[root & (stage == name)] / 1e9)
         times = self_ns[ok] / 1e9
         codes = [np.unique(columns[name][ok], return_inverse=True) for name in ("stage", "engine", "batch")]
         key = (codes[0][1].astype(np.int64) * len(codes[1][0]) + codes[1][1]) * len(codes[2][0]) + codes[2][1]
@@ -144,13 +158,15 @@ def read_self_times(data) -> tuple[dict[tuple[str, str, int], np.ndarray], dict[
                      int(codes[2][0][codes[2][1][at]]))
             groups.setdefault(group, []).append(times[start:end])
     rng = np.random.default_rng(0)
-    out = {}
-    for key, parts in groups.items():
+
+    def kept(parts: list[np.ndarray]) -> np.ndarray:
         times = np.concatenate(parts)
-        if len(times) > MAX_SAMPLES:
-            times = rng.choice(times, MAX_SAMPLES, replace=False)
-        out[key] = times
-    return out, {name: errors[name] / spans[name] for name in spans if spans[name]}
+        return rng.choice(times, MAX_SAMPLES, replace=False) if len(times) > MAX_SAMPLES else times
+
+    out = {key: kept(parts) for key, parts in groups.items()}
+    common = max(roots, key=lambda name: sum(len(p) for p in roots[name]), default=None)
+    return Recorded(out, {name: errors[name] / spans[name] for name in spans if spans[name]},
+                    kept(roots[common]) if common is not None else None)
 
 
 def _column(table, name: str) -> np.ndarray:
@@ -195,7 +211,7 @@ def from_recording(config: PipelineConfig, data, overrides: Overrides | None = N
     from ..catalog import load_catalog
     from ..servicetime import StageProfile, _kind_of_engine, service_time
 
-    recorded, _errors = recorded or read_self_times(data)
+    recorded = (recorded or read_self_times(data)).times
     catalog = catalog or load_catalog()
     found: dict[str, object] = {"portrait": portrait}
 
@@ -253,3 +269,11 @@ def _recorded_device(portrait, catalog, kind: str) -> str | None:
     except LoadprobeError:
         return None
     return device_id if device.kind == kind else None
+
+
+def outside_stages(recorded: Recorded) -> RecordedTimes | None:
+    """A sampler of the recorded time each request spent outside every stage (HTTP, framework), or None."""
+    if recorded.outside is None or not len(recorded.outside):
+        return None
+    return RecordedTimes({1: recorded.outside}, batched=False,
+                         how=f"{len(recorded.outside)} recorded request times outside every stage")

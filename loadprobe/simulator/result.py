@@ -98,7 +98,8 @@ class SimulationResult:
 def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times: Overrides | None = None, *,
              seed: int = 0, priorities: Sequence[int] | None = None, window_s: float | None = None, catalog=None,
              price_per_kwh: float = 0.15, years: float = 3.0, prices: Mapping[str, float] | None = None,
-             error_rates: Mapping[str, float] | None = None, executors: str = "async") -> SimulationResult:
+             error_rates: Mapping[str, float] | None = None, executors: str = "async",
+             outside=None) -> SimulationResult:
     """Run the requests arriving at ``arrivals_s`` (seconds) through ``config``; same inputs, same result.
 
     ``service_times`` overrides the stages' ``service_time_ms``: ``{stage: sampler}`` or
@@ -109,7 +110,9 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
     (default: the file's ``routing.window_s``, else 10 s).
     ``error_rates`` ({stage: share of executions that raise}; ``read_self_times`` gives the
     recorded ones) and ``executors`` ("async": a timed-out execution is stopped; "sync": it keeps
-    its slot until it ends, as threads do) follow the router. ``catalog`` (default: the built-in one), ``prices`` ({device: price}), ``price_per_kwh`` and
+    its slot until it ends, as threads do) follow the router. ``outside`` samples the time a
+    request spends outside every stage (``recorded.outside_stages``), added to its end-to-end
+    latency as a delay that holds no engine. ``catalog`` (default: the built-in one), ``prices`` ({device: price}), ``price_per_kwh`` and
     ``years`` feed the power and cost figures.
     """
     if executors not in ("async", "sync"):
@@ -131,7 +134,7 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
     times = times[order]
     sim = Simulation(config, times.tolist(), priorities, _samplers(config, service_times), seed=seed,
                      window_s=config.window_s if window_s is None else window_s, error_rates=error_rates,
-                     executors=executors).run()
+                     executors=executors, outside=outside).run()
     start = float(times[0]) if len(times) else 0.0
     duration = max(sim.end - start, 0.0)
     stages = {}
