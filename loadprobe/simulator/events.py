@@ -33,7 +33,7 @@ from ..pipeline import PipelineConfig
 from ..route.policy import Admission, Breaker, FailoverCap, RetryBudget, admission, steer
 from .servicetimes import ServiceTime
 
-_TIMEOUT, _DONE, _WAKE, _SAMPLE = 0, 1, 2, 3  # event kinds; a WAKE event carries its lane
+_TIMEOUT, _DONE, _WAKE, _SAMPLE, _QUEUE_TIMEOUT = 0, 1, 2, 3, 4  # event kinds
 SAMPLES = 200  # instants at which every engine's queue and busy slots are read
 _QUEUED, _RUNNING, _OVER = 0, 1, 2  # attempt states
 
@@ -41,11 +41,13 @@ _QUEUED, _RUNNING, _OVER = 0, 1, 2  # attempt states
 class _Attempt:
     """One try of one request at one stage: on ``lane``, queued at ``enqueued``, due by ``deadline``."""
 
-    __slots__ = ("request", "stage", "lane", "enqueued", "deadline", "state", "own")
+    __slots__ = ("request", "stage", "lane", "enqueued", "deadline", "state", "own", "seq")
 
-    def __init__(self, request: int, stage: int, lane: _Lane, enqueued: float, deadline: float, own: bool) -> None:
+    def __init__(self, request: int, stage: int, lane: _Lane, enqueued: float, deadline: float, own: bool,
+                 seq: int = -1) -> None:
         self.request, self.stage, self.lane, self.own = request, stage, lane, own
         self.enqueued, self.deadline, self.state = enqueued, deadline, _QUEUED
+        self.seq = seq  # the place of its timeout among events due at the same time; -1: needs none
 
 
 class _Engine:
@@ -67,6 +69,7 @@ class _Lane:
         self.busy = self.waiting = 0
         self.queues: dict[int, deque[_Attempt]] = {}  # priority -> attempts, oldest first
         self.timer_at = math.inf
+        self.deadline_armed = False  # a _QUEUE_TIMEOUT event is pending for its oldest queued attempt
         engine.lanes.append(self)
 
 
@@ -156,6 +159,13 @@ class Simulation:
             elif kind == _TIMEOUT:
                 if what.state != _OVER:
                     self._on_timeout(what)
+            elif kind == _QUEUE_TIMEOUT:
+                lane = what.lane
+                lane.deadline_armed = False
+                if what.state == _QUEUED:
+                    self._on_timeout(what)
+                if lane.waiting and not lane.deadline_armed:
+                    self._arm(lane)
             elif kind == _SAMPLE:
                 self._sample()
             else:
@@ -171,6 +181,13 @@ class Simulation:
             queue, busy = self.samples[name]
             queue.append(engine.waiting)
             busy.append(engine.busy)
+
+    def _arm(self, lane: _Lane) -> None:
+        """One timeout event per lane, for its oldest queued attempt: a lane's attempts share one
+        timeout, so they expire in the order they queued, and the next is armed when one fires."""
+        oldest = min((q[0] for q in lane.queues.values()), key=lambda a: a.seq)
+        heapq.heappush(self.heap, (oldest.deadline, oldest.seq, _QUEUE_TIMEOUT, oldest))
+        lane.deadline_armed = True
 
     def _push(self, when: float, kind: int, what) -> None:
         heapq.heappush(self.heap, (when, next(self.sequence), kind, what))
@@ -268,9 +285,8 @@ class Simulation:
         if starts_now and not lane.batched:
             # What _pump would do at once, without the queue. An async execution ends by its own
             # deadline (_start cuts it there), so no timeout event is needed.
-            attempt = _Attempt(request, index, lane, now, now + stage.timeout_s, own)
-            if not self.stoppable:
-                self._push(attempt.deadline, _TIMEOUT, attempt)
+            attempt = _Attempt(request, index, lane, now, now + stage.timeout_s, own,
+                               -1 if self.stoppable else next(self.sequence))
             return self._start(lane, [attempt])
         if not starts_now and engine.waiting >= engine.max_queue:
             if self._admission(engine, priority) is Admission.REJECT:
@@ -278,12 +294,12 @@ class Simulation:
                     stage.breaker.release()
                 return self._reject(request, "queue_full")
             self._evict_lowest(engine)
-        deadline = now + stage.timeout_s
-        attempt = _Attempt(request, index, lane, now, deadline, own)
+        attempt = _Attempt(request, index, lane, now, now + stage.timeout_s, own, next(self.sequence))
         lane.queues.setdefault(priority, deque()).append(attempt)
         lane.waiting += 1
         engine.waiting += 1
-        self._push(deadline, _TIMEOUT, attempt)
+        if not lane.deadline_armed:
+            self._arm(lane)
         self._pump(engine)
 
     def _evict_lowest(self, engine: _Engine) -> None:
@@ -358,8 +374,11 @@ class Simulation:
             for a in attempts:
                 a.state = _RUNNING
         cut = self.stoppable and end > last_deadline  # nobody waits past the last deadline: it is stopped
-        heapq.heappush(self.heap, (last_deadline if cut else end, next(self.sequence), _DONE,
-                                   (lane, attempts, self.now, cut)))
+        done = last_deadline if cut else end
+        for a in attempts:
+            if a.deadline <= done and a.seq >= 0:  # it times out while running, at its own deadline
+                heapq.heappush(self.heap, (a.deadline, a.seq, _TIMEOUT, a))
+        heapq.heappush(self.heap, (done, next(self.sequence), _DONE, (lane, attempts, self.now, cut)))
 
     def _on_done(self, batch: tuple) -> None:
         lane, attempts, start, cut = batch
