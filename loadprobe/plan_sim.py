@@ -32,7 +32,7 @@ SIM_REQUESTS = 3000
 FAILED_SHARE_OK = 0.01
 """A plan that rejects or times out more than this share of requests does not meet its targets."""
 WINDOW_FACTORS = (0.5, 1.0, 2.0)
-FAILOVER_RATIOS = (0.1, 0.3)
+FAILOVER_RATIOS = (None, 0.1, 0.3)  # None: each stage's cap as planned
 STRESS = 1.5
 
 
@@ -96,12 +96,14 @@ def as_estimate(analytic: Estimate, result, unattributed_ms: float) -> Estimate:
                           f"at {analytic.rate_rps:.3g} req/s")
 
 
-def tune(check: OptionCheck, rate: float, slo_ms: float | None) -> tuple[list[dict], dict, tuple]:
+def tune(check: OptionCheck, rate: float, slo_ms: float | None, p99_ms: float | None = None
+         ) -> tuple[list[dict], dict, tuple]:
     """Batch windows x failover caps, each simulated at the rate and at 1.5x; the best that meets the targets.
 
-    Best: meets the SLO with at most ``FAILED_SHARE_OK`` failed at the rate, then the fewest
-    failed at 1.5x, then the lowest p95 at 1.5x. Returns every trial, the winning settings and
-    the winner's two simulations (at the rate, at 1.5x).
+    Best: meets the SLO (and the p99 target) with at most ``FAILED_SHARE_OK`` failed at the
+    rate, then the fewest failed at 1.5x, then the lowest p95 at 1.5x, then the planned
+    settings. Returns every trial, the winning settings and the winner's two simulations (at the
+    rate, at 1.5x). The planned settings are always among the trials.
     """
     batched = any(d.batch > 1 for d in check.option.decisions)
     fallbacks = any(d.fallback for d in check.option.decisions)
@@ -113,7 +115,8 @@ def tune(check: OptionCheck, rate: float, slo_ms: float | None) -> tuple[list[di
         at, over = check.run(rate, config), check.run(rate * STRESS, config)
         failed = _failed(at)
         meets = failed <= FAILED_SHARE_OK and at.latency_ms["p95"] is not None and \
-            (slo_ms is None or at.latency_ms["p95"] + check.unattributed_ms <= slo_ms)
+            (slo_ms is None or at.latency_ms["p95"] + check.unattributed_ms <= slo_ms) and \
+            (p99_ms is None or at.latency_ms["p99"] + check.unattributed_ms <= p99_ms)
         trials.append({"window_factor": window, "failover_max_ratio": ratio, "meets_targets": meets,
                        "p95_ms": _plus(at.latency_ms["p95"], check.unattributed_ms), "failed_share": failed,
                        "stress_p95_ms": _plus(over.latency_ms["p95"], check.unattributed_ms),
@@ -121,7 +124,7 @@ def tune(check: OptionCheck, rate: float, slo_ms: float | None) -> tuple[list[di
         runs.append((at, over))
     key = lambda t: (not t["meets_targets"], round(t["stress_failed_share"], 3),  # noqa: E731
                      t["stress_p95_ms"] if t["stress_p95_ms"] is not None else math.inf,
-                     abs(math.log(t["window_factor"])))
+                     abs(math.log(t["window_factor"])), t["failover_max_ratio"] is not None)
     best = min(range(len(trials)), key=lambda i: key(trials[i]))
     return trials, trials[best], runs[best]
 

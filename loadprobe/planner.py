@@ -344,15 +344,16 @@ def _tune(option: Option, ctx: _Context, profiles) -> None:
     if not option.feasible or option.estimate is None or option.estimate.p95_ms is None:
         return
     check = _check(option, ctx, profiles)
-    trials, best, (at, over) = tune(check, ctx.rate, ctx.slo_ms)
+    trials, best, (at, over) = tune(check, ctx.rate, ctx.slo_ms, ctx.constraints.slo_p99_ms)
     option.tuning = trials
     if len(trials) == 1:
         return
     tried = (f"tuned by simulation: tried {len(trials)} settings (batch windows x "
              f"{'/'.join(f'{f:g}' for f in WINDOW_FACTORS)}"
-             + (", failover caps " + "/".join(f"{r:.0%}" for r in FAILOVER_RATIOS) if best["failover_max_ratio"]
-                else "") + f") at {ctx.rate:.3g} and {ctx.rate * STRESS:.3g} req/s; kept the one that meets the "
-             "targets with the fewest failed requests at 1.5x, then the lowest p95 there")
+             + (", failover caps as planned/" + "/".join(f"{r:.0%}" for r in FAILOVER_RATIOS if r is not None)
+                if any(d.fallback for d in option.decisions) else "")
+             + f") at {ctx.rate:.3g} and {ctx.rate * STRESS:.3g} req/s; kept the one that meets the targets with the "
+             "fewest failed requests at 1.5x, then the lowest p95 there, then the planned settings")
     for d in option.decisions:
         if d.batch > 1 and best["window_factor"] != 1.0:
             d.window_ms = round(min(MAX_WINDOW_MS, d.window_ms * best["window_factor"]), 3)

@@ -293,16 +293,18 @@ def test_alternatives_are_simulated_and_the_plan_is_tuned_by_simulation(tmp_path
     # every combination of windows and caps was tried at the rate and at 1.5x
     batched = any(d.batch > 1 for d in rec.decisions)
     caps = any(d.fallback for d in rec.decisions)
-    assert len(rec.tuning) == (3 if batched else 1) * (2 if caps else 1)
+    assert len(rec.tuning) == (3 if batched else 1) * (3 if caps else 1)
+    assert any(t["window_factor"] == 1.0 and t["failover_max_ratio"] is None for t in rec.tuning)  # as planned
     assert all(t["stress_p95_ms"] is not None for t in rec.tuning)
     kept = [t for t in rec.tuning if t["meets_targets"]]
     assert kept and rec.meets_slo
     # a changed window or cap is what the pipeline holds, and its why says it was tuned
     best = min(rec.tuning, key=lambda t: (not t["meets_targets"], round(t["stress_failed_share"], 3),
-                                          t["stress_p95_ms"], abs(__import__("math").log(t["window_factor"]))))
+                                          t["stress_p95_ms"], abs(__import__("math").log(t["window_factor"])),
+                                          t["failover_max_ratio"] is not None))
     for d in rec.decisions:
         if d.batch > 1 and best["window_factor"] != 1.0:
             assert "tuned by simulation" in d.why["batch"]
-        if d.fallback:
+        if d.fallback and best["failover_max_ratio"] is not None:
             assert d.fallback["max_ratio"] == best["failover_max_ratio"]
     assert "simulated estimate" in plan.to_dict()["estimates_are"]

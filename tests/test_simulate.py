@@ -450,11 +450,16 @@ def test_the_command_takes_a_service_time_per_stage(tmp_path):
     for bad, message in (("work=gamma:1", "write STAGE[@ENGINE]=constant:MS"),
                          ("work=lognormal:5:2", "p95 >= p50"),
                          ("nope=constant:1", "unknown stages: nope"),
-                         ("work@gpu9=constant:1", "never runs on; its engines are a")):
+                         ("work@gpu9=constant:1", "no plan runs work on gpu9; its engines are a")):
         refused = runner.invoke(main, ["simulate", str(path), "--rate", "10", "--service-time", bad,
                                        "-o", str(out), "--no-html"])
         assert refused.exit_code == 2 and message in refused.output, (bad, refused.output)
         assert len(refused.output.strip().splitlines()) == 1
+    for twice in (["work=constant:1", "work@a=constant:2"], ["work@a=constant:2", "work=constant:1"],
+                  ["work@a=constant:1", "work@a=constant:2"]):
+        refused = runner.invoke(main, ["simulate", str(path), "--rate", "10", "-o", str(out), "--no-html",
+                                       *[arg for t in twice for arg in ("--service-time", t)]])
+        assert refused.exit_code == 2 and "--service-time" in refused.output, (twice, refused.output)
 
 
 
@@ -484,3 +489,87 @@ def test_time_outside_every_stage_is_added_to_each_request(tmp_path):
     plus = simulate(config, load.constant(5, duration=10), times, outside=outside)
     assert plus.latency_ms["p50"] == pytest.approx(plain.latency_ms["p50"] + 20.0, rel=0.002)
     assert plus.stages == plain.stages  # a delay outside the stages holds no engine
+
+
+
+def test_an_engine_override_applies_to_the_plans_that_run_the_stage_there(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from loadprobe.cli import main
+
+    runner = CliRunner()
+    plan_dir = tmp_path / "plan"
+    made = runner.invoke(main, ["recommend", str(ROOT / "samples" / "data" / "vision"), "-o",
+                                str(plan_dir / "pipeline.yaml"), "--min-rps", "200", "--slo-p95-ms", "80",
+                                "--precision", "backbone=int8-ok"])
+    assert made.exit_code == 0, made.output
+    runs = {}
+    for name, extra in (("plain", []), ("given", ["--service-time", "backbone@gpu0=constant:0.01"])):
+        out = tmp_path / name
+        result = runner.invoke(main, ["simulate", str(plan_dir / "plans.json"), "--poisson", "--rate", "50",
+                                      "--duration", "5", "--seed", "3", *extra, "-o", str(out), "--no-html"])
+        assert result.exit_code == 0, result.output
+        assert "seed 3" in result.output.splitlines()[0]
+        runs[name] = json.loads((out / "simulation.json").read_text())["plans"]
+    plans = json.loads((plan_dir / "plans.json").read_text())
+    on_gpu = {o["name"] for o in [plans["recommended"], *plans["alternatives"]] if o["pipeline"]
+              and any(s["name"] == "backbone" and s["engine"] == "gpu0" for s in o["pipeline"]["stages"])}
+    assert on_gpu and set(runs["plain"]) - on_gpu
+    for name in runs["plain"]:
+        same = runs["plain"][name]["stages"]["backbone"] == runs["given"][name]["stages"]["backbone"]
+        assert same == (name not in on_gpu), name
+
+
+def test_service_time_keys_are_checked():
+    from loadprobe._errors import LoadprobeError
+
+    config = pipeline.load(ROOT / "samples" / "vision" / "pipeline.yaml")
+    with pytest.raises(LoadprobeError, match="mixes"):
+        simulate(config, [0.0], {("decode", "cpu"): constant(1), "preprocess": constant(1)})
+    with pytest.raises(LoadprobeError, match="backbone@npu9, which the plan never runs"):
+        simulate(config, [0.0], {("backbone", "npu9"): constant(1)})
+
+
+def test_an_execution_ending_at_its_deadline_is_in_time_on_every_path():
+    config = with_stage(plan(), timeout_ms=10.0)
+    for mode in ("async", "sync"):
+        idle = simulate(config, [0.0, 1.0], {"work": constant(10)}, executors=mode)
+        assert idle.outcomes["ok"] == 2, mode
+        queued = simulate(with_stage(plan(), timeout_ms=10.0), [0.0, 0.0], {"work": constant(5)}, executors=mode)
+        assert queued.outcomes == {"ok": 2, "rejected": 0, "timeout": 0, "error": 0}, mode
+
+
+def test_recorded_times_prefer_the_engine_kind_and_leave_queue_waits_out(tmp_path):
+    from loadprobe.simulator import from_recording
+    from loadprobe.simulator.recorded import outside_stages, read_self_times
+
+    # model runs 2 ms on the CPU and 0.5 ms on a GPU; it waits 6 ms in a batcher's queue first
+    def spans(i):
+        on_gpu = i % 4 == 0
+        return [("outer", 0, 1, {}), ("model", 7, 7.5 if on_gpu else 9,
+                                      {"engine": "gpu0" if on_gpu else "cpu", "queue_ns": 6_000_000})]
+
+    data = record(tmp_path, spans)
+    rng = __import__("random").Random(0)
+    gpu = from_recording(two_stage_plan("kind: gpu"), data)[("model", "b")]
+    cpu = from_recording(two_stage_plan(), data)[("model", "b")]
+    assert gpu(1, rng) * 1000 == pytest.approx(0.5) and "measured" in gpu.how
+    assert cpu(1, rng) * 1000 == pytest.approx(2.0)
+    recorded = read_self_times(data)
+    # the request spans of record() are real time and shorter than the synthetic children: nothing
+    # outside the stages is kept rather than a negative time
+    assert recorded.outside is None or (recorded.outside >= 0).all()
+
+
+def test_a_batch_line_through_zero_falls_back_to_proportion(tmp_path):
+    from loadprobe.simulator import from_recording
+
+    # medians 1 ms at batch 4 and 10 ms at batch 8: the line crosses zero, so it is not used
+    data = record(tmp_path, lambda i: [("outer", 0, 1, {}),
+                                       ("model", 1, 2 if i % 2 else 11, {"batch": 4 if i % 2 else 8})])
+    sampler = from_recording(two_stage_plan(batch=", batch: {size: 8, max_wait_ms: 2}"), data)[("model", "b")]
+    rng = __import__("random").Random(0)
+    assert sampler(2, rng) > 0
+    assert sampler(2, rng) * 1000 == pytest.approx(1.0 * 2 / 4, rel=0.3)  # in proportion to the nearest

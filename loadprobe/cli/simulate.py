@@ -58,15 +58,8 @@ def simulate(plan, service_times, service_time_overrides, errors, outside, sync,
     offsets, mode, seed = build_schedule(**schedule)
     seed = seed or 0
     price_table = parse_prices(prices)
-    overrides: dict = {}
-    for text in service_time_overrides:
-        stage, engine, sampler = parse_override(text)
-        if engine is None:
-            overrides[stage] = sampler
-        else:
-            if not isinstance(overrides.setdefault(stage, {}), dict):
-                raise LoadprobeError(f"--service-time {text!r}: {stage} already has one for every engine")
-            overrides[stage][engine] = sampler
+    given = [(text, *parse_override(text)) for text in service_time_overrides]
+    _check_overrides(given, plans)
     recorded = read_self_times(service_times) if service_times else None
     error_rates = recorded.error_rates if recorded and errors else None
     outside_sampler = outside_stages(recorded) if recorded and outside else None
@@ -79,6 +72,7 @@ def simulate(plan, service_times, service_time_overrides, errors, outside, sync,
         return analyze([service_times])
 
     for name, config in plans:
+        overrides = _overrides_for(config, given)
         times = overrides or None
         if recorded:
             times = from_recording(config, service_times, overrides, portrait=portrait, recorded=recorded)
@@ -88,7 +82,7 @@ def simulate(plan, service_times, service_time_overrides, errors, outside, sync,
     comparison = Comparison(source=str(plan), arrivals=mode, requests=len(offsets), seed=seed,
                             service_times=(f"recorded in {service_times}" if service_times
                                            else "each stage's service_time_ms (lognormal through p50 and p95)")
-                            + (f"; given for {', '.join(sorted(overrides))}" if overrides else "")
+                            + (f"; given for {', '.join(sorted({stage for _, stage, _, _ in given}))}" if given else "")
                             + (f"; plus {outside_sampler.how}" if outside_sampler else ""), results=results)
     out = Path(outdir)
     try:
@@ -105,3 +99,37 @@ def simulate(plan, service_times, service_time_overrides, errors, outside, sync,
         return
     click.echo(comparison.render())
     click.echo(f"\nwrote {out / 'simulation.json'}" + ("" if no_html else f" and {out / 'simulation.html'}"))
+
+
+def _check_overrides(given: list, plans: list) -> None:
+    """Each --service-time once per stage (for every engine, or per engine), and for an engine some plan uses."""
+    whole = {stage for _, stage, engine, _ in given if engine is None}
+    seen: set = set()
+    for text, stage, engine, _ in given:
+        if engine is not None and stage in whole:
+            raise LoadprobeError(f"--service-time {text!r}: {stage} already has one for every engine; give either "
+                                 f"{stage}=... or {stage}@ENGINE=..., not both")
+        if (stage, engine) in seen:
+            raise LoadprobeError(f"--service-time {text!r}: {stage}{'@' + engine if engine else ''} is given twice")
+        seen.add((stage, engine))
+        if engine is not None and not any(_runs_on(config, stage, engine) for _, config in plans):
+            engines = sorted({e for _, config in plans for s in config.stages if s.name == stage
+                              for e in [s.engine] + ([s.fallback.engine] if s.fallback else [])})
+            raise LoadprobeError(f"--service-time {text!r}: no plan runs {stage} on {engine}; its engines are "
+                                 f"{', '.join(engines) or 'none (no such stage)'}")
+
+
+def _overrides_for(config, given: list) -> dict:
+    """The --service-time samplers that apply to this plan: per stage, or per engine it runs the stage on."""
+    out: dict = {}
+    for _, stage, engine, sampler in given:
+        if engine is None:
+            out[stage] = sampler
+        elif _runs_on(config, stage, engine):
+            out.setdefault(stage, {})[engine] = sampler
+    return out
+
+
+def _runs_on(config, stage: str, engine: str) -> bool:
+    return any(s.name == stage and engine in [s.engine] + ([s.fallback.engine] if s.fallback else [])
+               for s in config.stages)

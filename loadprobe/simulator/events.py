@@ -376,7 +376,7 @@ class Simulation:
         cut = self.stoppable and end > last_deadline  # nobody waits past the last deadline: it is stopped
         done = last_deadline if cut else end
         for a in attempts:
-            if a.deadline <= done and a.seq >= 0:  # it times out while running, at its own deadline
+            if a.deadline < done and a.seq >= 0:  # it times out while running (ending at the deadline is in time)
                 heapq.heappush(self.heap, (a.deadline, a.seq, _TIMEOUT, a))
         heapq.heappush(self.heap, (done, next(self.sequence), _DONE, (lane, attempts, self.now, cut)))
 

@@ -15,7 +15,7 @@ the recorded tails, modes and outliers carry over unchanged.
 - **Batch.** For a stage the plan batches, times are kept per recorded batch size and a batch of
   ``n`` draws from the recorded size nearest ``n``, times ``fit(n) / fit(nearest)`` when the
   sizes differ, where ``fit`` is the least-squares line through the per-size medians (in
-  proportion to the size when only one size was recorded, or the line does not rise). For a
+  proportion to the size when only one size was recorded, or the line does not rise or crosses zero). For a
   stage the plan runs one request at a time, every recorded time is one request's execution,
   whatever its batch column says (a per-request batch counts boxes or tokens, not requests).
 - **Engine.** On the engine the stage was recorded on (same kind, and the same catalog device
@@ -100,9 +100,9 @@ def _batch_fit(medians: Mapping[int, float], counts: Mapping[int, int]):
         xm, ym = np.average(x, weights=w), np.average(y, weights=w)
         slope = float(np.sum(w * (x - xm) * (y - ym)) / np.sum(w * (x - xm) ** 2))
         intercept = ym - slope * xm
-        if slope > 0:
-            return lambda b: max(intercept + slope * b, 1e-9)
-    # one size, or no rise with the batch: the time of one item, in proportion
+        if slope > 0 and intercept >= 0:
+            return lambda b: intercept + slope * b
+    # one size, or a line that does not rise or would make small batches free: in proportion
     per_item = sum(medians[b] / b * counts[b] for b in sizes) / sum(counts.values())
     return lambda b: per_item * b
 
@@ -135,8 +135,11 @@ def read_self_times(data) -> Recorded:
         if not tables:
             continue
         columns = {name: np.concatenate([_column(t, name) for t in tables])
-                   for name in ("stage", "engine", "batch", "dur_ns", "span_id", "parent_id", "status")}
-        self_ns = _self_ns(columns["dur_ns"], columns["span_id"], columns["parent_id"])
+                   for name in ("stage", "engine", "batch", "dur_ns", "span_id", "parent_id", "status", "queue_ns")}
+        # A child's queue wait (a batcher's window) is inside its parent's span but not in its own
+        # duration: it is neither the parent's own work nor time outside the stages.
+        self_ns = _self_ns(columns["dur_ns"] + np.maximum(columns["queue_ns"], 0), columns["span_id"],
+                           columns["parent_id"], own=columns["dur_ns"])
         stage, status = columns["stage"], columns["status"]
         ok = (status == "ok") & (self_ns >= 0)
         for name in np.unique(stage):
@@ -172,7 +175,8 @@ def read_self_times(data) -> Recorded:
 def _column(table, name: str) -> np.ndarray:
     n = table.num_rows
     if name not in table.column_names:
-        return np.full(n, {"engine": "cpu", "batch": 1, "status": "ok", "parent_id": -1, "dur_ns": -1}.get(name, ""),
+        return np.full(n, {"engine": "cpu", "batch": 1, "status": "ok", "parent_id": -1, "dur_ns": -1,
+                           "queue_ns": 0}.get(name, ""),
                        dtype=object if name in ("engine", "status", "stage") else np.int64)
     col = table.column(name)
     if name in ("stage", "engine", "status"):
@@ -181,12 +185,12 @@ def _column(table, name: str) -> np.ndarray:
         encoded = col.cast("string").combine_chunks().dictionary_encode()
         words = np.asarray(encoded.dictionary.to_pylist(), dtype=object)
         return words[encoded.indices.to_numpy(zero_copy_only=False)]
-    fill = {"batch": 1, "parent_id": -1, "dur_ns": -1}.get(name, 0)
+    fill = {"batch": 1, "parent_id": -1, "dur_ns": -1, "queue_ns": 0}.get(name, 0)
     return col.fill_null(fill).to_numpy().astype(np.int64)
 
 
-def _self_ns(dur: np.ndarray, span_id: np.ndarray, parent_id: np.ndarray) -> np.ndarray:
-    """Each span's duration less the durations of its direct children."""
+def _self_ns(dur: np.ndarray, span_id: np.ndarray, parent_id: np.ndarray, own: np.ndarray | None = None) -> np.ndarray:
+    """Each span's ``own`` duration (default ``dur``) less the ``dur`` of its direct children."""
     order = np.argsort(span_id)
     ids = span_id[order]
     has_parent = parent_id >= 0
@@ -195,7 +199,7 @@ def _self_ns(dur: np.ndarray, span_id: np.ndarray, parent_id: np.ndarray) -> np.
     found = ids[where] == parent_id[has_parent]
     child_total = np.zeros(len(ids), np.int64)
     np.add.at(child_total, where[found], np.maximum(dur[has_parent][found], 0))
-    out = dur.copy()
+    out = (dur if own is None else own).copy()
     out[order] -= child_total
     return out
 
@@ -222,13 +226,14 @@ def from_recording(config: PipelineConfig, data, overrides: Overrides | None = N
         kinds: dict[str, int] = {}
         for (e, _), t in mine.items():
             kinds[_kind_of_engine(e)] = kinds.get(_kind_of_engine(e), 0) + len(t)
-        rec_kind = max(kinds, key=kinds.get)
+        spec = config.engines[engine]
+        # Times recorded on the engine's own kind are used as they are; otherwise the kind most recorded is scaled.
+        rec_kind = spec.kind if spec.kind in kinds else max(kinds, key=kinds.get)
         by_batch: dict[int, list[np.ndarray]] = {}
         for (e, b), t in mine.items():
             if _kind_of_engine(e) == rec_kind:
                 by_batch.setdefault(b, []).append(t)
         times = {b: np.concatenate(parts) for b, parts in by_batch.items()}
-        spec = config.engines[engine]
         batched = stage.batch is not None
         sampler = RecordedTimes(times, batched=batched)
         recorded_at = f"{sampler.samples} recorded times on {rec_kind}"

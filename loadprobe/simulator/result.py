@@ -218,10 +218,19 @@ def _cost(config: PipelineConfig, power: dict, catalog, price_per_kwh: float, ye
 
 
 def _samplers(config: PipelineConfig, given) -> dict:
-    if given and all(isinstance(k, tuple) for k in given):
-        by_pair = dict(given)
-        return from_config(config, measured=lambda stage, engine: by_pair.get((stage.name, engine)))
-    return from_config(config, given)
+    pairs = [k for k in given or () if isinstance(k, tuple)]
+    if not pairs:
+        return from_config(config, given)
+    if len(pairs) != len(given):
+        raise LoadprobeError("service_times mixes (stage, engine) keys with stage names; give one form: "
+                             "{(stage, engine): sampler} or {stage: sampler or {engine: sampler}}")
+    runs_on = {(s.name, e) for s in config.stages for e in [s.engine] + ([s.fallback.engine] if s.fallback else [])}
+    stray = sorted(f"{s}@{e}" for s, e in pairs if (s, e) not in runs_on)
+    if stray:
+        raise LoadprobeError(f"service times given for {', '.join(stray)}, which the plan never runs; it runs "
+                             f"{', '.join(f'{s}@{e}' for s, e in sorted(runs_on))}")
+    by_pair = dict(given)
+    return from_config(config, measured=lambda stage, engine: by_pair.get((stage.name, engine)))
 
 
 def _summary(latencies_s: list[float]) -> dict[str, float | None]:
