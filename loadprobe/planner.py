@@ -306,13 +306,7 @@ def _assemble(name: str, decisions: list, specs, profiles, ctx: _Context, notes:
                                                    for n in accel_unknown)
                      + ": the catalog has no TDP; the power shown leaves it out")
         est.energy_per_request_j = None
-    # Timeouts cover queueing and batching too (docs/pipeline.md): at least twice the stage's estimated p95.
-    for d in decisions:
-        stage_p95 = est.stage_p95_ms.get(d.stage)
-        if stage_p95 and 2 * stage_p95 > d.timeout_ms:
-            d.timeout_ms = float(min(MAX_TIMEOUT_MS, math.ceil(2 * stage_p95)))
-            d.why["timeout_ms"] = (f"2 x the stage's estimated p95 of {stage_p95:.3g} ms at {ctx.rate:.3g} req/s, "
-                                   "queueing and batching wait included")
+    _cover_stage_p95(decisions, est, ctx)
     option = Option(name, decisions, engines, est, stress, None, None, notes)
     _judge(option, ctx)
     option.tco = _tco(option, ctx)
@@ -325,16 +319,35 @@ def _check(option: Option, ctx: _Context, profiles) -> OptionCheck:
                        _unattributed_ms(ctx.portrait))
 
 
+def _cover_stage_p95(decisions, est, ctx: _Context) -> bool:
+    """Timeouts cover queueing and batching too (docs/pipeline.md): at least twice each stage's
+    estimated p95. Returns whether a timeout was raised."""
+    raised = False
+    for d in decisions:
+        stage_p95 = est.stage_p95_ms.get(d.stage)
+        if stage_p95 and 2 * stage_p95 > d.timeout_ms:
+            d.timeout_ms = float(min(MAX_TIMEOUT_MS, math.ceil(2 * stage_p95)))
+            how = "simulated" if est.method.startswith("discrete-event") else "estimated"
+            d.why["timeout_ms"] = (f"2 x the stage's {how} p95 of {stage_p95:.3g} ms at {ctx.rate:.3g} req/s, "
+                                   "queueing and batching wait included")
+            raised = True
+    return raised
+
+
 def _simulate(option: Option, ctx: _Context, profiles) -> None:
     """Replace the option's analytic latency figures (at the rate and at 1.5x) with simulated ones, and re-judge.
 
-    A plan the queueing model already finds saturated keeps that verdict: the simulation
-    would only count how much it rejects.
+    When a stage's simulated p95 shows its timeout too short to cover queueing, the timeout is
+    raised and the simulation run again, once. A plan the queueing model already finds
+    saturated keeps that verdict: the simulation would only count how much it rejects.
     """
     if not option.feasible or option.estimate is None or option.estimate.p95_ms is None:
         return
     check = _check(option, ctx, profiles)
-    option.estimate = check.estimate(option.estimate, ctx.rate)
+    analytic = option.estimate
+    option.estimate = check.estimate(analytic, ctx.rate)
+    if _cover_stage_p95(option.decisions, option.estimate, ctx):
+        option.estimate = check.estimate(analytic, ctx.rate)
     option.stress = check.estimate(option.stress, ctx.rate * STRESS)
     _judge(option, ctx)
 
