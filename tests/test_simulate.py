@@ -573,3 +573,11 @@ def test_a_batch_line_through_zero_falls_back_to_proportion(tmp_path):
     rng = __import__("random").Random(0)
     assert sampler(2, rng) > 0
     assert sampler(2, rng) * 1000 == pytest.approx(1.0 * 2 / 4, rel=0.3)  # in proportion to the nearest
+
+
+def test_utilisation_stays_within_the_slots_with_sync_executors():
+    # every execution takes 50 ms against a 10 ms timeout: threads run on after their requests end
+    config = with_stage(plan(engine="max_concurrency: 1\n    max_queue: 100"), timeout_ms=10.0)
+    result = simulate(config, load.constant(100, duration=2), {"work": constant(50)}, executors="sync")
+    assert result.outcomes["timeout"] == result.requests
+    assert 0.9 < result.engines["a"]["utilisation"] <= 1.0

@@ -132,6 +132,7 @@ class Simulation:
         self.heap: list[tuple] = []  # (time, sequence, kind, what): an attempt, a batch, a lane, a sample
         self.sequence = itertools.count()
         self.end = 0.0  # when the last request ended (stale timeouts may still follow in the heap)
+        self.last_done = 0.0  # when the last execution ended: a sync one may outlive its request
         self.sampled_at: list[float] = []
         self.samples: dict[str, tuple[list[int], list[int]]] = {name: ([], []) for name in self.engines}
         if n:
@@ -382,6 +383,7 @@ class Simulation:
 
     def _on_done(self, batch: tuple) -> None:
         lane, attempts, start, cut = batch
+        self.last_done = self.now
         engine = lane.engine
         engine.busy -= 1
         lane.busy -= 1

@@ -144,10 +144,11 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
                           "retries": s.retries, "failovers": s.failovers,
                           "failover_share": s.failovers / attempts if attempts else 0.0,
                           "breaker_opened": s.breaker.opened_count if s.breaker else 0}
+    busy_span = max(sim.end, sim.last_done) - start  # executions of sync executors may outlast the requests
     engines = {}
     for name, e in sim.engines.items():
         queue, busy = sim.samples[name]
-        engines[name] = {"utilisation": e.busy_s / (e.max_concurrency * duration) if duration else 0.0,
+        engines[name] = {"utilisation": e.busy_s / (e.max_concurrency * busy_span) if busy_span else 0.0,
                          "executions": e.executions,
                          "mean_batch": e.items / e.executions if e.executions else None,
                          "queue_mean": float(np.mean(queue)) if queue else 0.0,
