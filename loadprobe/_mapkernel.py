@@ -39,6 +39,7 @@ _LOW32 = 0xFFFFFFFF
 H_TOTAL, H_SUM_HI, H_SUM_LO, H_MIN, H_MAX, H_CLAMPED = range(6)
 # Per-stage integer sums: (stages, 6).
 S_COUNT, S_SELF, S_IN_REQUEST, S_SELF_IN_REQUEST, S_OFFSET, S_OFFSET_N = range(6)
+MAX_DEPTH = 64  # parent links followed from a span up to its root (partials.MAX_DEPTH: the same)
 
 
 try:  # a count-leading-zeros instruction; numba's intrinsic, with frexp as the fallback
@@ -229,6 +230,11 @@ def aggregate(ts, dur, valid, parent, parent_row, has_req, req_const, stage, n_s
                 statuses[k, s] += 1
             p = parent_row[i]
             if p >= 0:
+                for _ in range(MAX_DEPTH):  # up to the request's root (bounded: ids may form a cycle)
+                    up = parent_row[p]
+                    if up < 0:
+                        break
+                    p = up
                 off = t - ts[p]
                 sums[k, S_OFFSET] += off if off > 0 else 0
                 sums[k, S_OFFSET_N] += 1

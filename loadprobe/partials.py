@@ -39,6 +39,7 @@ _SPAN_COLUMNS = ["ts_ns", "dur_ns", "stage", "span_id", "parent_id", "request_id
                  "engine", "status", "queue_ns", "flops", "bytes", "tokens_in", "tokens_out"]
 _REQUIRED_SPAN_COLUMNS = {"ts_ns", "dur_ns", "stage", "span_id", "parent_id", "request_id", "status"}
 _SAMPLE_COLUMNS = ["ts_ns", "device", "metric", "value"]
+MAX_DEPTH = 64  # parent links followed from a span up to its root (as _mapkernel.MAX_DEPTH)
 KERNELS = ("auto", "numba", "numpy")  # how a file's spans are aggregated (Filters.kernel)
 
 
@@ -696,10 +697,20 @@ def _aggregate_numpy(part: Partial, c: dict, ref: FileRef, run_window) -> None:
     part.unjoined_children += int((~found).sum())
     child_sum = np.bincount(order[pos_clipped[found]], weights=dur[child][found], minlength=len(ts))
     self_ns = np.maximum(dur - child_sum.astype(np.int64), 0)
-    # Where each child starts within its parent: orders a request's stages as they run.
+    # Where each child starts after its root (the request) starts: orders a request's stages as
+    # they run, nested ones too. Parent links are followed at most MAX_DEPTH times (ids may cycle).
     offset = np.full(len(ts), -1, dtype=np.int64)
     child_rows = np.flatnonzero(child)[found]
-    offset[child_rows] = np.maximum(ts[child_rows] - ts[order[pos_clipped[found]]], 0)
+    parent_row = np.full(len(ts), -1, dtype=np.int64)
+    parent_row[child_rows] = order[pos_clipped[found]]
+    root = parent_row[child_rows]
+    for _ in range(MAX_DEPTH):
+        up = parent_row[root]
+        moving = up >= 0
+        if not moving.any():
+            break
+        root = np.where(moving, up, root)
+    offset[child_rows] = np.maximum(ts[child_rows] - ts[root], 0)
 
     absent_column = np.full(len(ts), -1, dtype=np.int64) if any(c[k] is None for k in ("queue", "tin", "tout")) else None
     queue, tokens_in, tokens_out = (absent_column if c[k] is None else c[k] for k in ("queue", "tin", "tout"))

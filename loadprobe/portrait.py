@@ -22,7 +22,7 @@ from pathlib import Path
 from ._errors import LoadprobeError
 from .schema import SchemaVersionError, check_version
 
-PORTRAIT_VERSION = "1.3"
+PORTRAIT_VERSION = "1.4"
 _DIGITS = 9  # significant digits kept for floats: merge order cannot change the portrait
 
 
@@ -128,7 +128,7 @@ class Stage:
     intensity: Intensity | None
     tokens_in: Percentiles | None = None
     tokens_out: Percentiles | None = None
-    start_offset_ms: float | None = None  # mean start after its parent's start (1.1)
+    start_offset_ms: float | None = None  # mean start after its request's (root span's) start (1.1; 1.4: root)
     latency_cdf: list | None = None  # [[ms, fraction of spans <= ms], ...], at most 200 points (1.2)
 
 

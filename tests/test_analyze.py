@@ -306,3 +306,28 @@ def test_a_crashed_runs_unfinished_stream_is_analysed_without_touching_it(tmp_pa
     p = loadprobe.analyze([tmp_path])
     assert p.requests.count == 300 and p.stage("x").count == 300
     assert _digest(tmp_path) == before  # analysis reads the stream, it does not finish it
+
+
+@pytest.mark.parametrize("kernel", ["numpy", "numba"])
+def test_nested_stages_are_ordered_from_the_request_start(tmp_path, kernel):
+    import time as _time
+
+    if kernel == "numba":
+        pytest.importorskip("numba")
+    out = tmp_path / "data"
+    loadprobe.start(out, service="nest", sample_devices=False)
+    try:
+        for i in range(20):
+            with loadprobe.request(id=f"r{i}"):
+                with loadprobe.Span("prep"):
+                    _time.sleep(0.003)
+                with loadprobe.Span("model"):
+                    _time.sleep(0.001)
+                    with loadprobe.Span("conv"):  # 1 ms into model, 4 ms into the request
+                        _time.sleep(0.001)
+    finally:
+        loadprobe.stop()
+    portrait = loadprobe.analyze([str(out)], kernel=kernel)
+    offsets = {s.name: s.start_offset_ms for s in portrait.stages}
+    assert offsets["prep"] < offsets["model"] < offsets["conv"]
+    assert offsets["conv"] >= 3.5  # from the request's start, not from model's

@@ -136,7 +136,7 @@ def test_a_fleets_day_renders_under_5_mb_in_under_5_s():
 
 
 def test_display_fields_of_portrait_1_2(vision):
-    assert vision.version == "1.3"
+    assert vision.version == "1.4"
     tl = vision.timeline
     assert tl.bucket_s == 1 and tl.buckets <= MAX_POINTS
     assert {s.metric for s in tl.device_series} >= {"util_pct", "used_bytes"}
