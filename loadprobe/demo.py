@@ -61,7 +61,7 @@ def run_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 60.0
 
     run_dir = _new_run_dir(Path(out))
     data, client = run_dir / "data", run_dir / "client"
-    echo(f"demo: building the vision sample's models (cached after the first run) ...")
+    echo("demo: building the vision sample's models (cached after the first run) ...")
     ensure_models()
     bodies = inspection_jpegs(48, seed=2)
     port = _free_port()
@@ -129,20 +129,11 @@ def _simulate(sent: Path, data: Path, portrait, report: Path, plans: Path, echo)
     import json
 
     from .load import arrivals, replay
-    from .simulator import from_recording, simulate
-    from .simulator.compare import Comparison, read_plans
-    from .simulator.recorded import outside_stages, read_self_times
+    from .simulator.compare import read_plans, simulate_plans
 
     offsets = replay(arrivals(str(sent)), speed=STRESS)
-    recorded = read_self_times(str(data))
-    outside = outside_stages(recorded)  # HTTP and framework time, around the stages
-    results = {name: simulate(config, offsets, from_recording(config, str(data), portrait=portrait,
-                                                              recorded=recorded), seed=0,
-                              error_rates=recorded.error_rates, outside=outside)
-               for name, config in read_plans(plans)}
-    comparison = Comparison(source=str(plans), arrivals=f"the recorded requests at {STRESS:g}x",
-                            requests=len(offsets), seed=0, results=results,
-                            service_times=f"recorded in {data}" + (f"; plus {outside.how}" if outside else ""))
+    comparison = simulate_plans(read_plans(plans), offsets, source=str(plans), data=str(data), portrait=portrait,
+                                arrivals=f"the recorded requests at {STRESS:g}x")
     echo("\n" + comparison.render())
     path = report / "simulation.json"
     path.write_text(json.dumps(comparison.to_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8")

@@ -141,6 +141,11 @@ class StageConfig:
         object.__setattr__(self, "keep_fp16", tuple(self.keep_fp16))
         object.__setattr__(self, "why", dict(self.why))
 
+    @property
+    def runs_on(self) -> tuple[str, ...]:
+        """The engines an attempt of this stage may run on: its own, then its fallback's."""
+        return (self.engine, self.fallback.engine) if self.fallback else (self.engine,)
+
 
 @dataclass(frozen=True, kw_only=True)
 class RetryBudgetConfig:

@@ -140,11 +140,11 @@ def _plus(value, extra: float):
 
 def _sampler(p50_ms: float, p95_ms: float, batch: int, profile, calls: float):
     """Seconds for ``k`` requests' executions: lognormal at a full batch, scaled by the fit, summed over calls."""
-    from .queueing import Placement
+    from .queueing import lognormal_mean
     from .simulator import lognormal
 
     base = lognormal(p50_ms, p95_ms)
-    mean_s = Placement("", "", p50_ms, p95_ms, batch, 0.0).mean_ms / 1000.0
+    mean_s = lognormal_mean(p50_ms, p95_ms) / 1000.0
     full = profile.measured_ms(batch) if profile is not None else 1.0
     factors = {k: (profile.measured_ms(k) / full if profile is not None and full > 0 else k / batch)
                for k in range(1, batch + 1)}

@@ -39,14 +39,16 @@ class Placement:
 
     @property
     def mean_ms(self) -> float:
-        """The mean of the lognormal through p50 and p95 (the simulator's draw): what loads an engine.
+        """What loads an engine: a skewed stage's mean is well above its median, and capacity is set by the mean."""
+        return lognormal_mean(self.p50_ms, self.p95_ms)
 
-        A skewed stage's mean is well above its median, and capacity is set by the mean.
-        """
-        if self.p50_ms <= 0 or self.p95_ms <= self.p50_ms:
-            return self.p50_ms
-        sigma = math.log(self.p95_ms / self.p50_ms) / Z95
-        return self.p50_ms * math.exp(sigma * sigma / 2)
+
+def lognormal_mean(p50: float, p95: float) -> float:
+    """The mean of the lognormal through ``p50`` and ``p95`` (the simulator's draw); ``p50`` when not skewed."""
+    if p50 <= 0 or p95 <= p50:
+        return p50
+    sigma = math.log(p95 / p50) / Z95
+    return p50 * math.exp(sigma * sigma / 2)
 
 
 @dataclass(frozen=True)

@@ -145,19 +145,14 @@ def test_comparison_report_in_chromium(chromium, tmp_path):
 def test_simulation_page_in_chromium(chromium, tmp_path):
     from loadprobe.load import bursty
     from loadprobe.reports.html import write_simulation
-    from loadprobe.simulator import from_recording, simulate
-    from loadprobe.simulator.compare import Comparison
+    from loadprobe.simulator.compare import simulate_plans
 
     portrait = loadprobe.analyze([str(VISION)])
     plan = loadprobe.recommend(portrait)
     options = [o for o in [plan.recommended, *plan.alternatives] if o.feasible and o.decisions]
     arrivals = bursty(400, rate=40, on_s=1, off_s=4, duration=20, seed=1)
-    results = {}
-    for option in options:
-        config = plan_to_pipeline(plan, option)
-        results[option.name] = simulate(config, arrivals, from_recording(config, str(VISION), portrait=portrait))
-    comparison = Comparison(source="plans.json", arrivals="bursty", requests=len(arrivals), seed=0,
-                            service_times="recorded", results=results)
+    comparison = simulate_plans([(o.name, plan_to_pipeline(plan, o)) for o in options], arrivals,
+                                source="plans.json", arrivals="bursty", data=str(VISION), portrait=portrait)
     path = tmp_path / "simulation.html"
     write_simulation(comparison.to_dict(), path)
     visit = browser.open_report(chromium, path)

@@ -49,21 +49,13 @@ def simulate(plan, service_times, service_time_overrides, errors, outside, sync,
     """
     # Imported here so that ``loadprobe --help`` stays light.
     from ..constraints import parse_prices
-    from ..simulator import from_recording, parse_override
-    from ..simulator import simulate as run
-    from ..simulator.compare import Comparison, read_plans
-    from ..simulator.recorded import outside_stages, read_self_times
+    from ..simulator import parse_override
+    from ..simulator.compare import read_plans, simulate_plans
 
     plans = read_plans(plan)
     offsets, mode, seed = build_schedule(**schedule)
-    seed = seed or 0
-    price_table = parse_prices(prices)
     given = [(text, *parse_override(text)) for text in service_time_overrides]
     _check_overrides(given, plans)
-    recorded = read_self_times(service_times) if service_times else None
-    error_rates = recorded.error_rates if recorded and errors else None
-    outside_sampler = outside_stages(recorded) if recorded and outside else None
-    results = {}
 
     @functools.lru_cache(maxsize=1)
     def portrait():  # analysed once, and only when a plan moves a stage off its recorded engine
@@ -71,19 +63,10 @@ def simulate(plan, service_times, service_time_overrides, errors, outside, sync,
 
         return analyze([service_times])
 
-    for name, config in plans:
-        overrides = _overrides_for(config, given)
-        times = overrides or None
-        if recorded:
-            times = from_recording(config, service_times, overrides, portrait=portrait, recorded=recorded)
-        results[name] = run(config, offsets, times, seed=seed, price_per_kwh=price_per_kwh, years=years,
-                            prices=price_table, error_rates=error_rates, executors="sync" if sync else "async",
-                            outside=outside_sampler)
-    comparison = Comparison(source=str(plan), arrivals=mode, requests=len(offsets), seed=seed,
-                            service_times=(f"recorded in {service_times}" if service_times
-                                           else "each stage's service_time_ms (lognormal through p50 and p95)")
-                            + (f"; given for {', '.join(sorted({stage for _, stage, _, _ in given}))}" if given else "")
-                            + (f"; plus {outside_sampler.how}" if outside_sampler else ""), results=results)
+    comparison = simulate_plans(plans, offsets, source=str(plan), arrivals=mode, seed=seed or 0, data=service_times,
+                                overrides=[g[1:] for g in given], errors=errors, outside=outside, portrait=portrait,
+                                executors="sync" if sync else "async", prices=parse_prices(prices),
+                                price_per_kwh=price_per_kwh, years=years)
     out = Path(outdir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -113,23 +96,10 @@ def _check_overrides(given: list, plans: list) -> None:
             raise LoadprobeError(f"--service-time {text!r}: {stage}{'@' + engine if engine else ''} is given twice")
         seen.add((stage, engine))
         if engine is not None and not any(_runs_on(config, stage, engine) for _, config in plans):
-            engines = sorted({e for _, config in plans for s in config.stages if s.name == stage
-                              for e in [s.engine] + ([s.fallback.engine] if s.fallback else [])})
+            engines = sorted({e for _, config in plans for s in config.stages if s.name == stage for e in s.runs_on})
             raise LoadprobeError(f"--service-time {text!r}: no plan runs {stage} on {engine}; its engines are "
                                  f"{', '.join(engines) or 'none (no such stage)'}")
 
 
-def _overrides_for(config, given: list) -> dict:
-    """The --service-time samplers that apply to this plan: per stage, or per engine it runs the stage on."""
-    out: dict = {}
-    for _, stage, engine, sampler in given:
-        if engine is None:
-            out[stage] = sampler
-        elif _runs_on(config, stage, engine):
-            out.setdefault(stage, {})[engine] = sampler
-    return out
-
-
 def _runs_on(config, stage: str, engine: str) -> bool:
-    return any(s.name == stage and engine in [s.engine] + ([s.fallback.engine] if s.fallback else [])
-               for s in config.stages)
+    return any(s.name == stage and engine in s.runs_on for s in config.stages)

@@ -3,6 +3,8 @@
 Usage::
 
     plans = read_plans("plan/plans.json")          # [("hybrid", PipelineConfig), ("all-gpu", ...), ...]
+    comparison = simulate_plans(plans, offsets, source="plan/plans.json", arrivals="poisson 200/s",
+                                data="data/")      # recorded service times, errors, time outside stages
     comparison = Comparison(source="plan/plans.json", arrivals="poisson 200/s", requests=12000, seed=1,
                             service_times="...", results={name: simulate(config, offsets) for name, config in plans})
     print(comparison.render())
@@ -21,7 +23,7 @@ from ..pipeline import PipelineConfig
 from ..plan_files import text_table as _table
 from .result import SimulationResult
 
-__all__ = ["Comparison", "read_plans"]
+__all__ = ["Comparison", "read_plans", "simulate_plans"]
 
 VERSION = "1.0"
 
@@ -54,6 +56,49 @@ def read_plans(path: str | Path) -> list[tuple[str, PipelineConfig]]:
         raise LoadprobeError(f"{path}: no option carries a pipeline (written by a loadprobe older than 0.9?); "
                              "run loadprobe recommend again")
     return plans
+
+
+def simulate_plans(plans: list, offsets, *, source: str, arrivals: str, seed: int = 0, data=None,
+                   overrides: list = (), errors: bool = True, outside: bool = True, portrait=None,
+                   **options) -> Comparison:
+    """Every ``(name, config)`` of ``plans`` under the same arrival ``offsets`` (seconds).
+
+    ``data``: recorded spans to draw service times, error rates and time outside the stages from
+    (default: each stage's ``service_time_ms``); ``overrides``: ``(stage, engine or None, sampler)``,
+    an engine's applying only to plans that run the stage there; ``portrait`` (or a function
+    returning it) for the roofline scaling; further ``options`` go to ``simulate``.
+    """
+    from .recorded import from_recording, outside_stages, read_self_times
+    from .result import simulate
+
+    recorded = read_self_times(data) if data is not None else None
+    error_rates = recorded.error_rates if recorded and errors else None
+    outside_sampler = outside_stages(recorded) if recorded and outside else None
+    results = {}
+    for name, config in plans:
+        given = _overrides_for(config, overrides)
+        times = from_recording(config, data, given, portrait=portrait, recorded=recorded) if recorded \
+            else given or None
+        results[name] = simulate(config, offsets, times, seed=seed, error_rates=error_rates,
+                                 outside=outside_sampler, **options)
+    described = (f"recorded in {data}" if recorded else "each stage's service_time_ms (lognormal through p50 and p95)")
+    if overrides:
+        described += f"; given for {', '.join(sorted({stage for stage, _, _ in overrides}))}"
+    if outside_sampler:
+        described += f"; plus {outside_sampler.how}"
+    return Comparison(source=source, arrivals=arrivals, requests=len(offsets), seed=seed, service_times=described,
+                      results=results)
+
+
+def _overrides_for(config: PipelineConfig, overrides) -> dict:
+    """The overrides that apply to this plan: per stage, or per engine it runs the stage on."""
+    out: dict = {}
+    for stage, engine, sampler in overrides:
+        if engine is None:
+            out[stage] = sampler
+        elif any(s.name == stage and engine in s.runs_on for s in config.stages):
+            out.setdefault(stage, {})[engine] = sampler
+    return out
 
 
 @dataclass

@@ -30,7 +30,7 @@ the recorded tails, modes and outliers carry over unchanged.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np

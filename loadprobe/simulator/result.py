@@ -225,7 +225,7 @@ def _samplers(config: PipelineConfig, given) -> dict:
     if len(pairs) != len(given):
         raise LoadprobeError("service_times mixes (stage, engine) keys with stage names; give one form: "
                              "{(stage, engine): sampler} or {stage: sampler or {engine: sampler}}")
-    runs_on = {(s.name, e) for s in config.stages for e in [s.engine] + ([s.fallback.engine] if s.fallback else [])}
+    runs_on = {(s.name, e) for s in config.stages for e in s.runs_on}
     stray = sorted(f"{s}@{e}" for s, e in pairs if (s, e) not in runs_on)
     if stray:
         raise LoadprobeError(f"service times given for {', '.join(stray)}, which the plan never runs; it runs "

@@ -114,12 +114,11 @@ def from_config(config: PipelineConfig, overrides: Overrides | None = None, *,
     out: dict[tuple[str, str], ServiceTime] = {}
     for stage in config.stages:
         given = overrides.get(stage.name)
-        engines = [stage.engine] + ([stage.fallback.engine] if stage.fallback else [])
-        stray = sorted(set(given) - set(engines)) if isinstance(given, Mapping) else []
+        stray = sorted(set(given) - set(stage.runs_on)) if isinstance(given, Mapping) else []
         if stray:
             raise LoadprobeError(f"service times given for stage {stage.name!r} on {', '.join(stray)}, which it "
-                                 f"never runs on; its engines are {', '.join(engines)}")
-        for engine in [stage.engine] + ([stage.fallback.engine] if stage.fallback else []):
+                                 f"never runs on; its engines are {', '.join(stage.runs_on)}")
+        for engine in stage.runs_on:
             sampler = given.get(engine) if isinstance(given, Mapping) else given
             if sampler is None and measured is not None:
                 sampler = measured(stage, engine)
