@@ -3,7 +3,7 @@
     python benchmarks/gen_spans.py OUT --spans 10000000 [--seed 1] [--jobs 2]
 
 Writes ``OUT/<host>/<service>/<pid>-<stamp>/spans-NNNNN.parquet`` plus a run.json per run
-directory (docs/data-format.md), schema exactly ``loadprobe.schema.SPANS``, zstd, row groups
+directory (docs/data-format.md), schema exactly ``loadprobe.schema.SPANS``, written as the recorder writes them (``schema.parquet_options`` and ``write_row_groups``: LZ4, delta-encoded integers, rows grouped by stage in each row group), row groups
 of 131,072 rows, 1,000,000 rows per file (the last file of a run may be shorter).
 
 The traffic: an object-detection service on 2 hosts x 2 processes (4 run directories,
@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from loadprobe.schema import SPANS  # noqa: E402
+from loadprobe.schema import SPANS, parquet_options, write_row_groups  # noqa: E402
 from loadprobe._version import __version__  # noqa: E402
 
 ROWS_PER_FILE = 1_000_000
@@ -216,7 +216,8 @@ def _write_job(args) -> tuple[int, int]:
     table = build_file(seed, run, file_no, first_request, n)
     path = run_dir(Path(out), run) / f"spans-{file_no:05d}.parquet"
     tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp, compression="zstd", row_group_size=ROW_GROUP)
+    with pq.ParquetWriter(tmp, SPANS, **parquet_options(SPANS)) as writer:  # as the recorder writes
+        write_row_groups(writer, table, ROW_GROUP)
     tmp.replace(path)
     return run["index"], table.num_rows
 

@@ -20,12 +20,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .schema import SCHEMAS
+from .schema import ROW_GROUP_ROWS, SCHEMAS, parquet_options, write_row_groups
 
 _NAME = re.compile(r"^\.?(spans|samples)-(\d{5,})\.(parquet|arrows)$")
-# Low-cardinality columns keep Parquet dictionary encoding; ids and numbers use plain.
-_DICTIONARY_COLUMNS = ["stage", "shape", "engine", "status", "device", "metric"]
-_ROW_GROUP_ROWS = 128 * 1024
 
 
 def stream_name(kind: str, seq: int) -> str:
@@ -200,13 +197,10 @@ def finish_stream(stream: Path) -> bool:
             if batch is not None:
                 group.append(batch)
                 rows += batch.num_rows
-            if group and (batch is None or sum(b.num_rows for b in group) >= _ROW_GROUP_ROWS):
+            if group and (batch is None or sum(b.num_rows for b in group) >= ROW_GROUP_ROWS):
                 if writer is None:
-                    writer = pq.ParquetWriter(
-                        str(tmp), group[0].schema, compression="zstd",
-                        use_dictionary=[c for c in _DICTIONARY_COLUMNS if c in group[0].schema.names],
-                    )
-                writer.write_table(pa.Table.from_batches(group), row_group_size=_ROW_GROUP_ROWS)
+                    writer = pq.ParquetWriter(str(tmp), group[0].schema, **parquet_options(group[0].schema))
+                write_row_groups(writer, pa.Table.from_batches(group))
                 group = []
         if writer is None:  # nothing complete in it: nothing was recorded there
             stream.unlink(missing_ok=True)

@@ -38,10 +38,10 @@ import pyarrow.parquet as pq
 
 from ._errors import LoadprobeError
 from ._recorder import RUN_SCHEMA, _safe_name
-from ._segments import _DICTIONARY_COLUMNS, parquet_name
+from ._segments import parquet_name
 from ._version import __version__
 from .timestamps import DEFAULT_ORIGIN, UNITS, Clock, numbers, parse_origin
-from .schema import SPANS, STATUSES
+from .schema import SPANS, STATUSES, parquet_options, write_row_groups
 
 
 PRESETS = {
@@ -461,12 +461,11 @@ class _SpanFiles:
         self.rows += table.num_rows
         while table.num_rows:
             if self._writer is None:
-                self._writer = pq.ParquetWriter(self._tmp(), SPANS, compression="zstd", use_dictionary=[
-                    name for name in _DICTIONARY_COLUMNS if name in SPANS.names])
+                self._writer = pq.ParquetWriter(self._tmp(), SPANS, **parquet_options(SPANS))
                 self._rows_in_file = 0
             part = table.slice(0, ROWS_PER_FILE - self._rows_in_file)
             table = table.slice(part.num_rows)
-            self._writer.write_table(part)
+            write_row_groups(self._writer, part)
             self._rows_in_file += part.num_rows
             if self._rows_in_file >= ROWS_PER_FILE:
                 self.close()

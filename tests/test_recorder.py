@@ -68,6 +68,46 @@ def test_flush_writes_to_disk_while_recording_and_rotation_splits_files(tmp_path
     assert sum(pq.read_metadata(f).num_rows for f in files) == 3000
 
 
+def test_parquet_files_group_rows_by_stage_and_use_the_fast_encodings(tmp_path):
+    """Rotation writes every span once, each row group's rows grouped by stage in recorded
+    order (schema.write_row_groups), with LZ4 and delta-encoded integers (schema.parquet_options)."""
+    rec = loadprobe.start(tmp_path, service="s", sample_devices=False, flush_interval_s=30)
+
+    @probe("inner")
+    def inner(i):
+        return i
+
+    @probe("outer")
+    def outer(i):
+        return inner(i)
+
+    for i in range(2000):
+        with request(f"r{i}"):
+            outer(i)
+        if i % 300 == 299:
+            loadprobe.flush()  # several stream batches, each with its own dictionary
+    loadprobe.stop()
+    recorded_order = {}
+    (path,) = sorted(rec.run_dir.glob("spans-*.parquet"))
+    pf = pq.ParquetFile(path)
+    assert pf.metadata.num_rows == 6000
+    for g in range(pf.metadata.num_row_groups):
+        rows = pf.read_row_group(g, columns=["stage", "span_id"]).to_pylist()
+        stages = [r["stage"] for r in rows]
+        runs = 1 + sum(a != b for a, b in zip(stages, stages[1:]))
+        assert runs == len(set(stages))  # one run per stage
+        for r in rows:
+            recorded_order.setdefault(r["stage"], []).append(r["span_id"])
+    assert sorted(recorded_order) == ["inner", "outer", "request"]
+    for ids in recorded_order.values():
+        assert ids == sorted(ids) and len(ids) == 2000  # stable: in the order they were written
+    column = {pf.metadata.row_group(0).column(i).path_in_schema: pf.metadata.row_group(0).column(i)
+              for i in range(pf.metadata.num_columns)}
+    assert column["ts_ns"].compression in ("LZ4", "LZ4_RAW")
+    assert "DELTA_BINARY_PACKED" in column["span_id"].encodings
+    assert "RLE_DICTIONARY" in column["stage"].encodings
+
+
 def test_start_is_idempotent_and_a_second_directory_is_refused_with_a_warning(tmp_path, caplog):
     first = loadprobe.start(tmp_path / "a", sample_devices=False)
     with caplog.at_level(logging.WARNING, logger="loadprobe"):
