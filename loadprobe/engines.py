@@ -11,12 +11,14 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
+import os
 from concurrent.futures import ProcessPoolExecutor
 
 from ._errors import LoadprobeError
 from .partials import Filters, Partial, map_file, map_files
 
 ENGINES = ("inprocess", "process", "dask")
+MAX_THREADS = 4  # files mapped at once in-process
 
 
 def _map_one(job) -> Partial:
@@ -44,8 +46,10 @@ def run_map(refs, filters: Filters, windows: dict, *, engine: str = "inprocess",
             progress(done, len(jobs))
 
     if engine == "inprocess" or (engine == "process" and workers <= 1):
-        # The next file is read in a thread while this one is aggregated (map_files).
-        for part in map_files([(ref, window) for ref, _, window in jobs], filters):
+        # Files are mapped in threads, one per core up to 4 (map_files): decoding and the
+        # compiled kernel release the GIL; more threads would mostly queue on the Python parts.
+        threads = max(1, min(os.cpu_count() or 1, MAX_THREADS))
+        for part in map_files([(ref, window) for ref, _, window in jobs], filters, threads):
             total.merge(part)
             tick()
         return total

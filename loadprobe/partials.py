@@ -19,6 +19,7 @@ Usage::
 from __future__ import annotations
 
 import threading
+from itertools import islice
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -203,23 +204,21 @@ def map_file(ref: FileRef, filters: Filters = Filters(), run_window: tuple | Non
     return _map_read(ref, _read_or_reason(ref, filters), filters, run_window)
 
 
-def map_files(jobs, filters: Filters = Filters()):
-    """``map_file`` over ``(ref, run_window)`` pairs, in order, reading the next file in a
-    background thread while this one is aggregated: Arrow's decoding and the compiled
-    kernel release the GIL, so the two overlap on two cores. At most two files in memory."""
+def map_files(jobs, filters: Filters = Filters(), threads: int = 2):
+    """``map_file`` over ``(ref, run_window)`` pairs, yielding partials in order, ``threads``
+    files at once: Arrow's decoding and the compiled kernel release the GIL, so on two cores
+    two files overlap almost fully (1.8 cores busy at 100M spans). At most ``threads`` files in
+    memory. A deeper read-ahead only pays while numba loads (~0.5 s), so there is none."""
+    from collections import deque
     from concurrent.futures import ThreadPoolExecutor
 
-    jobs = list(jobs)
-    if not jobs:
-        return
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="loadprobe-read") as reader:
-        ahead = reader.submit(_read_or_reason, jobs[0][0], filters)
-        for i, (ref, window) in enumerate(jobs):
-            read = ahead.result()
-            if i + 1 < len(jobs):
-                ahead = reader.submit(_read_or_reason, jobs[i + 1][0], filters)
-            yield _map_read(ref, read, filters, window)
-            del read
+    pending = iter(list(jobs))
+    with ThreadPoolExecutor(threads, thread_name_prefix="loadprobe-map") as pool:
+        running = deque(pool.submit(map_file, ref, filters, window) for ref, window in islice(pending, threads))
+        while running:
+            part = running.popleft().result()
+            running.extend(pool.submit(map_file, ref, filters, window) for ref, window in islice(pending, 1))
+            yield part
 
 
 def _read_or_reason(ref: FileRef, filters: Filters):
