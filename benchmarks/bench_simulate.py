@@ -2,6 +2,7 @@
 
     python benchmarks/bench_simulate.py [--requests 1000000] [--simpy-requests N] [--repeat 1]
         [--seed 1] [--rate 360] [--simpy-timeout-s 900] [--json PATH] [--src SNAPSHOT_DIR]
+        [--no-python-loop] [--no-compile-timing]
 
 The plan, built in code (``plan()``): three stages, one engine each, every queue bounded, every
 stage with a timeout tight enough that a few requests (~0.1%) do time out.
@@ -16,17 +17,23 @@ Arrivals: ``loadprobe.load.poisson`` at ``--rate`` (default 360/s), which keeps 
 npu0, busy ~74% of the time (cpu ~40%, gpu0 ~30%); the script prints the utilisations loadprobe
 measures.
 
-Each stage draws its service times with ``loadprobe.simulator.lognormal`` from its own
-``random.Random`` stream (seeded from ``--seed``), in both tools: if both models start the
-executions of a stage in the same order, every execution gets the same service time in both, so
-the latency percentiles and outcomes must agree closely — a check that the two do the same work.
+Each stage draws its service times with ``loadprobe.simulator.lognormal`` from a ``random.Random``
+stream per batch size (seeded from ``--seed``; ``StageTimes``), in every tool: if the models
+start the executions of a stage in the same order, every execution gets the same service time in
+all of them, so the latency percentiles and outcomes must agree -- a check that they do the same
+work. The script says whether they are identical.
 
 Each tool runs in a fresh interpreter, and its peak RSS is its own ``ru_maxrss``. The wall time
 is of the simulation call alone, with its CPU time beside it (on a shared machine the CPU time
 moves less than the wall time): arrivals and plan are built before the clock starts, and SimPy's
 time includes building its model and the same percentile summary loadprobe computes.
 
-- ``loadprobe``: ``loadprobe.simulate(plan, arrivals, samplers, seed=...)``;
+- ``loadprobe``: ``loadprobe.simulate(plan, arrivals, samplers, seed=..., loop="compiled")``, the
+  compiled event loop (numba). Its machine code is loaded from numba's disk cache before the
+  clock starts (the time that takes is printed as "load"); before any run the script makes sure
+  the cache is warm, and (unless ``--no-compile-timing``) times a first compile into an empty
+  cache directory of its own, which is what the first run on a machine pays;
+- ``loadprobe (Python loop)``: the same call with ``loop="python"`` (``--no-python-loop`` skips it);
 - ``simpy``: the same plan written idiomatically in SimPy: a process per request going through
   the stages; an unbatched stage is a ``simpy.Resource`` with the engine's slots, requested with
   ``req | env.timeout(deadline)``; the batched stage is a ``simpy.Store`` fed by the requests and
@@ -87,21 +94,44 @@ def plan():
                 StageConfig(name="head", engine="gpu0", timeout_ms=10)])
 
 
-def samplers(config, seed: int) -> dict:
-    """One loadprobe lognormal per stage, drawing from the stage's own stream (the simulator's rng unused)."""
-    from loadprobe.simulator import lognormal
+class StageTimes:
+    """One stage's service times, for both tools: a loadprobe lognormal drawn from a stream per batch size.
 
-    out = {}
-    for k, s in enumerate(config.stages):
-        draw = lognormal(*SERVICE_MS[s.name])
-        stream = random.Random(seed * 1000 + k)
-        if s.batch:
-            full = s.batch.size
-            out[s.name] = lambda batch, _rng, draw=draw, stream=stream, full=full: \
-                draw(batch, stream) * (FIXED_SHARE + (1 - FIXED_SHARE) * batch / full)
-        else:
-            out[s.name] = lambda batch, _rng, draw=draw, stream=stream: draw(batch, stream)
-    return out
+    The k-th execution of a batch of b at the stage gets the k-th draw of the stream seeded from
+    (seed, stage, b), in loadprobe (whatever rng the simulator hands over) and in SimPy alike: the
+    draw discipline of loadprobe's simulator, so both run the same executions. A batch of b takes
+    ``FIXED_SHARE + (1 - FIXED_SHARE) * b / full`` of a full batch's time. ``draws`` gives the next
+    ``n`` draws at once, as the compiled loop asks for them.
+    """
+
+    def __init__(self, p50_ms: float, p95_ms: float, seed: int, stage: int, full: int | None) -> None:
+        from loadprobe.simulator import lognormal
+
+        self.draw, self.seed, self.stage, self.full = lognormal(p50_ms, p95_ms), seed, stage, full
+        self.streams: dict[int, random.Random] = {}
+
+    def _stream(self, batch: int) -> random.Random:
+        stream = self.streams.get(batch)
+        if stream is None:
+            stream = self.streams[batch] = random.Random((self.seed * 1000 + self.stage) * 100_000 + batch)
+        return stream
+
+    def _share(self, batch: int) -> float:
+        return FIXED_SHARE + (1 - FIXED_SHARE) * batch / self.full
+
+    def __call__(self, batch: int, _rng=None) -> float:
+        value = self.draw(batch, self._stream(batch))
+        return value * self._share(batch) if self.full else value
+
+    def draws(self, batch: int, _rng, n: int):
+        values = self.draw.draws(batch, self._stream(batch), n)
+        return values * self._share(batch) if self.full else values
+
+
+def samplers(config, seed: int) -> dict:
+    """A ``StageTimes`` per stage (the simulator's own streams go unused, so SimPy can draw the same)."""
+    return {s.name: StageTimes(*SERVICE_MS[s.name], seed, k, s.batch.size if s.batch else None)
+            for k, s in enumerate(config.stages)}
 
 
 def summary_ms(latencies_s) -> dict:
@@ -136,7 +166,7 @@ def run_simpy(config, arrivals: list[float], draw: dict) -> dict:
     import simpy
 
     env = simpy.Environment()
-    outcomes = {"ok": 0, "rejected": 0, "timeout": 0}
+    outcomes = {"ok": 0, "rejected": 0, "timeout": 0, "error": 0}  # the plan has no executor errors
     rejects: dict[str, int] = {}
     latencies: list[float] = []
     executions = {s.engine: 0 for s in config.stages}
@@ -285,6 +315,10 @@ def run_simpy(config, arrivals: list[float], draw: dict) -> dict:
 
 # -- one tool, in this (fresh) interpreter ----------------------------------------------------------------
 
+LOOP_OF = {"loadprobe": "compiled", "loadprobe-python": "python"}
+LABEL = {"loadprobe": "**loadprobe.simulate**", "loadprobe-python": "loadprobe.simulate, Python loop"}
+
+
 def child(tool: str, requests: int, seed: int, rate: float) -> dict:
     from loadprobe.load import poisson
 
@@ -292,12 +326,18 @@ def child(tool: str, requests: int, seed: int, rate: float) -> dict:
     arrivals = poisson(rate, requests=requests, seed=seed)
     assert len(arrivals) == requests
     draw = samplers(config, seed)
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    if tool == "loadprobe":
+    load_s = None
+    if tool in LOOP_OF:
         from loadprobe.simulator import simulate
 
+        if tool == "loadprobe":  # the compiled loop's machine code, from numba's cache (warmed by the parent)
+            started = time.perf_counter()
+            import loadprobe.simulator.compiled  # noqa: F401
+            load_s = time.perf_counter() - started
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if tool in LOOP_OF:
         start, cpu = time.perf_counter(), time.process_time()
-        result = simulate(config, arrivals, draw, seed=seed)
+        result = simulate(config, arrivals, draw, seed=seed, loop=LOOP_OF[tool])
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         out = {"outcomes": result.outcomes, "rejects": result.rejects,
                "latency_ms": {k: result.latency_ms[k] for k in ("p50", "p95", "p99")},
@@ -315,8 +355,25 @@ def child(tool: str, requests: int, seed: int, rate: float) -> dict:
     else:
         raise SystemExit(f"unknown tool {tool!r}")
     out.update(tool=tool, requests=requests, rate=rate, wall_s=wall, cpu_s=cpu, rss_before_mb=rss_before,
-               peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+               peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, load_s=load_s)
     return out
+
+
+def warm(args, cache_dir: str | None = None) -> float:
+    """Run the compiled loop once on a few requests in a fresh interpreter (compiling it into numba's
+    cache if it is not there yet, or into ``cache_dir``); the seconds that took."""
+    import os
+
+    code = (f"import sys; sys.path.insert(0, {str(args.src or REPO)!r}); sys.path.insert(1, {str(HERE.parent)!r})\n"
+            "import bench_simulate as b\n"
+            "from loadprobe.load import poisson\n"
+            "from loadprobe.simulator import simulate\n"
+            "config = b.plan()\n"
+            "simulate(config, poisson(360, requests=2000, seed=1), b.samplers(config, 1), loop='compiled')\n")
+    env = dict(os.environ, **({"NUMBA_CACHE_DIR": cache_dir} if cache_dir else {}))
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, env=env)
+    return time.perf_counter() - started
 
 
 def spawn(tool: str, requests: int, args) -> dict:
@@ -341,7 +398,13 @@ def median_run(runs: list[dict]) -> dict:
         return runs[0]
     best = sorted(ok, key=lambda r: r["wall_s"])[len(ok) // 2]
     return {**best, "wall_runs": [r["wall_s"] for r in ok], "cpu_s": statistics.median(r["cpu_s"] for r in ok),
-            "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in ok)}
+            "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in ok),
+            "load_s": statistics.median(r["load_s"] for r in ok) if ok[0].get("load_s") is not None else None}
+
+
+def same_work(a: dict, b: dict) -> bool:
+    """Whether two runs agree on everything both report: outcomes, rejects, percentiles, batches."""
+    return all(a[key] == b[key] for key in ("outcomes", "rejects", "latency_ms", "mean_batch", "executions"))
 
 
 # -- the parent: run, compare, print ----------------------------------------------------------------------
@@ -357,7 +420,10 @@ def main() -> None:
     parser.add_argument("--simpy-timeout-s", type=float, default=900)
     parser.add_argument("--json", type=Path, default=None, help="also write every run here")
     parser.add_argument("--src", type=Path, default=None, help="directory holding the loadprobe package to measure")
-    parser.add_argument("--child", choices=["loadprobe", "simpy"], help=argparse.SUPPRESS)
+    parser.add_argument("--no-python-loop", action="store_true", help="skip loadprobe's Python event loop")
+    parser.add_argument("--no-compile-timing", action="store_true",
+                        help="skip timing a first compile of the compiled loop into an empty cache")
+    parser.add_argument("--child", choices=["loadprobe", "loadprobe-python", "simpy"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         import loadprobe
@@ -366,13 +432,24 @@ def main() -> None:
         print(json.dumps(child(args.child, args.requests, args.seed, args.rate)))
         return
 
+    import tempfile
+
+    print("  warming numba's cache of the compiled loop ...", file=sys.stderr, flush=True)
+    warm_s = warm(args)
+    first_compile_s = None
+    if not args.no_compile_timing:
+        with tempfile.TemporaryDirectory(prefix="loadprobe-numba-cache-") as empty:
+            print("  timing a first compile (an empty cache of its own) ...", file=sys.stderr, flush=True)
+            first_compile_s = warm(args, empty)
     n, m = args.requests, args.simpy_requests or args.requests
+    ours = ["loadprobe"] + ([] if args.no_python_loop else ["loadprobe-python"])
+    plan_runs = [(tool, n) for tool in ours] + ([(tool, m) for tool in ours] if m != n else []) + [("simpy", m)]
     runs: dict[tuple[str, int], list[dict]] = {}
     for _ in range(args.repeat):
-        for tool, count in [("loadprobe", n)] + ([("loadprobe", m)] if m != n else []) + [("simpy", m)]:
+        for tool, count in plan_runs:
             runs.setdefault((tool, count), []).append(spawn(tool, count, args))
     result = {key: median_run(value) for key, value in runs.items()}
-    lp, lp_same, sp = result[("loadprobe", n)], result[("loadprobe", m)], result[("simpy", m)]
+    lp, sp = result[("loadprobe", n)], result[("simpy", m)]
 
     print(f"\nplan: decode cpu x2 | backbone npu0 x1, batch 8, max_wait 5 ms | head gpu0 x2; "
           f"Poisson {args.rate:g}/s; seed {args.seed}; "
@@ -380,42 +457,59 @@ def main() -> None:
     if "error" in sp:
         print(f"SimPy on {m:,} requests: {sp['error']}\n")
     sp_rps = m / sp["wall_s"] if "error" not in sp else None
-    print("| tool | requests | wall s | CPU s | requests/s | peak RSS MB | vs SimPy (requests/s) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    rows = [lp] + ([lp_same] if m != n else []) + [sp]
-    for r in rows:
+    sp_cps = m / sp["cpu_s"] if "error" not in sp else None
+    print("| tool | requests | wall s | CPU s | requests/s | peak RSS MB | vs SimPy (wall) | vs SimPy (CPU) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for tool, count in plan_runs:
+        r = result[(tool, count)]
         if "error" in r:
-            print(f"| {r['tool']} | {r['requests']:,} | - | - | - | - | {r['error'][:60]} |")
+            print(f"| {tool} | {count:,} | - | - | - | - | {r['error'][:60]} | |")
             continue
         rps = r["requests"] / r["wall_s"]
         ratio = f"{rps / sp_rps:.1f}x" if sp_rps else "-"
-        name = "**loadprobe.simulate**" if r["tool"] == "loadprobe" else f"SimPy {r.get('version', '')}".strip()
+        ratio_cpu = f"{r['requests'] / r['cpu_s'] / sp_cps:.1f}x" if sp_cps else "-"
+        name = LABEL.get(tool) or f"SimPy {r.get('version', '')}".strip()
         print(f"| {name} | {r['requests']:,} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {rps:,.0f} | "
-              f"{r['peak_rss_mb']:.0f} | {ratio} |")
+              f"{r['peak_rss_mb']:.0f} | {ratio} | {ratio_cpu} |")
     if m != n:
-        print(f"\nSimPy ran on the first {m:,} requests of the schedule, not {n:,}: the ratio column compares "
-              f"requests per second, and loadprobe's {m:,}-request row is the same-input comparison.")
+        print(f"\nSimPy ran on the first {m:,} requests of the schedule, not {n:,}: the ratio columns compare "
+              f"requests per second, and loadprobe's {m:,}-request rows are the same-input comparison.")
+    load_s = lp.get("load_s")
+    print(f"\ncompiled loop: loading its cached machine code took {load_s:.2f} s per process (before the clock)"
+          if load_s is not None else "")
+    print(f"warm-up run {warm_s:.1f} s; " + (f"a first compile (empty cache) {first_compile_s:.1f} s, in a run of "
+                                            f"2,000 requests" if first_compile_s is not None else "first compile not timed"))
     if "error" in sp:
         return
     print(f"\nagreement on the same {m:,} requests (latency of completed requests, ms, HdrHistogram):\n")
     print("| | p50 | p95 | p99 | ok | rejected | timed out | npu0 mean batch |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for label, r in (("loadprobe.simulate", lp_same), ("SimPy", sp)):
+    same = [(LABEL[tool].strip("*"), result[(tool, m)]) for tool in ours] + [("SimPy", sp)]
+    for label, r in same:
+        if "error" in r:
+            continue
         lat, o = r["latency_ms"], r["outcomes"]
         print(f"| {label} | {lat['p50']:.2f} | {lat['p95']:.2f} | {lat['p99']:.2f} | {o['ok']:,} | "
               f"{o['rejected']:,} | {o['timeout']:,} | {r['mean_batch']['npu0']:.3f} |")
-    diffs = {p: abs(lp_same["latency_ms"][p] / sp["latency_ms"][p] - 1) for p in ("p50", "p95", "p99")}
-    print("\nlargest percentile difference: " + ", ".join(f"{p} {d:.3%}" for p, d in diffs.items()))
+    ok = [r for _, r in same if "error" not in r]
+    identical = all(same_work(ok[0], r) for r in ok[1:])
+    print(f"\nidentical outcomes, rejects, percentiles, batches and executions across the {len(ok)} rows: "
+          f"{'yes' if identical else 'NO'}")
     util = ", ".join(f"{e} {u:.1%}" for e, u in lp["utilisation"].items())
     print(f"loadprobe's engine utilisation ({n:,} requests): {util}")
     speed = (n / lp["wall_s"]) / sp_rps
-    speed_cpu = (n / lp["cpu_s"]) / (m / sp["cpu_s"])
-    print(f"loadprobe {n:,} requests: {lp['wall_s']:.2f} s (target < 20 s); {speed:.1f}x SimPy's requests/s "
-          f"(target >= 10x); by CPU time {speed_cpu:.1f}x")
-    print(f"wall s is the median of {args.repeat} run(s): loadprobe {', '.join(f'{w:.2f}' for w in lp['wall_runs'])}; "
-          f"SimPy {', '.join(f'{w:.2f}' for w in sp['wall_runs'])}")
+    speed_cpu = (n / lp["cpu_s"]) / sp_cps
+    print(f"loadprobe (compiled loop) {n:,} requests: {lp['wall_s']:.2f} s (target < 20 s); {speed:.1f}x SimPy's "
+          f"requests/s (target >= 10x); by CPU time {speed_cpu:.1f}x")
+    if load_s is not None:
+        with_load = (n / (lp["wall_s"] + load_s)) / sp_rps
+        print(f"counting the {load_s:.2f} s load of the compiled code as well: {with_load:.1f}x")
+    walls = "; ".join(f"{tool} {', '.join(f'{w:.2f}' for w in result[(tool, n)]['wall_runs'])}"
+                      for tool in ours if "error" not in result[(tool, n)])
+    print(f"wall s is the median of {args.repeat} run(s): {walls}; SimPy {', '.join(f'{w:.2f}' for w in sp['wall_runs'])}")
     if args.json:
-        args.json.write_text(json.dumps({f"{t}:{c}": v for (t, c), v in runs.items()}, indent=1))
+        args.json.write_text(json.dumps({"runs": {f"{t}:{c}": v for (t, c), v in runs.items()},
+                                         "first_compile_s": first_compile_s, "warm_s": warm_s}, indent=1))
 
 
 if __name__ == "__main__":

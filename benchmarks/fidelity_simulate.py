@@ -26,10 +26,11 @@ hundreds of microseconds late. Every service time is multiplied by
 ``--scale`` (10) in the router's executors and in the simulator alike, and the plan's timeouts and
 batch window with them, so the comparison is about queueing rather than timer jitter.
 
-``--draws``: ``paired`` (default) gives each (stage, engine) its own random stream seeded from
-``--seed``; the router's executor and the simulator draw from it in the order executions start,
-so both see the same sequence of recorded times on every lane (common random numbers: the
-comparison measures the model, not the luck of two samples). ``independent`` lets the simulator
+``--draws``: ``paired`` (default) gives each (stage, engine, batch size) its own random stream
+seeded from ``--seed``; the router's executor and the simulator draw from it in the order the
+executions of that size start (the simulator's own draw discipline, which its compiled loop
+relies on), so both see the same sequence of recorded times on every lane (common random
+numbers: the comparison measures the model, not the luck of two samples). ``independent`` lets the simulator
 draw its own, as a user would: 21 simulations with seeds of their own, their medians compared
 and their range shown; the error then includes the sampling noise of a finite run.
 
@@ -119,30 +120,36 @@ class Scaled:
 
 
 class OwnStream:
-    """A sampler drawing from its own random stream, whatever rng it is handed (paired draws)."""
+    """A sampler drawing from its own random streams, one per batch size, whatever rng it is handed
+    (paired draws): the k-th execution of a batch of b gets the k-th draw of the lane's stream for b."""
 
-    def __init__(self, sampler, rng: random.Random) -> None:
-        self.sampler, self.rng = sampler, rng
+    def __init__(self, sampler, seed: int, stage: str, engine: str) -> None:
+        self.sampler, self.seed, self.stage, self.engine = sampler, seed, stage, engine
+        self.streams: dict[int, random.Random] = {}
 
     def __call__(self, batch: int, rng: random.Random | None = None) -> float:
-        return self.sampler(batch, self.rng)
+        stream = self.streams.get(batch)
+        if stream is None:
+            stream = self.streams[batch] = lane_rng(self.seed, self.stage, self.engine, batch)
+        return self.sampler(batch, stream)
 
 
 class Replayed:
-    """The durations one lane's executions really took in the router, in order; then ``rest``."""
+    """The durations one lane's executions of each batch size really took in the router, in order; then ``rest``."""
 
-    def __init__(self, durations: list[float], rest) -> None:
-        self.durations, self.rest, self.next = durations, rest, 0
+    def __init__(self, durations: dict[int, list[float]], rest) -> None:
+        self.durations, self.rest, self.next = durations, rest, {}
 
     def __call__(self, batch: int, rng: random.Random) -> float:
-        if self.next < len(self.durations):
-            self.next += 1
-            return self.durations[self.next - 1]
+        done, taken = self.next.get(batch, 0), self.durations.get(batch, [])
+        if done < len(taken):
+            self.next[batch] = done + 1
+            return taken[done]
         return self.rest(batch, rng)
 
 
-def lane_rng(seed: int, stage: str, engine: str) -> random.Random:
-    return random.Random(zlib.crc32(f"{seed}/{stage}/{engine}".encode()))
+def lane_rng(seed: int, stage: str, engine: str, batch: int) -> random.Random:
+    return random.Random(zlib.crc32(f"{seed}/{stage}/{engine}/{batch}".encode()))
 
 
 def service_times(config, scale: float, data: Path = DATA) -> dict:
@@ -154,7 +161,7 @@ def service_times(config, scale: float, data: Path = DATA) -> dict:
 
 def paired(samplers: dict, seed: int) -> dict:
     """The same samplers, each drawing from its lane's own stream -- as the router's executors do."""
-    return {(stage, engine): OwnStream(s, lane_rng(seed, stage, engine)) for (stage, engine), s in samplers.items()}
+    return {(stage, engine): OwnStream(s, seed, stage, engine) for (stage, engine), s in samplers.items()}
 
 
 # -- arrivals ------------------------------------------------------------------------------------
@@ -248,16 +255,16 @@ def serve(plan_path: str, scale: float, seed: int, first_offset: float) -> None:
     samplers = service_times(config, scale)
     drawn: list[float] = []
     overslept: list[float] = []
-    durations: dict[str, list[float]] = {}  # "stage/engine" -> what each execution took, in start order
+    durations: dict[str, list[float]] = {}  # "stage/engine/batch" -> what each execution took, in start order
 
     def executor(stage: str, engine: str, batched: bool):
-        draw = OwnStream(samplers[(stage, engine)], lane_rng(seed, stage, engine))
-        taken = durations.setdefault(f"{stage}/{engine}", [])
+        draw = OwnStream(samplers[(stage, engine)], seed, stage, engine)
 
         async def run(payload):
             items = payload if batched else [payload]
             t = draw(len(items))
             drawn.append(t)
+            taken = durations.setdefault(f"{stage}/{engine}/{len(items)}", [])
             slot = len(taken)
             taken.append(t)  # stays t if the router stops the execution at its deadline
             clock = asyncio.get_running_loop().time
@@ -487,8 +494,11 @@ def compare(name: str, offsets: np.ndarray, *, scale: float = 10.0, seed: int = 
         p: [min(r.latency_ms[p] for r in runs), max(r.latency_ms[p] for r in runs)] for p in ("p50", "p95")}
     from_intended = predict(np.sort(offsets), times())
     fresh = paired(samplers, seed + 1)
-    from_durations = predict(arrivals, {key: Replayed(server["durations"].get("/".join(key), []), fresh[key])
-                                        for key in samplers})
+    replayed: dict[tuple[str, str], dict[int, list[float]]] = {}
+    for lane, taken in server["durations"].items():  # "stage/engine/batch"
+        stage, engine, batch = lane.rsplit("/", 2)
+        replayed.setdefault((stage, engine), {})[int(batch)] = taken
+    from_durations = predict(arrivals, {key: Replayed(replayed.get(key, {}), fresh[key]) for key in samplers})
 
     outcomes = {k: sum(1 for r in records if r[3] == k) for k in ("ok", "rejected", "timeout", "error")}
     latency = _percentiles_ms([r[2] * 1000 for r in records if r[3] == "ok"])

@@ -8,7 +8,8 @@ Usage::
     result.latency_ms["p95"], result.rejects, result.engines["npu0"]["utilisation"]
 
 The rules (fallback caps, breakers, retry budget, shedding) are ``loadprobe.route.policy``'s
-own objects, driven by the simulated clock; docs/simulate.md describes what is modelled.
+own objects, driven by the simulated clock; docs/simulate.md describes what is modelled. The
+event loop is events.py, or its numba-compiled mirror compiled.py for long runs (``loop=``).
 """
 
 from .recorded import RecordedTimes, from_recording

@@ -17,6 +17,13 @@ router. Not simulated: the canary split, routing by shape or precision.
 
 The heap holds plain tuples ``(time, sequence, kind, what)``; arrivals are merged in from their
 sorted list, so the heap only ever holds what is in flight, and an attempt is freed once it is over.
+
+Random draws come from streams of their own, each seeded from ``seed`` and what it draws for
+(``stream()``): the k-th execution of a batch of b on a lane takes the k-th draw of that lane's
+stream for b, a stage's executor errors come from the stage's stream, the time outside the
+stages from one more. So a draw does not depend on how the other draws interleave, and the
+compiled loop (compiled.py, which mirrors this one and is checked against it) can fetch them in
+blocks ahead of need and still give the very same result. This module is the reference.
 """
 
 from __future__ import annotations
@@ -33,9 +40,17 @@ from ..pipeline import PipelineConfig
 from ..route.policy import Admission, Breaker, FailoverCap, RetryBudget, admission, steer
 from .servicetimes import ServiceTime
 
+__all__ = ["SAMPLES", "Simulation", "stream"]
+
 _TIMEOUT, _DONE, _WAKE, _SAMPLE, _QUEUE_TIMEOUT = 0, 1, 2, 3, 4  # event kinds
 SAMPLES = 200  # instants at which every engine's queue and busy slots are read
 _QUEUED, _RUNNING, _OVER = 0, 1, 2  # attempt states
+
+
+def stream(seed: int, *what) -> random.Random:
+    """The random stream of one kind of draw in a run: ``stream(seed, "service", lane, batch)``,
+    ``stream(seed, "errors", stage)``, ``stream(seed, "outside")``; the same arguments, the same stream."""
+    return random.Random("/".join(map(str, (seed, *what))))
 
 
 class _Attempt:
@@ -68,6 +83,7 @@ class _Lane:
         self.limit = min(stage.max_concurrency or engine.max_concurrency, engine.max_concurrency)
         self.busy = self.waiting = 0
         self.queues: dict[int, deque[_Attempt]] = {}  # priority -> attempts, oldest first
+        self.streams: list[random.Random | None] = [None] * (self.batch_size + 1)  # by batch size, made when needed
         self.timer_at = math.inf
         self.deadline_armed = False  # a _QUEUE_TIMEOUT event is pending for its oldest queued attempt
         engine.lanes.append(self)
@@ -87,7 +103,12 @@ class _Stage:
         self.breaker = Breaker(b.error_rate_over, b.window_s, b.min_requests, b.open_s, clock) if b else None
         self.entered = self.failovers = self.retries = self.timeouts = self.errors = 0
         self.error_rate = 0.0
+        self.error_stream: random.Random | None = None  # its executors' errors, when error_rate > 0
         self.latencies = array("d")
+
+    @property
+    def breaker_opened(self) -> int:
+        return self.breaker.opened_count if self.breaker is not None else 0
 
 
 class Simulation:
@@ -99,7 +120,7 @@ class Simulation:
                  outside: ServiceTime | None = None) -> None:
         self.now = 0.0
         clock = lambda: self.now  # noqa: E731 - the policy objects read the simulated time
-        self.rng = random.Random(seed)
+        self.seed = seed
         self.arrivals = list(arrivals_s)
         self.priorities = list(priorities) if priorities is not None else None
         routing = config.routing
@@ -125,8 +146,11 @@ class Simulation:
         self.outcomes = {"ok": 0, "rejected": 0, "timeout": 0, "error": 0}
         self.stoppable = executors == "async"
         self.outside = outside  # time a request spends outside every stage, added to its latency
-        for stage in self.stages:
+        self.outside_stream = stream(seed, "outside") if outside is not None else None
+        for index, stage in enumerate(self.stages):
             stage.error_rate = (error_rates or {}).get(stage.name, 0.0)
+            if stage.error_rate:
+                stage.error_stream = stream(seed, "errors", index)
         self.rejects: dict[str, int] = {}
         self.latencies = array("d")
         self.heap: list[tuple] = []  # (time, sequence, kind, what): an attempt, a batch, a lane, a sample
@@ -258,7 +282,7 @@ class Simulation:
         else:
             self.outcomes["ok"] += 1
             self.end = self.now
-            extra = self.outside(1, self.rng) if self.outside is not None else 0.0
+            extra = self.outside(1, self.outside_stream) if self.outside is not None else 0.0
             self.latencies.append(self.now - self.arrivals[request] + extra)
 
     # -- an engine (engine.py: run, _pump, _ready_lane, _start, _finish) ---------------------------------
@@ -366,7 +390,11 @@ class Simulation:
         lane.busy += 1
         engine.executions += 1
         engine.items += len(attempts)
-        end = self.now + lane.service(len(attempts), self.rng)
+        size = len(attempts)
+        rng = lane.streams[size]
+        if rng is None:
+            rng = lane.streams[size] = stream(self.seed, "service", lane.index, size)
+        end = self.now + lane.service(size, rng)
         if len(attempts) == 1:
             last_deadline = attempts[0].deadline
             attempts[0].state = _RUNNING
@@ -390,13 +418,14 @@ class Simulation:
         engine.busy_s += self.now - start
         if engine.waiting:
             self._pump(engine)  # the slot is reused before the members move on, as in the router
-        rate = self.stages[attempts[0].stage].error_rate  # a lane serves one stage
+        stage = self.stages[attempts[0].stage]  # a lane serves one stage
+        rate = stage.error_rate
         for a in attempts:
             if a.state != _RUNNING:
                 continue  # timed out while running (a sync executor) or already over
             if cut:
                 self._failed(a)
-            elif rate and self.rng.random() < rate:
+            elif rate and stage.error_stream.random() < rate:
                 self._failed(a, error=True)
             else:
                 self._succeeded(a)

@@ -61,6 +61,7 @@ class RecordedTimes:
         self._fit = _batch_fit({b: float(np.median(by_batch[b])) for b in self._sizes},
                                {b: len(by_batch[b]) for b in self._sizes})
         self._nearest: dict[int, tuple[list[float], float]] = {}
+        self._arrays: dict[int, np.ndarray] = {}  # id of a list in _times or _pooled -> the same as an array
 
     @property
     def samples(self) -> int:
@@ -84,6 +85,15 @@ class RecordedTimes:
     def __call__(self, batch: int, rng: random.Random) -> float:
         times, factor = self._for(batch)
         return times[int(rng.random() * len(times))] * factor
+
+    def draws(self, batch: int, rng: random.Random, n: int) -> np.ndarray:
+        """The next ``n`` calls' draws at once: the same uniforms, indices and products, in numpy."""
+        times, factor = self._for(batch)
+        uniform = np.fromiter((rng.random() for _ in range(n)), dtype=float, count=n)
+        table = self._arrays.get(id(times))
+        if table is None:
+            table = self._arrays[id(times)] = np.array(times, dtype=float)
+        return table[(uniform * len(times)).astype(np.int64)] * factor
 
     def describe(self) -> dict:
         return {"source": self.source, "how": self.how, "samples": self.samples,

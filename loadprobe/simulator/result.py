@@ -9,6 +9,7 @@ Usage::
     result = simulate(config, load.poisson(200, duration=60, seed=1), seed=1)
     result.outcomes, result.latency_ms["p95"], result.stages["backbone"]["failover_share"]
     print(result.render())
+    simulate(config, arrivals, seed=1, loop="compiled")   # the same result from the numba event loop
 """
 
 from __future__ import annotations
@@ -25,7 +26,15 @@ from ..pipeline import PipelineConfig
 from .events import Simulation
 from .servicetimes import Overrides, from_config
 
-__all__ = ["SimulationResult", "simulate"]
+__all__ = ["COMPILED_FROM", "LOOPS", "SimulationResult", "compiled_available", "simulate"]
+
+LOOPS = ("auto", "python", "compiled")
+COMPILED_FROM = 50_000
+"""Arrivals from which ``loop="auto"`` loads the compiled loop for a run, in a process that has not
+loaded it yet: loading costs about half a second, what the Python loop takes for some 50,000
+arrivals. Once loaded, every run gets it. So a short run, or ``loadprobe recommend``'s series of
+3,000-arrival runs (18 of them: the load would cost more than it saves), stays on the Python
+loop, which gives the same result (docs/simulate.md)."""
 
 
 @dataclass
@@ -99,7 +108,7 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
              seed: int = 0, priorities: Sequence[int] | None = None, window_s: float | None = None, catalog=None,
              price_per_kwh: float = 0.15, years: float = 3.0, prices: Mapping[str, float] | None = None,
              error_rates: Mapping[str, float] | None = None, executors: str = "async",
-             outside=None) -> SimulationResult:
+             outside=None, loop: str = "auto") -> SimulationResult:
     """Run the requests arriving at ``arrivals_s`` (seconds) through ``config``; same inputs, same result.
 
     ``service_times`` overrides the stages' ``service_time_ms``: ``{stage: sampler}`` or
@@ -114,9 +123,16 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
     request spends outside every stage (``recorded.outside_stages``), added to its end-to-end
     latency as a delay that holds no engine. ``catalog`` (default: the built-in one), ``prices`` ({device: price}), ``price_per_kwh`` and
     ``years`` feed the power and cost figures.
+
+    ``loop`` picks the event loop, which never changes the result: "python" (events.py, the
+    reference), "compiled" (compiled.py, numba; ``pip install 'loadprobe[fast]'``), or "auto":
+    compiled when numba imports and the run has ``COMPILED_FROM`` arrivals or more, or the compiled
+    loop is loaded in this process already; else Python.
     """
     if executors not in ("async", "sync"):
         raise LoadprobeError(f"executors must be 'async' or 'sync', not {executors!r}")
+    if loop not in LOOPS:
+        raise LoadprobeError(f"loop must be one of {', '.join(map(repr, LOOPS))}, not {loop!r}")
     stage_names = {s.name for s in config.stages}
     for name, rate in (error_rates or {}).items():
         if name in stage_names and not 0.0 <= rate <= 1.0:
@@ -132,9 +148,14 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
             raise ValueError(f"{len(priorities)} priorities for {len(times)} arrivals; give one per arrival")
         priorities = np.asarray(priorities)[order].tolist()
     times = times[order]
-    sim = Simulation(config, times.tolist(), priorities, _samplers(config, service_times), seed=seed,
-                     window_s=config.window_s if window_s is None else window_s, error_rates=error_rates,
-                     executors=executors, outside=outside).run()
+    options = dict(seed=seed, window_s=config.window_s if window_s is None else window_s, error_rates=error_rates,
+                   executors=executors, outside=outside)
+    samplers = _samplers(config, service_times)
+    compiled = _compiled_loop(loop, len(times))
+    if compiled is not None:
+        sim = compiled.run(config, times, priorities, samplers, **options)
+    else:
+        sim = Simulation(config, times.tolist(), priorities, samplers, **options).run()
     start = float(times[0]) if len(times) else 0.0
     duration = max(sim.end - start, 0.0)
     stages = {}
@@ -143,7 +164,7 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
         stages[s.name] = {**_summary(s.latencies), "requests": s.entered, "timeouts": s.timeouts, "errors": s.errors,
                           "retries": s.retries, "failovers": s.failovers,
                           "failover_share": s.failovers / attempts if attempts else 0.0,
-                          "breaker_opened": s.breaker.opened_count if s.breaker else 0}
+                          "breaker_opened": s.breaker_opened}
     busy_span = max(sim.end, sim.last_done) - start  # executions of sync executors may outlast the requests
     engines = {}
     for name, e in sim.engines.items():
@@ -162,6 +183,40 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
         throughput_rps=sim.outcomes["ok"] / duration if duration else 0.0, duration_s=duration,
         power=power, tco=_cost(config, power, catalog, price_per_kwh, years, prices or {}), timeline=timeline,
         seed=seed)
+
+
+def compiled_available() -> bool:
+    """Whether the compiled event loop can run here (numba installed); imports it if so."""
+    return _import_compiled() is not None
+
+
+_COMPILED: dict[str, Any] = {}  # "module" once compiled.py was imported (None: it cannot be), "error"
+
+
+def _import_compiled():
+    if "module" not in _COMPILED:
+        try:
+            from . import compiled
+        except Exception as exc:  # noqa: BLE001 - numba missing, or one that cannot compile here: Python does the work
+            _COMPILED.update(module=None, error=f"{type(exc).__name__}: {exc}"[:300])
+        else:
+            _COMPILED.update(module=compiled, error=None)
+    return _COMPILED["module"]
+
+
+def _compiled_loop(loop: str, arrivals: int):
+    """compiled.py for this run, or None for events.py (see ``simulate``'s ``loop``)."""
+    if loop == "python":
+        return None
+    if loop == "compiled":
+        module = _import_compiled()
+        if module is None:
+            raise LoadprobeError("loop='compiled' needs numba, which does not import here "
+                                 f"({_COMPILED['error']}): pip install 'loadprobe[fast]', or use loop='python'")
+        return module
+    if "module" not in _COMPILED and arrivals < COMPILED_FROM:
+        return None  # not loaded yet, and not worth loading for this run
+    return _import_compiled()
 
 
 def _device(catalog, device_id: str | None):
@@ -236,7 +291,7 @@ def _samplers(config: PipelineConfig, given) -> dict:
 
 def _summary(latencies_s: list[float]) -> dict[str, float | None]:
     """p50, p95, p99 (to HdrHistogram's 0.1%, as loadprobe reports them everywhere) and the exact mean, ms."""
-    if not latencies_s:
+    if not len(latencies_s):
         return {"p50": None, "p95": None, "p99": None, "mean": None}
     values = np.asarray(latencies_s)
     hist = Histogram()

@@ -6,31 +6,55 @@ Usage::
     times = from_config(config, {"head": exponential(2.0),        # a stage on every engine it may run on
                                  "backbone": {"gpu0": constant(4.0)}})  # or on one engine
     times[("backbone", "npu0")](4, random.Random(0))              # seconds for one batch of 4
+    draw_block(times[("backbone", "npu0")], 4, random.Random(0), 1000)  # the next 1000 of them, an array
 
 ``service_time_ms`` is the time of one execution (one batch, or one request when unbatched), so
 the samplers built from it ignore the batch size; an override may use it.
+
+The simulator hands every (lane, batch size) its own ``random.Random`` stream, and a sampler's
+draws must depend on nothing but the stream it is handed: the compiled event loop fetches them
+ahead, in blocks, so the order of calls across streams differs from the Python loop's while each
+stream's sequence stays the same. A sampler may offer ``draws(batch, rng, n)``, returning the
+array of its next ``n`` draws from ``rng`` (exactly what ``n`` calls would return), to make those
+blocks cheap; ``draw_block`` falls back to calling it ``n`` times.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import weakref
 from collections.abc import Callable, Mapping
+
+import numpy as np
 
 from .._errors import LoadprobeError
 from ..pipeline import PipelineConfig
 from ..queueing import Z95
 
-__all__ = ["ServiceTime", "constant", "exponential", "from_config", "lognormal", "parse_override"]
+__all__ = ["ServiceTime", "constant", "draw_block", "exponential", "from_config", "lognormal", "parse_override"]
 
 ServiceTime = Callable[[int, random.Random], float]
 
 
+class _Constant:
+    """Always the same seconds (``constant``): a class so that blocks of draws are one ``np.full``."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self, batch: int, rng: random.Random) -> float:
+        return self.seconds
+
+    def draws(self, batch: int, rng: random.Random, n: int) -> np.ndarray:
+        return np.full(n, self.seconds, dtype=float)
+
 
 def constant(ms: float) -> ServiceTime:
     """Always ``ms`` milliseconds."""
-    seconds = ms / 1000.0
-    return lambda batch, rng: seconds
+    return _Constant(ms / 1000.0)
 
 
 def exponential(mean_ms: float) -> ServiceTime:
@@ -39,29 +63,70 @@ def exponential(mean_ms: float) -> ServiceTime:
     return lambda batch, rng: rng.expovariate(rate)
 
 
-class _Buffered:
-    """Draws made by numpy in blocks, seeded from the simulation's ``rng``: a draw costs a list pop.
+def draw_block(sampler: ServiceTime, batch: int, rng: random.Random, n: int) -> np.ndarray:
+    """The next ``n`` draws of ``sampler`` for ``batch`` from ``rng``: what ``n`` calls would return, in order."""
+    block = getattr(sampler, "draws", None)
+    if block is not None:
+        return np.asarray(block(batch, rng, n), dtype=float)
+    return np.fromiter((sampler(batch, rng) for _ in range(n)), dtype=float, count=n)
 
-    The block's seed comes from ``rng`` when the block is needed, and a new ``rng`` (a new run)
-    starts afresh, so a run stays a function of its seed. ``make(generator, n)`` returns ``n`` seconds.
+
+class _Buffered:
+    """Draws made by numpy in blocks, seeded from the stream ``rng``: a draw costs a list pop.
+
+    Each stream keeps its own blocks (its first block small, the next ones larger, up to
+    ``BLOCK``), seeded from that stream when needed, so a sampler shared by several streams (a
+    lane's batch sizes, or several lanes) gives each the same sequence whatever the order of the
+    calls, and a new stream (a new run) starts afresh. ``make(generator, n)`` returns ``n`` seconds.
     """
 
-    BLOCK = 4096
+    FIRST_BLOCK, BLOCK = 64, 4096
 
     def __init__(self, make) -> None:
         self.make = make
-        self.left: list[float] = []
+        # The stream drawn from last and its buffer are attributes: the common case costs no lookup.
+        # Every stream's [weak reference, buffer, next block size] is kept by id; the weak
+        # reference's callback forgets it with the stream (before its id can be reused).
         self.rng: random.Random | None = None
+        self.left: list[float] = []
+        self.entry: list | None = None
+        self.streams: dict[int, list] = {}
+
+    def _switch(self, rng: random.Random) -> None:
+        key = id(rng)
+        entry = self.streams.get(key)
+        if entry is None or entry[0]() is not rng:
+            entry = self.streams[key] = [weakref.ref(rng, lambda _, key=key, streams=self.streams:
+                                                     streams.pop(key, None)), [], self.FIRST_BLOCK]
+        self.rng, self.left, self.entry = rng, entry[1], entry
+
+    def _refill(self, rng: random.Random) -> None:
+        block = self.entry[2]
+        self.left.extend(self.make(np.random.default_rng(rng.getrandbits(64)), block).tolist())
+        self.entry[2] = min(block * 4, self.BLOCK)
 
     def __call__(self, batch: int, rng: random.Random) -> float:
         if rng is not self.rng:
-            self.rng, self.left = rng, []
+            self._switch(rng)
         left = self.left
         if not left:
-            import numpy as np
-
-            left.extend(self.make(np.random.default_rng(rng.getrandbits(64)), self.BLOCK).tolist())
+            self._refill(rng)
         return left.pop()
+
+    def draws(self, batch: int, rng: random.Random, n: int) -> np.ndarray:
+        """The next ``n`` calls' draws at once (each block is popped from its end, as the calls do)."""
+        if rng is not self.rng:
+            self._switch(rng)
+        out: list[float] = []
+        while len(out) < n:
+            if not self.left:
+                self._refill(rng)
+            take = min(n - len(out), len(self.left))
+            chunk = self.left[-take:]
+            del self.left[-take:]
+            chunk.reverse()
+            out += chunk
+        return np.array(out, dtype=float)
 
 
 def lognormal(p50_ms: float, p95_ms: float | None = None) -> ServiceTime:
