@@ -19,9 +19,9 @@ Usage::
 from __future__ import annotations
 
 import threading
-from itertools import islice
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
+from itertools import islice
 
 import numpy as np
 import pyarrow as pa
@@ -209,10 +209,9 @@ def map_files(jobs, filters: Filters = Filters(), threads: int = 2):
     files at once: Arrow's decoding and the compiled kernel release the GIL, so on two cores
     two files overlap almost fully (1.8 cores busy at 100M spans). At most ``threads`` files in
     memory. A deeper read-ahead only pays while numba loads (~0.5 s), so there is none."""
-    from collections import deque
     from concurrent.futures import ThreadPoolExecutor
 
-    pending = iter(list(jobs))
+    pending = iter(jobs)
     with ThreadPoolExecutor(threads, thread_name_prefix="loadprobe-map") as pool:
         running = deque(pool.submit(map_file, ref, filters, window) for ref, window in islice(pending, threads))
         while running:
