@@ -110,9 +110,9 @@ def run_loadprobe(data: str, engine: str, workers: int, src: str, kernel: str = 
         per_minute[key] = per_minute.get(key, 0) + int(n)
     from loadprobe import partials
 
-    compiled = kernel != "numpy" and partials._WARM.get("module") is not None
+    compiled = kernel != "numpy" and partials.kernel_available()
     return {"compute_s": compute, "pcts": pcts, "per_minute": {k: v for k, v in per_minute.items() if v},
-            "kernel": "numba" if compiled else "numpy", "portrait_sha256": digest,
+            "kernel": "compiled" if compiled else "numpy", "portrait_sha256": digest,
             "batch": batch, "rows": saved["data_quality"]["rows"], "portrait_bytes": portrait_bytes,
             "stages": len(saved["stages"]), "bottlenecks": [b["kind"] for b in saved["bottlenecks"]]}
 

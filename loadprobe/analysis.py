@@ -9,15 +9,13 @@ Usage::
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timezone
 
 from ._errors import LoadprobeError
 from .dataset import discover, file_refs
 from .engines import run_map
 from .finalize import build_portrait
-from .partials import (KERNELS, Filters, hosts_may_share_request_ids, kernel_available, wait_for_kernel,
-                       warm_kernel)
+from .partials import KERNELS, Filters, hosts_may_share_request_ids, kernel_available
 from .portrait import Portrait
 
 
@@ -51,25 +49,21 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
     ``device`` names a catalog entry for the roofline (default: the recorded GPU or CPU
     when the catalog knows it); ``catalog`` adds device files. ``engine``: "inprocess",
     "process" (``workers`` processes) or "dask" (a local cluster, or ``scheduler``).
-    ``kernel``: how each file is aggregated: "auto" (compiled with numba when it is installed
-    and the span files add up to 64 MiB or more, else numpy), "numba" or "numpy"; all give
-    identical portraits.
+    ``kernel``: how each file is aggregated: "auto" (the compiled C kernel when it was built at
+    install, else numpy), "compiled" or "numpy"; all give identical portraits.
     """
     if isinstance(paths, str):
         paths = [paths]
     if kernel not in KERNELS:
         raise LoadprobeError(f"kernel {kernel!r} is not one of {', '.join(KERNELS)}")
-    if kernel == "numba" and not kernel_available():
-        raise LoadprobeError("kernel 'numba' needs numba (pip install numba); kernel 'auto' uses numpy without it")
+    if kernel == "compiled" and not kernel_available():
+        raise LoadprobeError("kernel 'compiled' needs loadprobe's C kernel, built at install when a C compiler "
+                             "is present (reinstall with one); kernel 'auto' uses numpy without it")
     since_ns, until_ns = parse_time(since, "--since"), parse_time(until, "--until")
     if since_ns is not None and until_ns is not None and since_ns >= until_ns:
         raise LoadprobeError(f"--since {since} is not before --until {until}")
     runs, skipped = discover(paths, service=service, host=host)
     refs = file_refs(runs)
-    if kernel == "auto" and not _worth_compiling(refs):
-        kernel = "numpy"  # small data: numba's ~1 s load per process would cost more than it saves
-    if kernel != "numpy":
-        warm_kernel()  # loads numba's compiled map step in a thread while the first file is read
     # The cross-host clock check compares requests seen on several hosts, so it needs the request
     # ids; with one host, or when the files' footers prove that no two hosts share an id (each
     # host's id ranges are disjoint from every other's), it can find nothing and they are not decoded.
@@ -77,8 +71,6 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
     filters = Filters(since_ns, until_ns, sample_skew=sample_skew, kernel=kernel)
     windows = {r.run_id: (r.info["started_ns"], r.info.get("stopped_ns"))
                for r in runs if isinstance(r.info.get("started_ns"), int) and r.info.get("role") != "imported"}
-    if engine != "inprocess":
-        wait_for_kernel()  # forked workers inherit it loaded; never fork while a thread holds a lock
     part = run_map(refs, filters, windows, engine=engine, workers=workers, scheduler=scheduler,
                    progress=progress)
     if not part.files:
@@ -88,26 +80,6 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
                              f"first: {first[0]}: {first[1]})")
     return build_portrait(part, runs, inputs=list(paths), device=_roofline_device(device, runs, catalog),
                           precision=precision, dataset_skipped=skipped)
-
-
-COMPILE_FROM_BYTES = 64 * 1024 * 1024  # span files this large (about 3M spans) are mapped with numba
-
-
-def _worth_compiling(refs) -> bool:
-    """Whether the data is large enough for the compiled map step to pay for loading numba."""
-    total = 0
-    for ref in refs:
-        if ref.kind != "spans":
-            continue
-        if ref.filesystem_uri is not None:
-            return True  # remote data: assume it is large
-        try:
-            total += os.path.getsize(ref.path[7:] if ref.path.startswith("file://") else ref.path)
-        except OSError:
-            continue
-        if total >= COMPILE_FROM_BYTES:
-            return True
-    return False
 
 
 def _roofline_device(device: str | None, runs, catalog_files):

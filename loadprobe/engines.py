@@ -15,6 +15,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 
 from ._errors import LoadprobeError
+from ._memory import keep_freed_memory
 from .partials import Filters, Partial, map_file, map_files
 
 ENGINES = ("inprocess", "process", "dask")
@@ -32,7 +33,17 @@ def _merge_two(a: Partial, b: Partial) -> Partial:
 
 def run_map(refs, filters: Filters, windows: dict, *, engine: str = "inprocess", workers: int = 1,
             scheduler: str | None = None, progress=None) -> Partial:
-    """Map every file and merge the results; ``progress(done, total)`` is called as files finish."""
+    """Map every file and merge the results; ``progress(done, total)`` is called as files finish.
+    Local engines run with glibc keeping freed memory for reuse (``_memory.keep_freed_memory``;
+    forked workers inherit it): about a tenth less CPU than faulting in fresh pages per file."""
+    if engine == "dask":
+        return _run_map(refs, filters, windows, engine, workers, scheduler, progress)
+    with keep_freed_memory():
+        return _run_map(refs, filters, windows, engine, workers, scheduler, progress)
+
+
+def _run_map(refs, filters: Filters, windows: dict, engine: str, workers: int, scheduler: str | None,
+             progress) -> Partial:
     if engine == "inprocess" or workers <= 1:
         filters = dataclasses.replace(filters, read_threads=True)  # the only process: use every core
     jobs = [(ref, filters, windows.get(ref.run_id)) for ref in refs]

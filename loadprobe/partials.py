@@ -6,9 +6,9 @@ end, so merging is associative and commutative: the same files give the same por
 in-process, in a process pool or on Dask, in any order and any split. Memory is bounded
 by one file plus the partial, whatever the dataset's size.
 
-Each file's spans are aggregated by numpy (``_aggregate_numpy``, the reference) or, when
-numba is installed, by the compiled ``_mapkernel`` (``_aggregate_compiled``): identical
-results, checked by tests/test_analyze_fast.py; ``Filters.kernel`` chooses.
+Each file's spans are aggregated by numpy (``_aggregate_numpy``, the reference) or, when its
+C library was built at install, by the compiled ``_mapkernel`` (``_aggregate_compiled``):
+identical results, checked by tests/test_analyze_fast.py; ``Filters.kernel`` chooses.
 
 Usage::
 
@@ -18,7 +18,7 @@ Usage::
 
 from __future__ import annotations
 
-import threading
+import functools
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from itertools import islice
@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from .dataset import FileRef, open_input
 from .histogram import Histogram
+from ._memory import scratch
 from ._segments import iter_stream
 from .schema import SCHEMA_KEY, SCHEMAS, SchemaVersionError, check_version
 
@@ -41,7 +42,7 @@ _SPAN_COLUMNS = ["ts_ns", "dur_ns", "stage", "span_id", "parent_id", "request_id
 _REQUIRED_SPAN_COLUMNS = {"ts_ns", "dur_ns", "stage", "span_id", "parent_id", "request_id", "status"}
 _SAMPLE_COLUMNS = ["ts_ns", "device", "metric", "value"]
 MAX_DEPTH = 64  # parent links followed from a span up to its root (as _mapkernel.MAX_DEPTH)
-KERNELS = ("auto", "numba", "numpy")  # how a file's spans are aggregated (Filters.kernel)
+KERNELS = ("auto", "compiled", "numpy")  # how a file's spans are aggregated (Filters.kernel)
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class Filters:
     until_ns: int | None = None
     sample_skew: bool = True
     read_threads: bool = False  # let Arrow decode columns in parallel (when one process maps alone)
-    kernel: str = "auto"  # "auto": compiled (numba) when installed, else numpy; "numba"; "numpy"
+    kernel: str = "auto"  # "auto": compiled (C) when built, else numpy; "compiled"; "numpy"
 
 
 @dataclass
@@ -389,57 +390,95 @@ def _ranges_overlap_across_hosts(ranges: list) -> bool:
     return False
 
 
+# Columns become numpy arrays straight from Arrow's buffers (np.frombuffer): pyarrow's own
+# to_numpy imports pandas when it is installed, about 0.3 s of one core at the first file.
+
+
 def _ints(table: pa.Table, name: str, fill: int = -1) -> np.ndarray:
     """An int64 column as numpy, nulls replaced by ``fill``."""
     if name not in table.column_names:
         return np.full(table.num_rows, fill, dtype=np.int64)
     column = table.column(name)
-    if column.type == pa.int64() and column.null_count:
-        return _with_fill(column.chunks, table.num_rows, fill, np.int64)
-    if column.null_count:
-        column = pc.fill_null(column, fill)
-    return column.to_numpy().astype(np.int64, copy=False)
+    if column.type != pa.int64():
+        column = column.cast(pa.int64())
+    return _with_fill(column.chunks, table.num_rows, fill, np.int64, key=name)
 
 
-def _with_fill(chunks, n: int, fill, dtype, out_dtype=np.int64) -> np.ndarray:
+def _with_fill(chunks, n: int, fill, dtype, out_dtype=np.int64, key: str | None = None) -> np.ndarray:
     """Fixed-width Arrow chunks (of ``dtype``) as one ``out_dtype`` array, nulls set to ``fill``:
-    one copy from Arrow's buffers, no intermediate arrays."""
-    out = np.empty(n, dtype=out_dtype)
-    fill_nulls = _fill_kernel()
+    one copy from Arrow's buffers, no intermediate arrays; none (a read-only view) for a
+    single chunk without nulls. With ``key``, the copy goes to this thread's scratch array of
+    that name (``_memory.scratch``), valid until the thread maps its next file."""
+    chunks = [chunk for chunk in chunks if len(chunk)]
+    if len(chunks) == 1 and not chunks[0].null_count and np.dtype(dtype) == np.dtype(out_dtype):
+        return _values(chunks[0], dtype)
+    out = np.empty(n, dtype=out_dtype) if key is None else scratch(key, n, out_dtype)
+    compiled = compiled_kernel()
     pos = 0
     for chunk in chunks:
         m = len(chunk)
-        if m == 0:
-            continue
-        validity, data = chunk.buffers()[:2]
         seg = out[pos:pos + m]
+        pos += m
+        validity, data = chunk.buffers()[:2]
         if data is None or (validity is None and chunk.null_count):  # all null, no buffers
             seg[:] = fill
-            pos += m
             continue
-        values = np.frombuffer(data, dtype=dtype, count=m, offset=chunk.offset * np.dtype(dtype).itemsize)
-        if chunk.null_count and fill_nulls is not None and values.dtype == seg.dtype:
-            bits = np.frombuffer(validity, dtype=np.uint8)
-            values.flags.writeable = bits.flags.writeable = False  # always read-only: one compiled variant
-            fill_nulls(values, bits, chunk.offset, seg.dtype.type(fill), seg)
-            pos += m
+        values = _values(chunk, dtype)
+        if chunk.null_count and compiled is not None and values.dtype == seg.dtype:
+            compiled.fill_nulls(values, np.frombuffer(validity, dtype=np.uint8), chunk.offset, fill, seg)
             continue
         seg[:] = values
         if chunk.null_count:
-            bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), count=chunk.offset + m,
-                                 bitorder="little")[chunk.offset:]
-            np.putmask(seg, bits == 0, fill)
-        pos += m
+            np.putmask(seg, ~_bits(validity, chunk.offset, m), fill)
     return out
 
 
 def _floats(table: pa.Table, name: str) -> np.ndarray:
+    """A float64 column as numpy, nulls as NaN."""
     if name not in table.column_names:
         return np.full(table.num_rows, np.nan)
     column = table.column(name).cast(pa.float64())
-    if column.null_count:
-        column = pc.fill_null(column, np.nan)
-    return column.to_numpy()
+    return _with_fill(column.chunks, table.num_rows, np.nan, np.float64, np.float64)
+
+
+def _values(chunk: pa.Array, dtype) -> np.ndarray:
+    """A fixed-width Arrow array's values as a read-only numpy view (arbitrary where null)."""
+    size = np.dtype(dtype).itemsize
+    return np.frombuffer(chunk.buffers()[1], dtype=dtype, count=len(chunk), offset=chunk.offset * size)
+
+
+def _bits(buffer, offset: int, n: int) -> np.ndarray:
+    """``n`` bits of an Arrow bitmap (validity or booleans) from bit ``offset``, as bools."""
+    return np.unpackbits(np.frombuffer(buffer, dtype=np.uint8), count=offset + n, bitorder="little")[offset:].view(bool)
+
+
+def _arrow_mask(mask: np.ndarray) -> pa.Array:
+    """A numpy bool array as an Arrow one (for ``filter``), without ``pa.array``: it imports pandas."""
+    bits = np.packbits(mask, bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(mask), [None, pa.py_buffer(bits)])
+
+
+def _arrow_rows(rows: np.ndarray) -> pa.Array:
+    """Row numbers as an Arrow int64 array (for ``take``), without ``pa.array``."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(rows)])
+
+
+def _is_valid(column: pa.ChunkedArray) -> np.ndarray:
+    """Whether each row of a column holds a value."""
+    return _concat([np.ones(len(c), dtype=bool) if not c.null_count
+                    else _bits(c.buffers()[0], c.offset, len(c)) if c.buffers()[0] is not None
+                    else np.zeros(len(c), dtype=bool) for c in column.chunks])
+
+
+def _booleans(column: pa.ChunkedArray) -> np.ndarray:
+    """A boolean column's values as numpy bools (False where there is no data buffer)."""
+    return _concat([_bits(c.buffers()[1], c.offset, len(c)) if c.buffers()[1] is not None
+                    else np.zeros(len(c), dtype=bool) for c in column.chunks])
+
+
+def _concat(parts: list) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
 
 def _sparse(table: pa.Table, name: str, dtype) -> tuple[np.ndarray, np.ndarray] | None:
@@ -460,10 +499,9 @@ def _sparse(table: pa.Table, name: str, dtype) -> tuple[np.ndarray, np.ndarray] 
             values.append(np.zeros(m, dtype=dtype))
             present.append(np.zeros(m, dtype=bool))
             continue
-        values.append(np.frombuffer(data, dtype=dtype, count=m, offset=chunk.offset * np.dtype(dtype).itemsize))
+        values.append(_values(chunk, dtype))
         if chunk.null_count:
-            present.append(np.unpackbits(np.frombuffer(validity, dtype=np.uint8), count=chunk.offset + m,
-                                         bitorder="little")[chunk.offset:].view(bool))
+            present.append(_bits(validity, chunk.offset, m))
         else:
             present.append(np.ones(m, dtype=bool))
     if len(chunks) == 1:
@@ -489,114 +527,40 @@ def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list]:
     dictionary = chunks[0].dictionary.to_pylist()
     index_type = chunks[0].indices.type
     n = sum(len(c) for c in chunks)
-    if index_type == pa.int32() and len(chunks) == 1 and not chunks[0].null_count:
-        return chunks[0].indices.to_numpy(), dictionary  # no copy
-    if pa.types.is_integer(index_type) and index_type.bit_width in (8, 16, 32, 64):
-        dtype = np.dtype(f"{'i' if pa.types.is_signed_integer(index_type) else 'u'}{index_type.bit_width // 8}")
-        return _with_fill([c.indices for c in chunks], n, -1, dtype, np.int32), dictionary
-    codes = np.concatenate([pc.fill_null(c.indices, -1).to_numpy().astype(np.int32) for c in chunks])
-    return codes, dictionary
+    # Dictionary indices are always integers of 8 to 64 bits.
+    dtype = np.dtype(f"{'i' if pa.types.is_signed_integer(index_type) else 'u'}{index_type.bit_width // 8}")
+    return _with_fill([c.indices for c in chunks], n, -1, dtype, np.int32, key=name), dictionary
 
 
-_WARM_LOCK = threading.Lock()
-_WARM: dict = {}  # "started": the warm-up's thread (or True), "module": _mapkernel once it works, "error"
-_WARMING_HERE = threading.local()  # set in the thread running the warm-up
+@functools.cache
+def _load_kernel():
+    """(``_mapkernel``, None) when its C library loads here, else (None, why not)."""
+    try:
+        from . import _mapkernel
+    except (ImportError, OSError) as exc:
+        return None, str(exc)
+    return _mapkernel, None
 
 
-def _fill_kernel():
-    """``_mapkernel.fill_nulls`` (an exact fused copy) once the compiled kernels are loaded, else None."""
-    module = _WARM.get("module")
-    return module.fill_nulls if module is not None and _WARM.get("done") else None
+def compiled_kernel():
+    """The compiled map kernel (``_mapkernel``), or None when it was not built here."""
+    return _load_kernel()[0]
+
+
+def kernel_available() -> bool:
+    """Whether the compiled map step loads here (its C library was built at install)."""
+    return compiled_kernel() is not None
 
 
 def _kernel(filters: Filters):
     """The compiled aggregation module, or None for the numpy path (``Filters.kernel``): "auto"
-    falls back to numpy when numba is missing or its kernels fail to load; "numba" raises then."""
+    falls back to numpy when the C kernel is not built; "compiled" raises then."""
     if filters.kernel == "numpy":
         return None
-    if getattr(_WARMING_HERE, "active", False):
-        return _WARM.get("module")
-    warm_kernel(background=False)  # loads them here unless a warm-up already started
-    wait_for_kernel()
-    module = _WARM.get("module")
-    if module is None and filters.kernel == "numba":
-        raise ImportError(f"the compiled map step is unavailable: {_WARM.get('error', 'numba is not installed')}")
+    module, error = _load_kernel()
+    if module is None and filters.kernel == "compiled":
+        raise ImportError(f"the compiled map step is unavailable: {error}")
     return module
-
-
-def kernel_available() -> bool:
-    """Whether the compiled map step loads here (numba installed and working); loads it if not yet."""
-    warm_kernel(background=False)
-    wait_for_kernel()
-    return _WARM.get("module") is not None
-
-
-def warm_kernel(background: bool = True) -> None:
-    """Load the compiled kernels (numba's first call costs ~1 s per process, even from its disk
-    cache), once per process: in a background thread by default, so it overlaps discovery and
-    the first file's read. Call ``wait_for_kernel`` before forking workers (they inherit them)."""
-    with _WARM_LOCK:
-        if "started" in _WARM:
-            return
-        if background:
-            thread = threading.Thread(target=_warm, name="loadprobe-kernel-warm-up", daemon=True)
-            _WARM["started"] = thread
-            thread.start()
-            return
-        _WARM["started"] = True
-    _warm()
-
-
-def wait_for_kernel() -> None:
-    """Wait for ``warm_kernel``'s thread (before forking: no thread may hold a lock then)."""
-    thread = _WARM.get("started")
-    if isinstance(thread, threading.Thread) and thread is not threading.current_thread():
-        thread.join()
-
-
-def _warm() -> None:
-    """Import ``_mapkernel`` and map a few synthetic spans with every column the compiled path
-    reads, so each compiled function is loaded (or compiled) with the argument types real
-    files give it. On any failure the numpy path is used instead."""
-    try:
-        from . import _mapkernel
-    except ImportError as exc:
-        _WARM["error"] = str(exc)
-        _WARM["done"] = True
-        return
-    rows = 4
-    dictionary = pa.dictionary(pa.int32(), pa.string())
-    columns = {
-        "ts_ns": pa.array([_NS * 1000 + i for i in range(rows)], pa.int64()),
-        "dur_ns": pa.array([10, 5, 3, None], pa.int64()),
-        "stage": pa.array(["request", "model", "model", "model"]).cast(dictionary),
-        "span_id": pa.array([1, 2, 3, 4], pa.int64()),
-        "parent_id": pa.array([None, 1, 1, 1], pa.int64()),
-        "batch": pa.array([None, 2, 3, None], pa.int64()),
-        "shape": pa.array([None, "2x4", "3x4", None]).cast(dictionary),
-        "engine": pa.array([None, "cpu", "cpu", None]).cast(dictionary),
-        "status": pa.array(["ok"] * rows).cast(dictionary),
-        "queue_ns": pa.array([None, 1, 2, None], pa.int64()),
-        "flops": pa.array([None, 1.0, 2.0, None], pa.float64()),
-        "bytes": pa.array([None, 1.0, 2.0, None], pa.float64()),
-        "tokens_in": pa.array([None, 1, 2, None], pa.int64()),
-        "tokens_out": pa.array([None, 1, 2, None], pa.int64()),
-    }
-    ref = FileRef(path="warm-up", kind="spans", stream=False, host="h", service="s", run_id="r")
-    _WARMING_HERE.active = True
-    _WARM["module"] = _mapkernel
-    try:
-        for dtype in (np.int64, np.int32):  # as _with_fill calls it: Arrow's buffers are read-only
-            values, bits = np.arange(9, dtype=dtype), np.array([0b10101010, 1], dtype=np.uint8)
-            values.flags.writeable = bits.flags.writeable = False
-            _mapkernel.fill_nulls(values, bits, 0, values.dtype.type(-1), np.empty(9, dtype=dtype))
-        _map_spans(Partial(), pa.table(columns), ref, Filters(kernel="numba"), None, True)
-    except Exception as exc:  # a numba that cannot compile here: numpy does the work
-        _WARM["module"] = None
-        _WARM["error"] = f"{type(exc).__name__}: {exc}"[:300]
-    finally:
-        _WARMING_HERE.active = False
-        _WARM["done"] = True
 
 
 def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, run_window,
@@ -610,7 +574,7 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
         keep &= ts < filters.until_ns
     if not keep.all():
         part.rows_filtered += int((~keep).sum())
-        table = table.filter(pa.array(keep))
+        table = table.filter(_arrow_mask(keep))
         ts = ts[keep]
     if len(ts) == 0:
         return
@@ -623,7 +587,7 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
         part.null_durations += int(null_dur.sum())
         if negative.any():  # impossible spans: left out entirely, counted and reported
             part.negative_durations += int(negative.sum())
-            table = table.filter(pa.array(~negative))
+            table = table.filter(_arrow_mask(~negative))
             ts, dur, null_dur = ts[~negative], dur[~negative], null_dur[~negative]
             if len(ts) == 0:
                 return
@@ -638,7 +602,7 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
     for key, column in (("queue", "queue_ns"), ("tin", "tokens_in"), ("tout", "tokens_out")):
         c[key] = _ints(table, column) if column in table.column_names else None  # None: absent (all null)
     if known is None:
-        c["req"] = table.column("request_id").is_valid().to_numpy(zero_copy_only=False)
+        c["req"] = _is_valid(table.column("request_id"))
     for key, column in (("stage", "stage"), ("status", "status"), ("shape", "shape"), ("engine", "engine")):
         c[key], c[key + "_names"] = _codes(table, column)
 
@@ -796,50 +760,34 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
     if max(n_stage * n_sec, n_stage * n_shape, n_stage * n_engine, n_sec) > _DENSE_CELLS:
         return None
     span_id = c["span_id"]
-    for array in (ts, dur, valid, parent, span_id):  # Arrow's zero-copy arrays are read-only: make
-        array.flags.writeable = False                 # all inputs so, for one compiled variant
     id_lo = int(span_id.min())
     id_size = int(span_id.max()) - id_lo + 1
-    if id_size <= _DENSE_IDS * n + (1 << 20):
-        parent_row, unjoined = k.join_dense(span_id, parent, valid, id_lo, id_size)
-    else:  # sparse ids: join through a sort, as the numpy path does
+    parent_row = None  # joined in the kernel through a dense table of ids
+    if id_size > _DENSE_IDS * n + (1 << 20):  # sparse ids: join through a sort, as the numpy path does
         child = (parent != 0) & valid
         order = np.argsort(span_id, kind="stable")
         sorted_ids = span_id[order]
         pos = np.minimum(np.searchsorted(sorted_ids, parent[child]), n - 1)
         found = sorted_ids[pos] == parent[child]
-        unjoined = int((~found).sum())
+        part.unjoined_children += int((~found).sum())
         parent_row = np.full(n, -1, dtype=np.int64)
         parent_row[np.flatnonzero(child)[found]] = order[pos[found]]
-    part.unjoined_children += int(unjoined)
 
-    none = np.zeros(0, dtype=np.int64)
-    optional = {key: none if c[key] is None else c[key] for key in ("queue", "tin", "tout")}
-    hists = {key: k.new_histogram_arrays(n_stage if key == "lat" or len(optional[key]) else 0)
-             for key in ("lat", "queue", "tin", "tout")}
-    nothing_f, nothing_b = np.zeros(0, dtype=np.float64), np.zeros(0, dtype=bool)
-    sparse = [c["batch"] or (none, nothing_b), c["flops"] or (nothing_f, nothing_b), c["bytes"] or (nothing_f, nothing_b)]
-    req_hist = k.new_histogram_arrays(1)
-    known = c["known"]
+    hists = {"latency": k.new_histogram_arrays(n_stage), "request": k.new_histogram_arrays(1)}
+    for key, column in (("queue", "queue"), ("tokens_in", "tin"), ("tokens_out", "tout")):
+        hists[key] = k.new_histogram_arrays(n_stage if c[column] is not None else 0)
     small = np.iinfo(np.int64).min
     if run_window is not None:
         start, stop = run_window
         win_start, win_stop = start - 5 * _NS, (stop + 5 * _NS) if stop else small
     else:
         win_start = win_stop = small
-    inputs = [ts, dur, valid, parent, parent_row, c["req"] if known is None else nothing_b,
-              c["stage"], c["status"], c["shape"], c["engine"], optional["queue"], optional["tin"], optional["tout"],
-              *sparse[0], *sparse[1], *sparse[2]]
-    for array in inputs:
-        array.flags.writeable = False
-    (ts, dur, valid, parent, parent_row, req_rows, stage, status, shape, engine, queue, tin, tout,
-     batch_v, batch_p, flops_v, flops_p, bytes_v, bytes_p) = inputs
-    (sums, statuses, shapes, engines, busy, busy_n, req_sums, req_statuses, arrivals, root_arrivals,
-     edges, req_ts, *grouped) = k.aggregate(
-        ts, dur, valid, parent, parent_row, req_rows, -1 if known is None else int(known),
-        stage, n_stage, status, n_status, shape, n_shape, engine, n_engine, queue, tin, tout,
-        batch_v, batch_p, flops_v, flops_p, bytes_v, bytes_p,
-        sec_lo, n_sec, win_start, win_stop, *hists["lat"], *hists["queue"], *hists["tin"], *hists["tout"], *req_hist)
+    out = k.aggregate(c, n_stage=n_stage, n_status=n_status, n_shape=n_shape, n_engine=n_engine, sec_lo=sec_lo,
+                      n_sec=n_sec, win_start=win_start, win_stop=win_stop, parent_row=parent_row, id_lo=id_lo,
+                      id_size=id_size, hists=hists)
+    sums, statuses, shapes, engines = out["sums"], out["statuses"], out["shapes"], out["engines"]
+    busy, busy_n, edges = out["busy"], out["busy_n"], out["edges"]
+    part.unjoined_children += int(edges[3])
 
     part.first_ns = _pick(min, part.first_ns, int(edges[0]))
     part.last_ns = _pick(max, part.last_ns, int(edges[1]))
@@ -860,14 +808,14 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
             continue
         sp = part.stage(str(name))
         sp.count += row[k.S_COUNT]
-        record(sp.latency, *hists["lat"], code)
+        record(sp.latency, *hists["latency"], code)
         sp.self_ns += row[k.S_SELF]
         sp.in_request_ns += row[k.S_IN_REQUEST]
         sp.self_in_request_ns += row[k.S_SELF_IN_REQUEST]
         sp.statuses.update(_dense_counts(statuses[code], status_names))
         sp.offset_ns += row[k.S_OFFSET]
         sp.offset_n += row[k.S_OFFSET_N]
-        if len(optional["queue"]):
+        if c["queue"] is not None:
             record(sp.queue, *hists["queue"], code)
         if n_shape:
             sp.shapes.update(_dense_counts(shapes[code], shape_names))
@@ -875,27 +823,29 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
                 sp.merge(StagePartial())  # trims to the cap
         if n_engine:
             sp.engines.update(_dense_counts(engines[code], engine_names))
-        if len(optional["tin"]):
-            record(sp.tokens_in, *hists["tin"], code)
-        if len(optional["tout"]):
-            record(sp.tokens_out, *hists["tout"], code)
+        if c["tin"] is not None:
+            record(sp.tokens_in, *hists["tokens_in"], code)
+        if c["tout"] is not None:
+            record(sp.tokens_out, *hists["tokens_out"], code)
         present = np.flatnonzero(busy_n[code])
         busy_all.update({(ref.host, str(name), sec): v
                          for sec, v in zip(secs[present].tolist(), busy[code][present].tolist())})
     part.busy.update(busy_all)
 
-    part.request_count += int(req_sums[0])
-    record(part.requests, *req_hist, 0)
-    part.request_total_ns += int(req_sums[1])
-    part.request_self_ns += int(req_sums[2])
-    part.request_statuses.update(_dense_counts(req_statuses, status_names))
+    request_sums = out["request_sums"].tolist()
+    part.request_count += request_sums[0]
+    record(part.requests, *hists["request"], 0)
+    part.request_total_ns += request_sums[1]
+    part.request_self_ns += request_sums[2]
+    part.request_statuses.update(_dense_counts(out["request_statuses"], status_names))
+    arrivals, root_arrivals = out["arrivals"], out["root_arrivals"]
     present = np.flatnonzero(arrivals)
     arrived = dict(zip(secs[present].tolist(), arrivals[present].tolist()))
     part.arrivals.update(arrived)
     part.host_arrivals.update({(ref.host, sec): n for sec, n in arrived.items()})
     present = np.flatnonzero(root_arrivals)
     part.root_arrivals.update(dict(zip(secs[present].tolist(), root_arrivals[present].tolist())))
-    return req_ts, dict(zip(("batch", "flops", "bytes"), grouped))
+    return out["request_ts"], {key: (out[key + "_rows"], out[key + "_bounds"]) for key in ("batch", "flops", "bytes")}
 
 
 def _dense_counts(counts: np.ndarray, names: list) -> dict:
@@ -947,11 +897,12 @@ def _batch_and_float_sums(part: Partial, c: dict, grouped: dict | None = None) -
 
 def _sample_for_skew(part: Partial, table, ts, ends, roots, host: str) -> None:
     ids = table.column("request_id")
-    sampled = pc.fill_null(pc.ends_with(ids, SKEW_SAMPLE_SUFFIX), False).to_numpy(zero_copy_only=False)
+    flags = pc.ends_with(ids, SKEW_SAMPLE_SUFFIX)  # null where the id is
+    sampled = _booleans(flags) & _is_valid(flags)
     if not sampled.any():
         return
     rows = np.flatnonzero(sampled)[:20_000]
-    id_values = ids.take(pa.array(rows)).to_pylist()
+    id_values = ids.take(_arrow_rows(rows)).to_pylist()
     seen: dict = {}
     for rid, start, end, root in zip(id_values, ts[rows].tolist(), ends[rows].tolist(), roots[rows].tolist()):
         lo, hi, has_root = seen.get(rid, (start, end, False))
@@ -967,7 +918,7 @@ def _map_samples(part: Partial, table: pa.Table, ref: FileRef, filters: Filters)
         keep &= ts >= filters.since_ns
     if filters.until_ns is not None:
         keep &= ts < filters.until_ns
-    table = table.filter(pa.array(keep)) if not keep.all() else table
+    table = table.filter(_arrow_mask(keep)) if not keep.all() else table
     ts = ts[keep]
     if len(ts) == 0:
         return

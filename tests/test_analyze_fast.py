@@ -1,4 +1,4 @@
-"""The compiled map step (``loadprobe/_mapkernel.py``, numba) against the numpy reference path.
+"""The compiled map step (``loadprobe/_mapkernel.c`` through ``_mapkernel.py``) against the numpy reference path.
 
 Both must give identical partials (every count, sum, histogram bucket and float, in the same
 key order) and so identical portraits, on data that exercises every branch: nested spans,
@@ -32,7 +32,7 @@ from loadprobe.schema import SPANS
 
 from .conftest import REPO
 
-pytest.importorskip("numba")
+pytestmark = pytest.mark.skipif(not partials.kernel_available(), reason="the C map kernel was not built here")
 
 BASE_NS = 1_796_198_400 * 10**9
 STATUSES = ["ok", "error", "timeout", "cancelled"]
@@ -152,7 +152,7 @@ def _comparable(portrait) -> dict:
 
 def _map_both(ref, **filters):
     slow = map_file(ref, Filters(kernel="numpy", **filters))
-    fast = map_file(ref, Filters(kernel="numba", **filters))
+    fast = map_file(ref, Filters(kernel="compiled", **filters))
     return slow, fast
 
 
@@ -162,7 +162,7 @@ def test_every_file_maps_to_the_same_partial(varied, sample_skew):
     windows = {r.run_id: (r.info["started_ns"], r.info["stopped_ns"]) for r in runs if "started_ns" in r.info}
     for ref in file_refs(runs):
         slow = map_file(ref, Filters(kernel="numpy", sample_skew=sample_skew), windows.get(ref.run_id))
-        fast = map_file(ref, Filters(kernel="numba", sample_skew=sample_skew), windows.get(ref.run_id))
+        fast = map_file(ref, Filters(kernel="compiled", sample_skew=sample_skew), windows.get(ref.run_id))
         assert slow.rows > 0 and not slow.skipped
         assert _norm(fast) == _norm(slow), ref.path
 
@@ -170,7 +170,7 @@ def test_every_file_maps_to_the_same_partial(varied, sample_skew):
 def test_the_data_exercises_every_branch(varied):
     runs, _ = discover([varied])
     windows = {r.run_id: (r.info["started_ns"], r.info["stopped_ns"]) for r in runs if "started_ns" in r.info}
-    part = merge(map_file(r, Filters(kernel="numba"), windows.get(r.run_id)) for r in file_refs(runs))
+    part = merge(map_file(r, Filters(kernel="compiled"), windows.get(r.run_id)) for r in file_refs(runs))
     assert part.null_durations and part.unjoined_children and part.out_of_window
     assert {"request", "pre", "model", "kernel", "post", "background"} <= set(part.stages)
     model, post = part.stage("model"), part.stage("post")
@@ -194,10 +194,10 @@ def test_time_filters_give_the_same_partials(varied):
 def test_portraits_are_identical_whatever_the_kernel_and_engine(varied):
     numpy_path = _comparable(loadprobe.analyze([varied], kernel="numpy"))
     assert numpy_path["data_quality"]["clock_warnings"]  # the run whose spans fall outside its window
-    assert _comparable(loadprobe.analyze([varied], kernel="numba")) == numpy_path
-    assert _comparable(loadprobe.analyze([varied], kernel="numba", engine="process", workers=2)) == numpy_path
+    assert _comparable(loadprobe.analyze([varied], kernel="compiled")) == numpy_path
+    assert _comparable(loadprobe.analyze([varied], kernel="compiled", engine="process", workers=2)) == numpy_path
     since = BASE_NS + 3 * 10**9
-    assert (_comparable(loadprobe.analyze([varied], kernel="numba", since=since / 1e9, host="h[12]"))
+    assert (_comparable(loadprobe.analyze([varied], kernel="compiled", since=since / 1e9, host="h[12]"))
             == _comparable(loadprobe.analyze([varied], kernel="numpy", since=since / 1e9, host="h[12]")))
 
 
@@ -209,12 +209,12 @@ def test_the_numpy_path_is_taken_when_per_file_tables_would_be_too_large(varied,
     original = partials._aggregate_numpy
     monkeypatch.setattr(partials, "_aggregate_numpy", lambda *a: calls.append(1) or original(*a))
     monkeypatch.setattr(partials, "_DENSE_CELLS", 10)
-    assert [_norm(map_file(r, Filters(kernel="numba"))) for r in refs] == reference
+    assert [_norm(map_file(r, Filters(kernel="compiled"))) for r in refs] == reference
     assert len(calls) == len(refs)
     monkeypatch.setattr(partials, "_DENSE_CELLS", 1 << 23)
     monkeypatch.setattr(partials, "_DENSE_IDS", 0)  # the sort join everywhere
     calls.clear()
-    assert [_norm(map_file(r, Filters(kernel="numba"))) for r in refs] == reference
+    assert [_norm(map_file(r, Filters(kernel="compiled"))) for r in refs] == reference
     assert not calls
 
 
@@ -223,7 +223,7 @@ def test_a_recorded_service_gives_identical_portraits(tmp_path):
 
     record_pipeline(tmp_path, requests=300)
     a = _comparable(loadprobe.analyze([tmp_path], kernel="numpy"))
-    b = _comparable(loadprobe.analyze([tmp_path], kernel="numba"))
+    b = _comparable(loadprobe.analyze([tmp_path], kernel="compiled"))
     assert a == b and a["requests"]["count"] == 300
 
 
@@ -238,7 +238,7 @@ def test_the_benchmark_dataset_gives_identical_portraits(tmp_path):
     assert len({r.host for r in runs}) == 2
     assert not hosts_may_share_request_ids(file_refs(runs))  # "<run>-<n>" ids: each host its own range
     a = _comparable(loadprobe.analyze([tmp_path], kernel="numpy"))
-    b = _comparable(loadprobe.analyze([tmp_path], kernel="numba"))
+    b = _comparable(loadprobe.analyze([tmp_path], kernel="compiled"))
     assert a == b and a["requests"]["count"] == 10_000
     # Skipping the ids changes nothing: with them decoded and sampled, the same portrait.
     part = merge(map_file(r, Filters(sample_skew=True)) for r in file_refs(runs))
@@ -289,8 +289,7 @@ def test_kernel_names_are_checked(varied):
 
 def test_compiled_null_fill_is_an_exact_copy():
     rng = np.random.default_rng(11)
-    partials.warm_kernel(background=False)
-    assert partials._fill_kernel() is not None
+    assert partials.compiled_kernel() is not None
     for _ in range(40):
         n = int(rng.integers(1, 300))
         values = rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64, endpoint=True)
@@ -301,35 +300,48 @@ def test_compiled_null_fill_is_an_exact_copy():
         for fill in (-1, 0, -(2**62)):
             fast = partials._with_fill(chunks, n, fill, np.int64)
             assert fast.tolist() == [v if m else fill for v, m in zip(values.tolist(), mask.tolist())]
+        floats = pa.array(rng.normal(size=n), pa.float64(), mask=~mask)
+        fast = partials._with_fill([floats.slice(0, start), floats.slice(start)], n, np.nan, np.float64, np.float64)
+        expected = [v if m else np.nan for v, m in zip(floats.to_numpy(zero_copy_only=False).tolist(), mask.tolist())]
+        np.testing.assert_array_equal(fast, expected)
         codes = pa.array(rng.integers(0, 50, n).astype(np.int32), pa.int32(), mask=~mask)
         fast = partials._with_fill([codes.slice(0, start), codes.slice(start)], n, -1, np.int32, np.int32)
         assert fast.tolist() == [c if m else -1 for c, m in zip(codes.to_numpy(zero_copy_only=False).tolist(),
                                                                mask.tolist())]
 
 
-def test_without_numba_the_numpy_path_gives_the_same_portrait(varied):
+def test_without_the_c_kernel_the_numpy_path_gives_the_same_portrait(varied):
     import subprocess
 
-    code = ("import sys, json; sys.modules['numba'] = None\n"  # as if numba were not installed
+    code = ("import importlib.util, json, sys\n"  # as if the C kernel had not been built
+            "find = importlib.util.find_spec\n"
+            "importlib.util.find_spec = lambda name, *a: None if name == 'loadprobe._cmapkernel' else find(name, *a)\n"
             "import loadprobe\n"
             f"p = loadprobe.analyze([{str(varied)!r}])\n"
             "d = p.to_dict(); d.pop('generated_at'); print(json.dumps(d))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout) == json.loads(json.dumps(_comparable(loadprobe.analyze([varied], kernel="numba"))))
-    failed = subprocess.run([sys.executable, "-c", code.replace("analyze([", "analyze(kernel='numba', paths=[")],
+    assert json.loads(done.stdout) == json.loads(json.dumps(_comparable(loadprobe.analyze([varied], kernel="compiled"))))
+    failed = subprocess.run([sys.executable, "-c", code.replace("analyze([", "analyze(kernel='compiled', paths=[")],
                             capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert failed.returncode != 0 and "kernel 'numba' needs numba" in failed.stderr
+    assert failed.returncode != 0 and "kernel 'compiled' needs loadprobe's C kernel" in failed.stderr
 
 
-def test_auto_compiles_only_data_large_enough_to_pay_for_loading_numba(varied, monkeypatch):
-    from loadprobe import analysis
-
+def test_auto_uses_the_compiled_kernel_whatever_the_size(varied, monkeypatch):
     compiled = []
     original = partials._aggregate_compiled
     monkeypatch.setattr(partials, "_aggregate_compiled", lambda *a: compiled.append(1) or original(*a))
-    small = _comparable(loadprobe.analyze([varied]))  # a few hundred kB: numpy
-    assert not compiled
-    monkeypatch.setattr(analysis, "COMPILE_FROM_BYTES", 1)
-    assert _comparable(loadprobe.analyze([varied])) == small
+    assert _comparable(loadprobe.analyze([varied])) == _comparable(loadprobe.analyze([varied], kernel="numpy"))
     assert compiled
+
+
+def test_analysis_never_imports_pandas(varied):
+    import subprocess
+
+    code = ("import sys, loadprobe\n"
+            f"loadprobe.analyze([{str(varied)!r}])\n"
+            f"loadprobe.analyze([{str(varied)!r}], kernel='numpy')\n"
+            "print('pandas' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"  # pyarrow's to_numpy would import it: ~0.3 s per process

@@ -65,3 +65,15 @@ def test_instrumentation_and_reports_are_installed_under_loadprobe():
 
     assert Path(loadprobe.instrumentation.__file__).parent.name == "instrumentation"
     assert Path(loadprobe.reports.__file__).parent.name == "reports"
+
+
+def test_the_c_map_kernel_is_built_wherever_a_compiler_is():
+    import shutil
+
+    import pytest
+
+    from loadprobe import partials
+
+    if not any(shutil.which(cc) for cc in ("cc", "gcc", "clang")):
+        pytest.skip("no C compiler here: the install skips the optional kernel and analysis uses numpy")
+    assert partials.kernel_available(), partials._load_kernel()[1]

@@ -26,9 +26,9 @@ import click
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes (--engine process) or Dask workers of a local cluster.")
 @click.option("--scheduler", help="Address of a running Dask scheduler (--engine dask).")
-@click.option("--kernel", type=click.Choice(["auto", "numba", "numpy"]), default="auto", show_default=True,
-              help="Per-file aggregation: compiled with numba (pip install 'loadprobe[fast]'), numpy, or numba "
-                   "for large data when it loads.")
+@click.option("--kernel", type=click.Choice(["auto", "compiled", "numpy"]), default="auto", show_default=True,
+              help="Per-file aggregation: the C kernel built at install (compiled), numpy, or the C kernel "
+                   "when it was built (auto). All give the same portrait.")
 def analyze(data, output, as_json, no_html, since, until, service, host, device, precision, catalogs, engine, workers,
             scheduler, kernel):
     """Compute the load portrait of DATA (directories, globs or s3://, gs:// URIs).

@@ -1,0 +1,350 @@
+/* The map step's integer aggregation of one file's spans, in C.
+ *
+ * loadprobe/_mapkernel.py loads this library with ctypes and documents what it computes; the
+ * numpy path in loadprobe/partials.py (_aggregate_numpy) is the reference it must match exactly
+ * (tests/test_analyze_fast.py). Nothing here allocates: the caller passes every array.
+ * Built as an optional extension by setup.py; without a C compiler loadprobe uses numpy.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef int64_t i64;
+typedef int32_t i32;
+typedef uint8_t u8;
+
+/* HdrHistogram layout (loadprobe/histogram.py); _mapkernel.py checks these against it. */
+#define HIGHEST_TRACKABLE ((i64)1 << 42)
+#define HALF_MAGNITUDE 10
+#define HALF_COUNT 1024
+#define SUB_MASK 2047
+#define COUNTS_LEN 34816
+#define MAX_DEPTH 64 /* parent links followed from a span up to its root (partials.MAX_DEPTH) */
+#define NS 1000000000LL
+
+/* Per-stage sums and histogram statistics: the column order _mapkernel.py names. */
+enum { S_COUNT, S_SELF, S_IN_REQUEST, S_SELF_IN_REQUEST, S_OFFSET, S_OFFSET_N, S_WIDTH };
+enum { H_TOTAL, H_SUM_HI, H_SUM_LO, H_MIN, H_MAX, H_CLAMPED, H_WIDTH };
+
+typedef struct {
+    i64 *counts; /* (rows, COUNTS_LEN) */
+    i64 *stats;  /* (rows, H_WIDTH) */
+} histogram;
+
+typedef struct {
+    i64 n;
+    const i64 *ts, *dur;
+    const u8 *valid;
+    const i64 *span_id, *parent; /* parent 0: a root span */
+    const u8 *has_req;           /* NULL: every span has a request id iff req_const */
+    i64 req_const;
+    const i32 *stage, *status, *shape, *engine; /* dictionary codes, -1 for null */
+    i64 n_stage, n_status, n_shape, n_engine;
+    const i64 *queue, *tokens_in, *tokens_out; /* NULL: absent; -1: null */
+    const i64 *batch;                          /* NULL: absent */
+    const u8 *batch_present;
+    const double *flops, *bytes;
+    const u8 *flops_present, *bytes_present;
+    i64 sec_lo, n_sec;
+    i64 win_start, win_stop; /* INT64_MIN: no run window / no stop */
+    i64 id_lo, id_size;      /* the dense join's id table; id_size 0: parent_row is given */
+} map_input;
+
+typedef struct {
+    i64 *parent_row; /* (n) given, or filled by the dense join: row of the parent in the file, or -1 */
+    i32 *id_table;   /* (id_size) scratch, all -1 on entry and on return */
+    i64 *child_sum;  /* (n) scratch */
+    i64 *sums;       /* (n_stage, S_WIDTH) */
+    i64 *statuses, *shapes, *engines;   /* (n_stage, n_status | n_shape | n_engine) */
+    i64 *busy, *busy_n;                 /* (n_stage, n_sec) */
+    i64 *request_sums;                  /* count, Σdur, Σself */
+    i64 *request_statuses;              /* (n_status) */
+    i64 *arrivals, *root_arrivals;      /* (n_sec) */
+    i64 *edges;                         /* first ns, last ns, outside the window, unjoined, requests */
+    i64 *request_ts;                    /* (n) start of each request, in row order */
+    i64 *batch_rows, *flops_rows, *bytes_rows;       /* (n) rows grouped by stage */
+    i64 *batch_bounds, *flops_bounds, *bytes_bounds; /* (n_stage + 1) */
+    i64 *sort_buffer;                                /* (n) scratch */
+    histogram latency, queue, tokens_in, tokens_out, request;
+} map_output;
+
+static inline i64 floor_div(i64 a, i64 b) {
+    i64 q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+static inline i64 bucket_index(i64 v) {
+    i64 c = v < HIGHEST_TRACKABLE ? v : HIGHEST_TRACKABLE;
+    int exponent = 63 - __builtin_clzll((unsigned long long)(c | SUB_MASK));
+    int bucket = exponent - HALF_MAGNITUDE;
+    return ((i64)(bucket + 1) << HALF_MAGNITUDE) + ((c >> bucket) - HALF_COUNT);
+}
+
+/* A histogram's statistics, accumulated in registers while rows of one stage follow each other. */
+typedef struct { i64 total, sum_hi, sum_lo, min, max, clamped; } tally;
+
+static inline void tally_add(tally *t, i64 *restrict counts, i64 v) {
+    counts[bucket_index(v)] += 1;
+    t->total += 1;
+    t->sum_hi += v >> 32;
+    t->sum_lo += v & 0xFFFFFFFFLL;
+    if (v < t->min) t->min = v;
+    if (v > t->max) t->max = v;
+    if (v > HIGHEST_TRACKABLE) t->clamped += 1;
+}
+
+static inline void tally_flush(tally *t, i64 *restrict stats) {
+    stats[H_TOTAL] += t->total;
+    stats[H_SUM_HI] += t->sum_hi;
+    stats[H_SUM_LO] += t->sum_lo;
+    if (t->min < stats[H_MIN]) stats[H_MIN] = t->min;
+    if (t->max > stats[H_MAX]) stats[H_MAX] = t->max;
+    stats[H_CLAMPED] += t->clamped;
+    *t = (tally){0, 0, 0, INT64_MAX, INT64_MIN, 0};
+}
+
+/* One value into row `row` of a histogram, statistics included (for the rarer histograms). */
+static inline void record(histogram h, i64 row, i64 v) {
+    tally t = {0, 0, 0, INT64_MAX, INT64_MIN, 0};
+    tally_add(&t, h.counts + row * COUNTS_LEN, v);
+    tally_flush(&t, h.stats + row * H_WIDTH);
+}
+
+/* Row of each valid child's parent through a dense id table (first row wins among equal ids,
+ * as with a stable sort), else -1. Returns how many children's parent is not in the file. */
+static i64 join_dense(const map_input *in, map_output *out) {
+    const i64 n = in->n, lo = in->id_lo, size = in->id_size;
+    const i64 *restrict span_id = in->span_id, *restrict parent = in->parent;
+    const u8 *restrict valid = in->valid;
+    i32 *restrict table = out->id_table;
+    i64 *restrict parent_row = out->parent_row;
+    i64 unjoined = 0;
+    for (i64 i = n - 1; i >= 0; i--) table[span_id[i] - lo] = (i32)i;
+    for (i64 i = 0; i < n; i++) {
+        i64 p = parent[i], row = -1;
+        if (p != 0 && valid[i]) {
+            i64 k = p - lo;
+            row = (k >= 0 && k < size) ? table[k] : -1;
+            if (row < 0) unjoined++;
+        }
+        parent_row[i] = row;
+    }
+    for (i64 i = 0; i < n; i++) table[span_id[i] - lo] = -1; /* clean for the next file */
+    return unjoined;
+}
+
+/* Sorts `rows` (in row order) by their stage, stably: `bounds[k + 1]` holds stage k's count
+ * on entry and becomes where stage k's rows end; `buffer` has room for `m` rows. */
+static void group_by_stage(i64 *restrict rows, i64 m, i64 *restrict bounds, const i32 *restrict stage,
+                           i64 n_stage, i64 *restrict buffer) {
+    for (i64 k = 0; k < n_stage; k++) bounds[k + 1] += bounds[k];
+    for (i64 j = 0; j < m; j++) buffer[bounds[stage[rows[j]]]++] = rows[j]; /* bounds[k] moves to bounds[k + 1] */
+    for (i64 k = n_stage; k > 0; k--) bounds[k] = bounds[k - 1];
+    bounds[0] = 0;
+    memcpy(rows, buffer, (size_t)m * sizeof(i64));
+}
+
+/* Whether row i carries a batch size, FLOPs, bytes (the rows the float sums read). */
+#define HAS_BATCH(i) (batch && batch_present[i] && batch[i] >= 0)
+#define HAS_FLOPS(i) (flops && flops_present[i] && !isnan(flops[i]))
+#define HAS_BYTES(i) (bytes && bytes_present[i] && !isnan(bytes[i]))
+
+/* Everything integer about a file's spans, in two passes over its rows (after the join).
+ * Every field is read into a local first: stores through the output arrays could otherwise
+ * alias the structs' fields, and the compiler would reload them for every row. */
+void lp_map_spans(const map_input *in, map_output *out) {
+    const i64 n = in->n, n_stage = in->n_stage, n_sec = in->n_sec, sec_lo = in->sec_lo;
+    const i64 n_status = in->n_status, n_shape = in->n_shape, n_engine = in->n_engine;
+    const i64 *restrict ts = in->ts, *restrict dur = in->dur, *restrict parent = in->parent;
+    const u8 *restrict valid = in->valid, *restrict has_req = in->has_req;
+    const int req_const = in->req_const == 1;
+    const i32 *restrict stage = in->stage, *restrict status = in->status;
+    const i32 *restrict shape = in->shape, *restrict engine = in->engine;
+    const i64 *restrict queue = in->queue, *restrict tokens_in = in->tokens_in, *restrict tokens_out = in->tokens_out;
+    const i64 *restrict batch = in->batch;
+    const double *restrict flops = in->flops, *restrict bytes = in->bytes;
+    const u8 *restrict batch_present = in->batch_present, *restrict flops_present = in->flops_present;
+    const u8 *restrict bytes_present = in->bytes_present;
+    i64 *restrict parent_row = out->parent_row, *restrict child_sum = out->child_sum;
+    i64 *restrict sums = out->sums, *restrict statuses = out->statuses, *restrict shapes = out->shapes;
+    i64 *restrict engines = out->engines, *restrict busy = out->busy, *restrict busy_n = out->busy_n;
+    i64 *restrict arrivals = out->arrivals, *restrict root_arrivals = out->root_arrivals;
+    i64 *restrict request_ts = out->request_ts, *restrict request_statuses = out->request_statuses;
+    i64 *restrict batch_rows = out->batch_rows, *restrict flops_rows = out->flops_rows;
+    i64 *restrict bytes_rows = out->bytes_rows;
+    i64 *restrict nb = out->batch_bounds, *restrict nf = out->flops_bounds, *restrict ny = out->bytes_bounds;
+    const histogram latency = out->latency;
+
+    const i64 unjoined = in->id_size > 0 ? join_dense(in, out) : 0;
+    memset(child_sum, 0, (size_t)n * sizeof(i64));
+
+    /* Pass 1: children's time per parent. */
+    for (i64 i = 0; i < n; i++) {
+        i64 p = parent_row[i];
+        if (p >= 0) child_sum[p] += dur[i];
+    }
+
+    /* Pass 2. Per-stage sums and latency statistics run in registers while rows of one stage
+     * follow each other (files group each row group's rows by stage). Rows with a batch size,
+     * FLOPs or bytes are collected in row order and counted per stage, then grouped below. */
+    i64 n_batch = 0, n_flops = 0, n_bytes = 0;
+    i64 n_req = 0, first = INT64_MAX, last = INT64_MIN, outside = 0;
+    i64 request_count = 0, request_dur = 0, request_self = 0;
+    const int check_window = in->win_start != INT64_MIN, check_stop = in->win_stop != INT64_MIN;
+    const i64 win_start = in->win_start, win_stop = in->win_stop;
+    i64 run = -1; /* the stage whose rows are being summed in registers */
+    i64 count = 0, self = 0, in_request = 0, self_in_request = 0, offset = 0, offset_n = 0;
+    tally lat = {0, 0, 0, INT64_MAX, INT64_MIN, 0};
+    i64 *restrict lat_counts = latency.counts;
+    for (i64 i = 0; i < n; i++) {
+        const i64 t = ts[i], d = dur[i], end = t + d;
+        const int ok = valid[i];
+        if (t < first) first = t;
+        if (end > last) last = end;
+        if (check_window && (t < win_start || (check_stop && end > win_stop))) outside++;
+        i64 own = d - child_sum[i];
+        if (own < 0) own = 0;
+        const int req = has_req ? has_req[i] : req_const;
+        const i64 sec = floor_div(t, NS) - sec_lo;
+        const i32 k = stage[i];
+        if (k >= 0) {
+            if (k != run) {
+                if (run >= 0) {
+                    i64 *s = sums + run * S_WIDTH;
+                    s[S_COUNT] += count;
+                    s[S_SELF] += self;
+                    s[S_IN_REQUEST] += in_request;
+                    s[S_SELF_IN_REQUEST] += self_in_request;
+                    s[S_OFFSET] += offset;
+                    s[S_OFFSET_N] += offset_n;
+                    tally_flush(&lat, latency.stats + run * H_WIDTH);
+                }
+                run = k;
+                count = self = in_request = self_in_request = offset = offset_n = 0;
+                lat_counts = latency.counts + k * COUNTS_LEN;
+            }
+            count++;
+            if (ok) {
+                if (HAS_BATCH(i)) {
+                    batch_rows[n_batch++] = i;
+                    nb[k + 1]++;
+                }
+                if (HAS_FLOPS(i)) {
+                    flops_rows[n_flops++] = i;
+                    nf[k + 1]++;
+                }
+                if (HAS_BYTES(i)) {
+                    bytes_rows[n_bytes++] = i;
+                    ny[k + 1]++;
+                }
+                tally_add(&lat, lat_counts, d);
+                self += own;
+                busy[k * n_sec + sec] += d;
+                busy_n[k * n_sec + sec]++;
+                if (req) {
+                    in_request += d;
+                    self_in_request += own;
+                }
+            }
+            i32 s = status[i];
+            if (s >= 0) statuses[k * n_status + s]++;
+            i64 p = parent_row[i];
+            if (p >= 0) {
+                for (int depth = 0; depth < MAX_DEPTH; depth++) { /* up to the request's root; ids may cycle */
+                    i64 up = parent_row[p];
+                    if (up < 0) break;
+                    p = up;
+                }
+                i64 off = t - ts[p];
+                offset += off > 0 ? off : 0;
+                offset_n++;
+            }
+            if (queue && queue[i] >= 0) record(out->queue, k, queue[i]);
+            if (tokens_in && tokens_in[i] >= 0) record(out->tokens_in, k, tokens_in[i]);
+            if (tokens_out && tokens_out[i] >= 0) record(out->tokens_out, k, tokens_out[i]);
+            i32 c = shape[i];
+            if (c >= 0) shapes[k * n_shape + c]++;
+            c = engine[i];
+            if (c >= 0) engines[k * n_engine + c]++;
+        }
+        if (parent[i] == 0) {
+            root_arrivals[sec]++;
+            if (req) {
+                request_count++;
+                request_ts[n_req++] = t;
+                arrivals[sec]++;
+                i32 s = status[i];
+                if (s >= 0) request_statuses[s]++;
+                if (ok) {
+                    record(out->request, 0, d);
+                    request_dur += d;
+                    request_self += own;
+                }
+            }
+        }
+    }
+    if (run >= 0) {
+        i64 *s = sums + run * S_WIDTH;
+        s[S_COUNT] += count;
+        s[S_SELF] += self;
+        s[S_IN_REQUEST] += in_request;
+        s[S_SELF_IN_REQUEST] += self_in_request;
+        s[S_OFFSET] += offset;
+        s[S_OFFSET_N] += offset_n;
+        tally_flush(&lat, latency.stats + run * H_WIDTH);
+    }
+    group_by_stage(batch_rows, n_batch, nb, stage, n_stage, out->sort_buffer);
+    group_by_stage(flops_rows, n_flops, nf, stage, n_stage, out->sort_buffer);
+    group_by_stage(bytes_rows, n_bytes, ny, stage, n_stage, out->sort_buffer);
+    out->request_sums[0] += request_count;
+    out->request_sums[1] += request_dur;
+    out->request_sums[2] += request_self;
+    out->edges[0] = first;
+    out->edges[1] = last;
+    out->edges[2] = outside;
+    out->edges[3] = unjoined;
+    out->edges[4] = n_req;
+}
+
+/* out[i] = values[i] where Arrow's validity bitmap `bits` (from bit `offset`) is set, else fill.
+ * Whole bitmap bytes that are all set or all clear (nulls come in runs: files group rows by
+ * stage) are copied or filled eight rows at a time. */
+#define FILL_NULLS(NAME, T)                                                                  \
+    void NAME(const T *restrict values, const u8 *restrict bits, i64 offset, T fill,        \
+              T *restrict out, i64 n) {                                                      \
+        i64 i = 0;                                                                           \
+        for (; i < n && ((offset + i) & 7); i++)                                             \
+            out[i] = ((bits[(offset + i) >> 3] >> ((offset + i) & 7)) & 1) ? values[i] : fill; \
+        for (; i + 8 <= n; i += 8) {                                                         \
+            u8 b = bits[(offset + i) >> 3];                                                  \
+            if (b == 0xFF) {                                                                 \
+                memcpy(out + i, values + i, 8 * sizeof(T));                                  \
+            } else {                                                                         \
+                for (int j = 0; j < 8; j++) out[i + j] = ((b >> j) & 1) ? values[i + j] : fill; \
+            }                                                                                \
+        }                                                                                    \
+        for (; i < n; i++)                                                                   \
+            out[i] = ((bits[(offset + i) >> 3] >> ((offset + i) & 7)) & 1) ? values[i] : fill; \
+    }
+FILL_NULLS(lp_fill_nulls_i64, i64)
+FILL_NULLS(lp_fill_nulls_i32, i32)
+FILL_NULLS(lp_fill_nulls_f64, double)
+
+/* The layout compiled in, for _mapkernel.py to check against loadprobe/histogram.py. */
+void lp_layout(i64 *out) {
+    out[0] = HIGHEST_TRACKABLE;
+    out[1] = HALF_MAGNITUDE;
+    out[2] = HALF_COUNT;
+    out[3] = SUB_MASK;
+    out[4] = COUNTS_LEN;
+    out[5] = MAX_DEPTH;
+    out[6] = (i64)sizeof(map_input);
+    out[7] = (i64)sizeof(map_output);
+}
+
+/* An importable (empty) module, so that the build names and finds the library as usual;
+ * its functions are called through ctypes, which releases the GIL during each call. */
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "_cmapkernel", .m_size = -1};
+PyMODINIT_FUNC PyInit__cmapkernel(void) { return PyModule_Create(&module); }

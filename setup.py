@@ -1,0 +1,10 @@
+"""The one compiled part of loadprobe: the map step's C kernel (loadprobe/_mapkernel.c).
+
+Optional: without a C compiler the build skips it and `loadprobe analyze` uses its numpy
+path (the same results, several times slower). Everything else is in pyproject.toml.
+"""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("loadprobe._cmapkernel", ["loadprobe/_mapkernel.c"], optional=True,
+                             extra_compile_args=["-O3"])])
