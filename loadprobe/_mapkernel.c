@@ -67,6 +67,8 @@ typedef struct {
     i64 *batch_rows, *flops_rows, *bytes_rows;       /* (n) rows grouped by stage */
     i64 *batch_bounds, *flops_bounds, *bytes_bounds; /* (n_stage + 1) */
     i64 *sort_buffer;                                /* (n) scratch */
+    i64 *batch_values, *batch_durs, *flops_durs, *bytes_durs; /* (n) per grouped row: its value, duration */
+    double *flops_values, *bytes_values;
     histogram latency, queue, tokens_in, tokens_out, request;
 } map_output;
 
@@ -298,6 +300,18 @@ void lp_map_spans(const map_input *in, map_output *out) {
     group_by_stage(batch_rows, n_batch, nb, stage, n_stage, out->sort_buffer);
     group_by_stage(flops_rows, n_flops, nf, stage, n_stage, out->sort_buffer);
     group_by_stage(bytes_rows, n_bytes, ny, stage, n_stage, out->sort_buffer);
+    for (i64 j = 0; j < n_batch; j++) { /* the values the float sums read, gathered once here */
+        out->batch_values[j] = batch[batch_rows[j]];
+        out->batch_durs[j] = dur[batch_rows[j]];
+    }
+    for (i64 j = 0; j < n_flops; j++) {
+        out->flops_values[j] = flops[flops_rows[j]];
+        out->flops_durs[j] = dur[flops_rows[j]];
+    }
+    for (i64 j = 0; j < n_bytes; j++) {
+        out->bytes_values[j] = bytes[bytes_rows[j]];
+        out->bytes_durs[j] = dur[bytes_rows[j]];
+    }
     out->request_sums[0] += request_count;
     out->request_sums[1] += request_dur;
     out->request_sums[2] += request_self;
@@ -331,6 +345,23 @@ void lp_map_spans(const map_input *in, map_output *out) {
 FILL_NULLS(lp_fill_nulls_i64, i64)
 FILL_NULLS(lp_fill_nulls_i32, i32)
 FILL_NULLS(lp_fill_nulls_f64, double)
+
+/* Sorts `a` in place by insertion, for data already nearly in order (request start times in
+ * a file written in end order). Gives up after `budget` moves, leaving a permutation of `a`,
+ * and returns 0; 1 when sorted. */
+int lp_sort_nearly_sorted(i64 *restrict a, i64 n, i64 budget) {
+    for (i64 i = 1; i < n; i++) {
+        i64 v = a[i], j = i;
+        while (j > 0 && a[j - 1] > v) {
+            a[j] = a[j - 1];
+            j--;
+        }
+        a[j] = v;
+        budget -= i - j;
+        if (budget < 0) return 0;
+    }
+    return 1;
+}
 
 /* The layout compiled in, for _mapkernel.py to check against loadprobe/histogram.py. */
 void lp_layout(i64 *out) {

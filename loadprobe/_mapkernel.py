@@ -66,6 +66,8 @@ class _Output(ctypes.Structure):  # map_output in _mapkernel.c, field for field
                 ("edges", _P), ("request_ts", _P),
                 ("batch_rows", _P), ("flops_rows", _P), ("bytes_rows", _P),
                 ("batch_bounds", _P), ("flops_bounds", _P), ("bytes_bounds", _P), ("sort_buffer", _P),
+                ("batch_values", _P), ("batch_durs", _P), ("flops_durs", _P), ("bytes_durs", _P),
+                ("flops_values", _P), ("bytes_values", _P),
                 *((name, _Histogram) for name in _HISTOGRAMS)]
 
 
@@ -89,6 +91,8 @@ def _load() -> ctypes.CDLL:
     for name, ctype in _FILLS.values():
         getattr(lib, name).argtypes = [_P, _P, _I, ctype, _P, _I]
         getattr(lib, name).restype = None
+    lib.lp_sort_nearly_sorted.argtypes = [_P, _I, _I]
+    lib.lp_sort_nearly_sorted.restype = ctypes.c_int
     return lib
 
 
@@ -110,6 +114,15 @@ def fill_nulls(values: np.ndarray, bits: np.ndarray, bit_offset: int, fill, out:
     getattr(_LIB, name)(_ptr(values), _ptr(bits, np.uint8), bit_offset, ctype(fill), _ptr(out), len(out))
 
 
+def sort_in_place(values: np.ndarray) -> None:
+    """Sorts an int64 array in place: by insertion while that stays cheap (arrays nearly in
+    order, such as a file's request start times), else with numpy."""
+    if values.dtype != np.int64 or not values.flags.c_contiguous or not values.flags.writeable:
+        raise TypeError("sort_in_place: a writable, C-contiguous int64 array")
+    if not _LIB.lp_sort_nearly_sorted(_ptr(values), len(values), 8 * len(values)):
+        values.sort(kind="stable")
+
+
 def new_stats(rows: int) -> np.ndarray:
     stats = np.zeros((rows, 6), dtype=np.int64)
     stats[:, H_MIN] = _BIG
@@ -128,8 +141,9 @@ def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: i
 
     ``parent_row``: each row's parent row (-1: none), or None to join through a dense table of
     ``id_size`` ids from ``id_lo``. ``hists``: name -> (counts, stats) arrays, filled in place.
-    Returns the arrays ``_mapkernel.c``'s map_output names; batch, FLOPs and bytes rows come
-    grouped by stage in row order, as (rows, bounds (stages + 1)). The large ones are this
+    Returns the arrays ``_mapkernel.c``'s map_output names; the batch sizes, FLOPs and bytes
+    present come grouped by stage, in row order within a stage, with each row's duration:
+    KEY_values, KEY_durs and KEY_bounds (stages + 1). The large ones are this
     thread's scratch arrays (``_memory.scratch``): valid until its next call.
     """
     n = len(c["ts"])
@@ -150,18 +164,25 @@ def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: i
            "engines": zeros(n_stage, n_engine), "busy": zeros(n_stage, n_sec), "busy_n": zeros(n_stage, n_sec),
            "request_sums": zeros(3), "request_statuses": zeros(n_status), "arrivals": zeros(n_sec),
            "root_arrivals": zeros(n_sec), "edges": zeros(5), "request_ts": scratch("request_ts", n, np.int64)}
-    for key in ("batch", "flops", "bytes"):
-        out[key + "_rows"] = scratch(key + "_rows", n if c[key] is not None else 0, np.int64)
+    for key, dtype in (("batch", np.int64), ("flops", np.float64), ("bytes", np.float64)):
+        m = n if c[key] is not None else 0
         out[key + "_bounds"] = zeros(n_stage + 1)
+        out[key + "_values"] = scratch(key + "_values", m, dtype)
+        out[key + "_durs"] = scratch(key + "_durs", m, np.int64)
     if parent_row is None:
         parent_row = scratch("parent_row", n, np.int64)
         table = scratch("id_table", id_size, np.int32, fill=-1)  # all -1: the kernel cleans up after itself
     else:
         table = None
-    results = _Output(_ptr(parent_row, i64), _ptr(table, i32), _ptr(scratch("child_sum", n, np.int64)),
-                      *(_ptr(out[name]) for name, _ in _Output._fields_[3:-len(_HISTOGRAMS) - 1]),
-                      _ptr(scratch("sort_buffer", n, np.int64)),
+    rows = {key + "_rows": scratch(key + "_rows", n if c[key] is not None else 0, np.int64)
+            for key in ("batch", "flops", "bytes")}
+    arrays = {**out, **rows, "parent_row": parent_row, "id_table": table, "child_sum": scratch("child_sum", n, np.int64),
+              "sort_buffer": scratch("sort_buffer", n, np.int64)}
+    results = _Output(*(_ptr(arrays[name]) for name, _ in _Output._fields_[:-len(_HISTOGRAMS)]),
                       *(_Histogram(_ptr(hists[name][0], i64), _ptr(hists[name][1], i64)) for name in _HISTOGRAMS))
     _LIB.lp_map_spans(ctypes.byref(args), ctypes.byref(results))
     out["request_ts"] = out["request_ts"][:out["edges"][4]]
+    for key in ("batch", "flops", "bytes"):
+        m = int(out[key + "_bounds"][-1])
+        out[key + "_values"], out[key + "_durs"] = out[key + "_values"][:m], out[key + "_durs"][:m]
     return out

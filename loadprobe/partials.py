@@ -624,8 +624,12 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
             arrivals_ts = ts[roots]
     _batch_and_float_sums(part, c, grouped)
 
-    # Timsort ("stable"): start times of spans written in end order are nearly sorted already.
-    arrivals_ts = np.sort(arrivals_ts, kind="stable")
+    # Start times of spans written in end order are nearly sorted already: the compiled
+    # kernel's insertion sort (its own scratch array), else timsort ("stable") on a copy.
+    if compiled is not None and len(arrivals_ts):
+        kernel.sort_in_place(arrivals_ts)
+    else:
+        arrivals_ts = np.sort(arrivals_ts, kind="stable")
     if len(arrivals_ts) > 1:
         gaps = np.diff(arrivals_ts) / 1e9
         part.gaps.setdefault(ref.run_id, []).append([float(len(gaps)), float(gaps.sum()), float((gaps * gaps).sum())])
@@ -845,7 +849,8 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
     part.host_arrivals.update({(ref.host, sec): n for sec, n in arrived.items()})
     present = np.flatnonzero(root_arrivals)
     part.root_arrivals.update(dict(zip(secs[present].tolist(), root_arrivals[present].tolist())))
-    return out["request_ts"], {key: (out[key + "_rows"], out[key + "_bounds"]) for key in ("batch", "flops", "bytes")}
+    return out["request_ts"], {key: (out[key + "_values"], out[key + "_durs"], out[key + "_bounds"])
+                               for key in ("batch", "flops", "bytes")}
 
 
 def _dense_counts(counts: np.ndarray, names: list) -> dict:
@@ -857,14 +862,17 @@ def _dense_counts(counts: np.ndarray, names: list) -> dict:
 def _batch_and_float_sums(part: Partial, c: dict, grouped: dict | None = None) -> None:
     """Batch sizes and the float sums (batch fit, FLOPs, bytes) per stage: one code for both paths,
     on the few rows that carry them, so their rounding is the same whichever path ran. ``grouped``:
-    those rows per stage as the compiled path found them; None: found here with numpy."""
+    per key, those rows' values and durations grouped by stage, with the stages' bounds, as the
+    compiled path gathered them; None: gathered here with numpy, in the same order."""
     stage, names, valid, dur = c["stage"], c["stage_names"], c["valid"], c["dur"]
 
-    def by_stage(key: str, mask):
+    def by_stage(key: str, values, mask):
+        """(stage partial, values, durations) per stage with rows, in row order."""
         if grouped is not None:
-            rows, bounds = grouped[key]
+            values, durations, bounds = grouped[key]
             for code in np.flatnonzero(np.diff(bounds)).tolist():
-                yield part.stage(str(names[code])), rows[bounds[code]:bounds[code + 1]]
+                lo, hi = bounds[code], bounds[code + 1]
+                yield part.stage(str(names[code])), values[lo:hi], durations[lo:hi]
             return
         rows = np.flatnonzero(mask())
         if rows.size == 0:
@@ -872,14 +880,14 @@ def _batch_and_float_sums(part: Partial, c: dict, grouped: dict | None = None) -
         codes = stage[rows]
         present = np.flatnonzero(np.bincount(codes + 1, minlength=len(names) + 1)[1:])
         for code in present.tolist():
-            yield part.stage(str(names[code])), rows if len(present) == 1 and codes[0] == code else rows[codes == code]
+            mine = rows if len(present) == 1 and codes[0] == code else rows[codes == code]
+            yield part.stage(str(names[code])), values[mine], dur[mine]
 
     if c["batch"] is not None:
         batch, present = c["batch"]
-        for sp, rows in by_stage("batch", lambda: valid & present & (batch >= 0)):
-            b = batch[rows]
+        for sp, b, durations in by_stage("batch", batch, lambda: valid & present & (batch >= 0)):
             sp.batch.update(_counts(b))
-            bf, lf = b.astype(np.float64), dur[rows] / 1e6
+            bf, lf = b.astype(np.float64), durations / 1e6
             sp.fit.append([float(len(b)), float(bf.sum()), float((bf * bf).sum()), float(lf.sum()),
                            float((bf * lf).sum()), float((lf * lf).sum())])
     # Float sums are per file (deterministic for the file) and added with fsum when finalised.
@@ -887,12 +895,12 @@ def _batch_and_float_sums(part: Partial, c: dict, grouped: dict | None = None) -
         if c[key] is None:
             continue
         values, present = c[key]
-        for sp, rows in by_stage(key, lambda: valid & present & ~np.isnan(values)):
-            (sp.flops if key == "flops" else sp.bytes).append(float(values[rows].sum()))
+        for sp, v, durations in by_stage(key, values, lambda: valid & present & ~np.isnan(values)):
+            (sp.flops if key == "flops" else sp.bytes).append(float(v.sum()))
             if key == "flops":
-                sp.flops_dur_ns += int(dur[rows].sum())
+                sp.flops_dur_ns += int(durations.sum())
             else:
-                sp.bytes_dur_ns += int(dur[rows].sum())
+                sp.bytes_dur_ns += int(durations.sum())
 
 
 def _sample_for_skew(part: Partial, table, ts, ends, roots, host: str) -> None:
