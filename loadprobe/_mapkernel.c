@@ -346,6 +346,17 @@ FILL_NULLS(lp_fill_nulls_i64, i64)
 FILL_NULLS(lp_fill_nulls_i32, i32)
 FILL_NULLS(lp_fill_nulls_f64, double)
 
+/* The smallest and largest of n > 0 values, in one pass. */
+void lp_min_max(const i64 *restrict a, i64 n, i64 *restrict out) {
+    i64 lo = a[0], hi = a[0];
+    for (i64 i = 1; i < n; i++) {
+        lo = a[i] < lo ? a[i] : lo;
+        hi = a[i] > hi ? a[i] : hi;
+    }
+    out[0] = lo;
+    out[1] = hi;
+}
+
 /* Sorts `a` in place by insertion, for data already nearly in order (request start times in
  * a file written in end order). Gives up after `budget` moves, leaving a permutation of `a`,
  * and returns 0; 1 when sorted. */

@@ -91,6 +91,8 @@ def _load() -> ctypes.CDLL:
     for name, ctype in _FILLS.values():
         getattr(lib, name).argtypes = [_P, _P, _I, ctype, _P, _I]
         getattr(lib, name).restype = None
+    lib.lp_min_max.argtypes = [_P, _I, _P]
+    lib.lp_min_max.restype = None
     lib.lp_sort_nearly_sorted.argtypes = [_P, _I, _I]
     lib.lp_sort_nearly_sorted.restype = ctypes.c_int
     return lib
@@ -112,6 +114,15 @@ def fill_nulls(values: np.ndarray, bits: np.ndarray, bit_offset: int, fill, out:
         raise TypeError("fill_nulls: values and out must share a dtype (int64, int32 or float64), values at least as long")
     name, ctype = _FILLS[out.dtype]
     getattr(_LIB, name)(_ptr(values), _ptr(bits, np.uint8), bit_offset, ctype(fill), _ptr(out), len(out))
+
+
+def min_max(values: np.ndarray) -> tuple[int, int]:
+    """(smallest, largest) of a non-empty int64 array, in one pass instead of numpy's two."""
+    if not len(values):
+        raise ValueError("min_max of an empty array")
+    out = np.empty(2, dtype=np.int64)
+    _LIB.lp_min_max(_ptr(values, np.int64), len(values), _ptr(out))
+    return int(out[0]), int(out[1])
 
 
 def sort_in_place(values: np.ndarray) -> None:

@@ -10,6 +10,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -35,11 +36,27 @@ def run_map(refs, filters: Filters, windows: dict, *, engine: str = "inprocess",
             scheduler: str | None = None, progress=None) -> Partial:
     """Map every file and merge the results; ``progress(done, total)`` is called as files finish.
     Local engines run with glibc keeping freed memory for reuse (``_memory.keep_freed_memory``;
-    forked workers inherit it): about a tenth less CPU than faulting in fresh pages per file."""
+    forked workers inherit it): about a tenth less CPU than faulting in fresh pages per file;
+    and with numpy's BLAS held to one thread (``_quiet_blas``)."""
     if engine == "dask":
         return _run_map(refs, filters, windows, engine, workers, scheduler, progress)
-    with keep_freed_memory():
+    with keep_freed_memory(), _quiet_blas():
         return _run_map(refs, filters, windows, engine, workers, scheduler, progress)
+
+
+@contextlib.contextmanager
+def _quiet_blas():
+    """One BLAS thread while the map runs. OpenBLAS's worker threads (numpy's BLAS) keep polling
+    for work once started, about 3-6% of a core each measured here; the map step never calls
+    BLAS, so parking them gives that CPU to the map (about 7% faster at 100M spans). The
+    previous limit is restored after (threadpoolctl; without it nothing changes)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - a dependency; only a broken install lacks it
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 def _run_map(refs, filters: Filters, windows: dict, engine: str, workers: int, scheduler: str | None,
@@ -60,10 +77,7 @@ def _run_map(refs, filters: Filters, windows: dict, engine: str, workers: int, s
         # Files are mapped in threads, one per core up to 4 (map_files): decoding and the
         # compiled kernel release the GIL; more threads would mostly queue on the Python parts.
         threads = max(1, min(os.cpu_count() or 1, MAX_THREADS))
-        for part in map_files([(ref, window) for ref, _, window in jobs], filters, threads):
-            total.merge(part)
-            tick()
-        return total
+        return map_files([(ref, window) for ref, _, window in jobs], filters, threads, on_file=tick)
     if engine == "process":
         with ProcessPoolExecutor(max_workers=workers) as pool:
             for part in pool.map(_map_one, jobs, chunksize=1):
