@@ -54,7 +54,7 @@ typedef struct {
 
 typedef struct {
     i64 *parent_row; /* (n) given, or filled by the dense join: row of the parent in the file, or -1 */
-    i32 *id_table;   /* (id_size) scratch, all -1 on entry and on return */
+    i32 *id_table;   /* (id_size) scratch, any contents */
     i64 *child_sum;  /* (n) scratch */
     i64 *sums;       /* (n_stage, S_WIDTH) */
     i64 *statuses, *shapes, *engines;   /* (n_stage, n_status | n_shape | n_engine) */
@@ -115,25 +115,35 @@ static inline void record(histogram h, i64 row, i64 v) {
 }
 
 /* Row of each valid child's parent through a dense id table (first row wins among equal ids,
- * as with a stable sort), else -1. Returns how many children's parent is not in the file. */
+ * as with a stable sort), else -1; adds each child's duration to its parent's child_sum (zero
+ * on entry). Returns how many children's parent is not in the file.
+ *
+ * The table is never cleared: a slot another file left behind holds a row whose span id is not
+ * the one looked up (every id of this file was written first), so each hit is checked. */
 static i64 join_dense(const map_input *in, map_output *out) {
     const i64 n = in->n, lo = in->id_lo, size = in->id_size;
-    const i64 *restrict span_id = in->span_id, *restrict parent = in->parent;
+    const i64 *restrict span_id = in->span_id, *restrict parent = in->parent, *restrict dur = in->dur;
     const u8 *restrict valid = in->valid;
     i32 *restrict table = out->id_table;
-    i64 *restrict parent_row = out->parent_row;
+    i64 *restrict parent_row = out->parent_row, *restrict child_sum = out->child_sum;
     i64 unjoined = 0;
     for (i64 i = n - 1; i >= 0; i--) table[span_id[i] - lo] = (i32)i;
     for (i64 i = 0; i < n; i++) {
         i64 p = parent[i], row = -1;
         if (p != 0 && valid[i]) {
             i64 k = p - lo;
-            row = (k >= 0 && k < size) ? table[k] : -1;
-            if (row < 0) unjoined++;
+            if (k >= 0 && k < size) {
+                row = table[k];
+                if (row < 0 || row >= n || span_id[row] != p) row = -1;
+            }
+            if (row < 0) {
+                unjoined++;
+            } else {
+                child_sum[row] += dur[i];
+            }
         }
         parent_row[i] = row;
     }
-    for (i64 i = 0; i < n; i++) table[span_id[i] - lo] = -1; /* clean for the next file */
     return unjoined;
 }
 
@@ -179,13 +189,15 @@ void lp_map_spans(const map_input *in, map_output *out) {
     i64 *restrict nb = out->batch_bounds, *restrict nf = out->flops_bounds, *restrict ny = out->bytes_bounds;
     const histogram latency = out->latency;
 
-    const i64 unjoined = in->id_size > 0 ? join_dense(in, out) : 0;
     memset(child_sum, 0, (size_t)n * sizeof(i64));
-
-    /* Pass 1: children's time per parent. */
-    for (i64 i = 0; i < n; i++) {
-        i64 p = parent_row[i];
-        if (p >= 0) child_sum[p] += dur[i];
+    i64 unjoined = 0;
+    if (in->id_size > 0) {
+        unjoined = join_dense(in, out); /* pass 1: parents and children's time per parent */
+    } else {
+        for (i64 i = 0; i < n; i++) { /* pass 1 when the caller joined: children's time per parent */
+            i64 p = parent_row[i];
+            if (p >= 0) child_sum[p] += dur[i];
+        }
     }
 
     /* Pass 2. Per-stage sums and latency statistics run in registers while rows of one stage

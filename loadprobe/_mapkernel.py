@@ -182,7 +182,7 @@ def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: i
         out[key + "_durs"] = scratch(key + "_durs", m, np.int64)
     if parent_row is None:
         parent_row = scratch("parent_row", n, np.int64)
-        table = scratch("id_table", id_size, np.int32, fill=-1)  # all -1: the kernel cleans up after itself
+        table = scratch("id_table", id_size, np.int32)  # any contents: the kernel checks every hit
     else:
         table = None
     rows = {key + "_rows": scratch(key + "_rows", n if c[key] is not None else 0, np.int64)

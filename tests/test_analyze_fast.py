@@ -345,3 +345,28 @@ def test_analysis_never_imports_pandas(varied):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "False"  # pyarrow's to_numpy would import it: ~0.3 s per process
+
+
+def test_a_thread_s_reused_join_table_never_joins_to_another_file(tmp_path):
+    """The compiled join keeps its id table from file to file without clearing it: a parent id
+    that only an earlier file had must stay unjoined in the next one, as the numpy path says."""
+    def table(ids: list, parents: list) -> pa.Table:
+        n = len(ids)
+        columns = {"ts_ns": [BASE_NS + i * 1000 for i in range(n)], "dur_ns": [500] * n,
+                   "stage": ["root" if p is None else "child" for p in parents], "span_id": ids,
+                   "parent_id": parents, "request_id": [f"r{i}" for i in range(n)], "status": ["ok"] * n}
+        return pa.Table.from_arrays([_dict_array(columns[f.name]) if pa.types.is_dictionary(f.type) and f.name in columns
+                                     else pa.array(columns.get(f.name, [None] * n), f.type) for f in SPANS],
+                                    schema=SPANS)
+
+    first = table(list(range(1, 201)), [None if i % 2 else i - 1 for i in range(1, 201)])  # even ids: children
+    # The second file has only odd ids; its children name even ids, which only the first file had.
+    second = table(list(range(1, 201, 2)), [None if i % 4 == 1 else i - 1 for i in range(1, 201, 2)])
+    write_run(tmp_path, "h1", "1-a", [first, second])
+    refs = file_refs(discover([tmp_path])[0])
+    for kernel in ("numpy", "compiled", "compiled"):  # twice: the second pass starts with a used table
+        parts = [map_file(ref, Filters(kernel=kernel)) for ref in refs]
+        assert parts[1].unjoined_children == 50
+        if kernel == "numpy":
+            reference = [_norm(p) for p in parts]
+        assert [_norm(p) for p in parts] == reference
