@@ -6,14 +6,14 @@
 
 For each ``--spans`` size it generates (or reuses) a recorded dataset with
 ``benchmarks/gen_spans.py`` under ``DIR/spans-<N>`` (default DIR: /tmp/loadprobe-bench; keep
-it out of the repository, 100M spans take ~2.3 GB), reads every file once to warm the page
+it out of the repository, 100M spans take ~1.6 GB), reads every file once to warm the page
 cache, then runs each contender in a fresh interpreter:
 
 - ``loadprobe inprocess``: ``loadprobe.analyze([DIR])`` (the whole portrait), saved to a
   temporary portrait.json;
 - ``loadprobe process x2``: the same with ``engine="process", workers=2``;
 - ``loadprobe numpy``: in-process with ``kernel="numpy"`` (the reference map step, without the
-  compiled kernel numba provides), to show what the kernel buys in the same run;
+  compiled C kernel), to show what the kernel buys in the same run;
 - ``pandas``: the obvious code, ``pd.concat`` of ``pd.read_parquet(f, columns=...)`` over all
   files, then per-stage p50/p95/p99 of dur_ns, per-minute counts of root spans and batch
   value counts per stage;
