@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from concurrent.futures import ProcessPoolExecutor
 
 from ._errors import LoadprobeError
 from ._memory import keep_freed_memory
@@ -79,6 +78,8 @@ def _run_map(refs, filters: Filters, windows: dict, engine: str, workers: int, s
         threads = max(1, min(os.cpu_count() or 1, MAX_THREADS))
         return map_files([(ref, window) for ref, _, window in jobs], filters, threads, on_file=tick)
     if engine == "process":
+        from concurrent.futures import ProcessPoolExecutor  # 26 ms to import: only when used
+
         with ProcessPoolExecutor(max_workers=workers) as pool:
             for part in pool.map(_map_one, jobs, chunksize=1):
                 total.merge(part)
