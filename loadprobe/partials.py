@@ -22,6 +22,7 @@ import functools
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 import pyarrow as pa
@@ -531,7 +532,7 @@ def _sparse(table: pa.Table, name: str, dtype) -> tuple[np.ndarray, np.ndarray] 
 
 
 def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list]:
-    """Dictionary codes (int32, -1 for null) and the dictionary's values, for a string column."""
+    """Dictionary codes (int32, -1 for null) and the dictionary's values as strings, for a string column."""
     if name not in table.column_names:
         return np.full(table.num_rows, -1, dtype=np.int32), []
     column = table.column(name)
@@ -546,6 +547,8 @@ def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list]:
         column = column.unify_dictionaries() if isinstance(column, pa.ChunkedArray) else column
         chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
     dictionary = chunks[0].dictionary.to_pylist()
+    if not pa.types.is_string(chunks[0].dictionary.type):
+        dictionary = [str(value) for value in dictionary]  # names are strings whatever was recorded
     index_type = chunks[0].indices.type
     n = sum(len(c) for c in chunks)
     # Dictionary indices are always integers of 8 to 64 bits.
@@ -856,8 +859,7 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
         if c["tout"] is not None:
             record(sp.tokens_out, *hists["tokens_out"], code)
         present = np.flatnonzero(busy_n[code])
-        key = (ref.host, str(name))
-        busy_keys += [(*key, sec) for sec in secs[present].tolist()]
+        busy_keys += zip(repeat(ref.host), repeat(str(name)), secs[present].tolist())
         busy_values += busy[code][present].tolist()
     _add(part.busy, dict(zip(busy_keys, busy_values)))
 
@@ -871,7 +873,7 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
     present = np.flatnonzero(arrivals)
     seconds, counts = secs[present].tolist(), arrivals[present].tolist()
     _add(part.arrivals, dict(zip(seconds, counts)))
-    _add(part.host_arrivals, dict(zip([(ref.host, sec) for sec in seconds], counts)))
+    _add(part.host_arrivals, dict(zip(zip(repeat(ref.host), seconds), counts)))
     present = np.flatnonzero(root_arrivals)
     _add(part.root_arrivals, dict(zip(secs[present].tolist(), root_arrivals[present].tolist())))
     return out["request_ts"], {key: (out[key + "_values"], out[key + "_durs"], out[key + "_bounds"])
@@ -879,9 +881,10 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
 
 
 def _add_dense(target: Counter, counts: np.ndarray, names: list) -> None:
-    """Adds counts made per dictionary code to ``target`` under the codes' names (as ``_count_codes``)."""
-    present = np.flatnonzero(counts).tolist()
-    _add(target, dict(zip([str(names[i]) for i in present], counts[present].tolist())))
+    """Adds counts made per dictionary code to ``target`` under the codes' names (``_codes``'s
+    strings), as ``_count_codes`` does."""
+    present = np.flatnonzero(counts)
+    _add(target, dict(zip(map(names.__getitem__, present.tolist()), counts[present].tolist())))
 
 
 def _add(target: Counter, source: dict) -> None:
