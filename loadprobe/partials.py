@@ -293,6 +293,9 @@ def _read_table(ref: FileRef, filters: Filters = Filters()) -> tuple[pa.Table, b
     try:
         if ref.stream:
             table = pa.Table.from_batches(list(iter_stream(source)), schema=SCHEMAS[ref.kind])
+            # Arrow's IPC reader trusts what it reads; the Parquet reader checks dictionary
+            # indices itself. The compiled kernel indexes its tables by them: check them here.
+            table.validate(full=True)
         else:
             # Local files are memory-mapped: pages come straight from the page cache, no copies.
             pf = pq.ParquetFile(source, pre_buffer=False, memory_map=isinstance(source, str))
