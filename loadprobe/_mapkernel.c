@@ -23,6 +23,7 @@ typedef uint8_t u8;
 #define COUNTS_LEN 34816
 #define MAX_DEPTH 64 /* parent links followed from a span up to its root (partials.MAX_DEPTH) */
 #define NS 1000000000LL
+#define ROOT (-2) /* parent_row of a root span (parent id 0); -1: a parent not in the file */
 
 /* Per-stage sums and histogram statistics: the column order _mapkernel.py names. */
 enum { S_COUNT, S_SELF, S_IN_REQUEST, S_SELF_IN_REQUEST, S_OFFSET, S_OFFSET_N, S_WIDTH };
@@ -53,7 +54,7 @@ typedef struct {
 } map_input;
 
 typedef struct {
-    i64 *parent_row; /* (n) given, or filled by the dense join: row of the parent in the file, or -1 */
+    i64 *parent_row; /* (n) given, or filled by the dense join: row of the parent in the file, ROOT, or -1 */
     i32 *id_table;   /* (id_size) scratch, any contents */
     i64 *child_sum;  /* (n) scratch */
     i64 *sums;       /* (n_stage, S_WIDTH) */
@@ -115,7 +116,7 @@ static inline void record(histogram h, i64 row, i64 v) {
 }
 
 /* Row of each valid child's parent through a dense id table (first row wins among equal ids,
- * as with a stable sort), else -1; adds each child's duration to its parent's child_sum (zero
+ * as with a stable sort), ROOT for a root, else -1; adds each child's duration to its parent's child_sum (zero
  * on entry). Returns how many children's parent is not in the file.
  *
  * The table is never cleared: a slot another file left behind holds a row whose span id is not
@@ -129,7 +130,7 @@ static i64 join_dense(const map_input *in, map_output *out) {
     i64 unjoined = 0;
     for (i64 i = n - 1; i >= 0; i--) table[span_id[i] - lo] = (i32)i;
     for (i64 i = 0; i < n; i++) {
-        i64 p = parent[i], row = -1;
+        i64 p = parent[i], row = p == 0 ? ROOT : -1;
         if (p != 0 && valid[i]) {
             i64 k = p - lo;
             if (k >= 0 && k < size) {
@@ -169,7 +170,7 @@ static void group_by_stage(i64 *restrict rows, i64 m, i64 *restrict bounds, cons
 void lp_map_spans(const map_input *in, map_output *out) {
     const i64 n = in->n, n_stage = in->n_stage, n_sec = in->n_sec, sec_lo = in->sec_lo;
     const i64 n_status = in->n_status, n_shape = in->n_shape, n_engine = in->n_engine;
-    const i64 *restrict ts = in->ts, *restrict dur = in->dur, *restrict parent = in->parent;
+    const i64 *restrict ts = in->ts, *restrict dur = in->dur;
     const u8 *restrict valid = in->valid, *restrict has_req = in->has_req;
     const int req_const = in->req_const == 1;
     const i32 *restrict stage = in->stage, *restrict status = in->status;
@@ -264,8 +265,9 @@ void lp_map_spans(const map_input *in, map_output *out) {
             }
             i32 s = status[i];
             if (s >= 0) statuses[k * n_status + s]++;
-            i64 p = parent_row[i];
-            if (p >= 0) {
+            const i64 p0 = parent_row[i];
+            if (p0 >= 0) {
+                i64 p = p0;
                 for (int depth = 0; depth < MAX_DEPTH; depth++) { /* up to the request's root; ids may cycle */
                     i64 up = parent_row[p];
                     if (up < 0) break;
@@ -283,7 +285,7 @@ void lp_map_spans(const map_input *in, map_output *out) {
             c = engine[i];
             if (c >= 0) engines[k * n_engine + c]++;
         }
-        if (parent[i] == 0) {
+        if (parent_row[i] == ROOT) {
             root_arrivals[sec]++;
             if (req) {
                 request_count++;
@@ -396,6 +398,7 @@ void lp_layout(i64 *out) {
     out[5] = MAX_DEPTH;
     out[6] = (i64)sizeof(map_input);
     out[7] = (i64)sizeof(map_output);
+    out[8] = ROOT;
 }
 
 /* An importable (empty) module, so that the build names and finds the library as usual;

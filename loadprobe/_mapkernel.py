@@ -35,6 +35,7 @@ H_TOTAL, H_SUM_HI, H_SUM_LO, H_MIN, H_MAX, H_CLAMPED = range(6)
 # Per-stage integer sums: (stages, 6).
 S_COUNT, S_SELF, S_IN_REQUEST, S_SELF_IN_REQUEST, S_OFFSET, S_OFFSET_N = range(6)
 MAX_DEPTH = 64  # parent links followed from a span up to its root (partials.MAX_DEPTH: the same)
+ROOT = -2  # parent_row of a root span; -1: a parent not in the file
 _BIG = np.iinfo(np.int64).max
 _SMALL = np.iinfo(np.int64).min
 
@@ -80,10 +81,10 @@ def _load() -> ctypes.CDLL:
     if spec is None or not spec.origin:
         raise ImportError("loadprobe's C map kernel was not built (it needs a C compiler at install)")
     lib = ctypes.CDLL(spec.origin)
-    layout = np.zeros(8, dtype=np.int64)
+    layout = np.zeros(9, dtype=np.int64)
     lib.lp_layout(_P(layout.ctypes.data))
     expected = [HIGHEST_TRACKABLE, _HALF_MAGNITUDE, _HALF_COUNT, _MASK, COUNTS_LEN, MAX_DEPTH,
-                ctypes.sizeof(_Input), ctypes.sizeof(_Output)]
+                ctypes.sizeof(_Input), ctypes.sizeof(_Output), ROOT]
     if layout.tolist() != expected:
         raise ImportError(f"{spec.origin} was built from another version of loadprobe: reinstall it")
     lib.lp_map_spans.argtypes = [ctypes.POINTER(_Input), ctypes.POINTER(_Output)]
@@ -150,8 +151,8 @@ def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: i
               hists: dict) -> dict:
     """Everything integer about a file's spans (``c``: the columns ``partials._map_spans`` reads).
 
-    ``parent_row``: each row's parent row (-1: none), or None to join through a dense table of
-    ``id_size`` ids from ``id_lo``. ``hists``: name -> (counts, stats) arrays, filled in place.
+    ``parent_row``: each row's parent row (ROOT for a root, -1: not in the file), or None to
+    join through a dense table of ``id_size`` ids from ``id_lo``. ``hists``: name -> (counts, stats) arrays, filled in place.
     Returns the arrays ``_mapkernel.c``'s map_output names; the batch sizes, FLOPs and bytes
     present come grouped by stage, in row order within a stage, with each row's duration:
     KEY_values, KEY_durs and KEY_bounds (stages + 1). The large ones are this

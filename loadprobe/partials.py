@@ -803,7 +803,7 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
         pos = np.minimum(np.searchsorted(sorted_ids, parent[child]), n - 1)
         found = sorted_ids[pos] == parent[child]
         part.unjoined_children += int((~found).sum())
-        parent_row = np.full(n, -1, dtype=np.int64)
+        parent_row = np.where(parent == 0, k.ROOT, -1)
         parent_row[np.flatnonzero(child)[found]] = order[pos[found]]
 
     hists = {"latency": k.new_histogram_arrays(n_stage), "request": k.new_histogram_arrays(1)}
