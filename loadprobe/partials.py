@@ -299,11 +299,12 @@ def _read_table(ref: FileRef, filters: Filters = Filters()) -> tuple[pa.Table, b
         else:
             # Local files are memory-mapped: pages come straight from the page cache, no copies.
             pf = pq.ParquetFile(source, pre_buffer=False, memory_map=isinstance(source, str))
-            metadata = pf.schema_arrow.metadata or {}
-            if SCHEMA_KEY in metadata:
-                check_version(metadata[SCHEMA_KEY].decode(), ref.path)
-            present = [c for c in wanted if c in pf.schema_arrow.names and not _all_null(pf, c)]
-            known = _request_ids_known(pf) if ref.kind == "spans" and not filters.sample_skew else None
+            schema, meta = pf.schema_arrow, pf.metadata  # each access builds a new object: once
+            if SCHEMA_KEY in (schema.metadata or {}):
+                check_version(schema.metadata[SCHEMA_KEY].decode(), ref.path)
+            names = set(schema.names)
+            present = [c for c in wanted if c in names and not _all_null(meta, schema, c)]
+            known = _request_ids_known(meta, schema) if ref.kind == "spans" and not filters.sample_skew else None
             if known is not None:  # the footer says every span has (or none has) a request id
                 present.remove("request_id")
             table = pf.read(columns=present, use_threads=filters.read_threads)
@@ -317,10 +318,9 @@ def _read_table(ref: FileRef, filters: Filters = Filters()) -> tuple[pa.Table, b
     return table, known
 
 
-def _all_null(pf: pq.ParquetFile, column: str) -> bool:
+def _all_null(meta: pq.FileMetaData, schema: pa.Schema, column: str) -> bool:
     """Whether the footer's statistics say a column holds only nulls (so it need not be read)."""
-    meta = pf.metadata
-    index = pf.schema_arrow.get_field_index(column)
+    index = schema.get_field_index(column)
     if meta.num_row_groups == 0 or column in _REQUIRED_SPAN_COLUMNS or index < 0:
         return False
     try:
@@ -334,14 +334,13 @@ def _all_null(pf: pq.ParquetFile, column: str) -> bool:
     return True
 
 
-def _request_ids_known(pf: pq.ParquetFile) -> bool | None:
+def _request_ids_known(meta: pq.FileMetaData, schema: pa.Schema) -> bool | None:
     """True if no span lacks a request id, False if none has one, None if mixed or unknown.
 
     The request id strings are the costliest column to decode; when only their presence
     matters, the footer's null counts answer without reading them.
     """
-    meta = pf.metadata
-    index = pf.schema_arrow.get_field_index("request_id")
+    index = schema.get_field_index("request_id")
     if index < 0:
         return None
     nulls = total = 0
