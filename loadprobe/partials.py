@@ -863,7 +863,7 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
         present = np.flatnonzero(busy_n[code])
         busy_keys += zip(repeat(ref.host), repeat(str(name)), secs[present].tolist())
         busy_values += busy[code][present].tolist()
-    _add(part.busy, dict(zip(busy_keys, busy_values)))
+    _add(part.busy, zip(busy_keys, busy_values))
 
     request_sums = out["request_sums"].tolist()
     part.request_count += request_sums[0]
@@ -874,10 +874,10 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
     arrivals, root_arrivals = out["arrivals"], out["root_arrivals"]
     present = np.flatnonzero(arrivals)
     seconds, counts = secs[present].tolist(), arrivals[present].tolist()
-    _add(part.arrivals, dict(zip(seconds, counts)))
-    _add(part.host_arrivals, dict(zip(zip(repeat(ref.host), seconds), counts)))
+    _add(part.arrivals, zip(seconds, counts))
+    _add(part.host_arrivals, zip(zip(repeat(ref.host), seconds), counts))
     present = np.flatnonzero(root_arrivals)
-    _add(part.root_arrivals, dict(zip(secs[present].tolist(), root_arrivals[present].tolist())))
+    _add(part.root_arrivals, zip(secs[present].tolist(), root_arrivals[present].tolist()))
     return out["request_ts"], {key: (out[key + "_values"], out[key + "_durs"], out[key + "_bounds"])
                                for key in ("batch", "flops", "bytes")}
 
@@ -886,17 +886,19 @@ def _add_dense(target: Counter, counts: np.ndarray, names: list) -> None:
     """Adds counts made per dictionary code to ``target`` under the codes' names (``_codes``'s
     strings), as ``_count_codes`` does."""
     present = np.flatnonzero(counts)
-    _add(target, dict(zip(map(names.__getitem__, present.tolist()), counts[present].tolist())))
+    _add(target, zip(map(names.__getitem__, present.tolist()), counts[present].tolist()))
 
 
-def _add(target: Counter, source: dict) -> None:
-    """``target.update(source)`` for counts, about twice as fast: ``Counter.update`` loops in
-    Python over a non-empty counter, and this runs under the GIL for every file mapped."""
+def _add(target: Counter, source) -> None:
+    """``target.update(source)`` for counts (``source``: a mapping, or (key, count) pairs with
+    distinct keys), about twice as fast: ``Counter.update`` loops in Python over a non-empty
+    counter, and this runs under the GIL for every file mapped."""
     if not target:
         dict.update(target, source)
         return
     get = target.get
-    dict.update(target, {key: get(key, 0) + value for key, value in source.items()})
+    pairs = source.items() if isinstance(source, dict) else source
+    dict.update(target, {key: get(key, 0) + value for key, value in pairs})
 
 
 def _batch_and_float_sums(part: Partial, c: dict, grouped: dict | None = None) -> None:
