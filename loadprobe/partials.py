@@ -238,9 +238,14 @@ def map_files(jobs, filters: Filters = Filters(), threads: int = 2, on_file=None
             with lock:
                 on_file()
 
-    with ThreadPoolExecutor(threads, thread_name_prefix="loadprobe-map") as pool:
-        for _ in pool.map(work, jobs):  # raises what a job raised
-            pass
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="loadprobe-map")
+    try:
+        for future in [pool.submit(work, job) for job in jobs]:
+            future.result()  # raises what a job raised
+    except BaseException:  # an error or Ctrl-C: drop the files not started yet, do not map them
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return merge(totals)
 
 

@@ -331,3 +331,19 @@ def test_nested_stages_are_ordered_from_the_request_start(tmp_path, kernel):
     offsets = {s.name: s.start_offset_ms for s in portrait.stages}
     assert offsets["prep"] < offsets["model"] < offsets["conv"]
     assert offsets["conv"] >= 3.5  # from the request's start, not from model's
+
+
+def test_a_failing_file_stops_the_threaded_map_without_mapping_the_rest(monkeypatch):
+    calls = []
+
+    def fake_map_file(ref, filters, window, into=None):
+        calls.append(ref)
+        time.sleep(0.01)
+        if ref == 3:
+            raise RuntimeError("boom")
+        return into
+
+    monkeypatch.setattr(partials, "map_file", fake_map_file)
+    with pytest.raises(RuntimeError, match="boom"):
+        partials.map_files([(i, None) for i in range(200)], threads=2)
+    assert 4 <= len(calls) < 20  # the files not started when it failed were dropped, not mapped
