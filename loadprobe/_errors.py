@@ -1,4 +1,8 @@
-"""The one exception type that carries a message meant for the user."""
+"""The one exception type that carries a message meant for the user, and reading a JSON file
+the user named into it."""
+
+import json
+from pathlib import Path
 
 
 class LoadprobeError(Exception):
@@ -6,3 +10,14 @@ class LoadprobeError(Exception):
 
     The CLI prints it without a traceback and exits with status 2.
     """
+
+
+def read_json(path, label: str, hint: str):
+    """The JSON document in ``path``; a LoadprobeError starting with ``label`` when the file
+    cannot be read or is not JSON, ending with ``hint`` (what to give instead)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise LoadprobeError(f"{label}: cannot read it ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise LoadprobeError(f"{label}: not valid JSON ({exc}); {hint}") from None

@@ -119,6 +119,11 @@ class Catalog:
             raise LoadprobeError(f"unknown device {device_id!r} in the hardware catalog; {hint} To add a device, "
                                  f"pass a JSON file with its entry to load_catalog() (docs/catalog.md)") from None
 
+    def find(self, device_id: str | None) -> Device | None:
+        """The device with this id, or None for no id or an id the catalog does not know (a
+        portrait or pipeline naming a device from someone else's catalog)."""
+        return self._devices.get(device_id) if device_id else None
+
     def match(self, name: str) -> Device | None:
         """The device a recorded hardware name refers to (NVML GPU name, CPU model string), or None.
 

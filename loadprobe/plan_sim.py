@@ -21,6 +21,7 @@ How an option is simulated, so that the table compares like with like:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, replace
@@ -46,12 +47,20 @@ class OptionCheck:
     calls: dict  # stage name -> executions per request
     unattributed_ms: float = 0.0
 
-    def config(self, *, window_factor: float = 1.0, max_ratio: float | None = None):
+    @functools.cached_property
+    def _pipeline(self):
+        """The option's pipeline (built and validated once), its engines' slots set to their servers."""
         from .plan_files import to_pipeline
 
         config = to_pipeline(self.plan, self.option)
         engines = {name: replace(e, max_concurrency=max(1, int(self.option.engines[name]["servers"])))
                    for name, e in config.engines.items()}
+        return replace(config, engines=engines)
+
+    def config(self, *, window_factor: float = 1.0, max_ratio: float | None = None):
+        config = self._pipeline
+        if window_factor == 1.0 and max_ratio is None:
+            return config
         stages = []
         for s in config.stages:
             if s.batch is not None and window_factor != 1.0:
@@ -59,9 +68,10 @@ class OptionCheck:
             if s.fallback is not None and max_ratio is not None:
                 s = replace(s, fallback=replace(s.fallback, max_ratio=max_ratio))
             stages.append(s)
-        return replace(config, engines=engines, stages=tuple(stages))
+        return replace(config, stages=tuple(stages))
 
-    def samplers(self) -> dict:
+    @functools.cached_property
+    def _samplers(self) -> dict:
         out = {}
         for d in self.option.decisions:
             profile, calls = self.profiles[d.stage], self.calls.get(d.stage, 1.0)
@@ -71,6 +81,11 @@ class OptionCheck:
                 out[(d.stage, d.fallback["engine"])] = _sampler(there[0] * d.batch, there[1] * d.batch, d.batch,
                                                                 profile, calls)
         return out
+
+    def samplers(self) -> dict:
+        """Each (stage, engine)'s service-time sampler; they draw only from the rng they are
+        handed, so one set serves every simulation of the option."""
+        return self._samplers
 
     def run(self, rate: float, config=None):
         from .load import poisson

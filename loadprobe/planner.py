@@ -134,7 +134,7 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
         raise LoadprobeError("the portrait has no request rate; give --min-rps")
     req = portrait.requests
     slo = constraints.slo_p95_ms or (req.latency_ms.p95 if req is not None and req.latency_ms else None)
-    recorded = _recorded_device(portrait, catalog)
+    recorded = catalog.find(portrait.roofline_device)
     profiles = [StageProfile.of(s, recorded_device=recorded if recorded is not None
                                 and recorded.kind == _recorded_kind(s) else None) for s in stages]
     cores = (cpu_cores, f"{cpu_cores} cores (given)") if cpu_cores else _cpu_cores(portrait)
@@ -201,15 +201,6 @@ def _recorded_kind(stage) -> str:
     engines = [e.lower() for e in stage.engines or {}]
     return "gpu" if any(e.startswith(("gpu", "cuda")) for e in engines) else \
         "npu" if any(e.startswith("npu") for e in engines) else "cpu"
-
-
-def _recorded_device(portrait, catalog):
-    if portrait.roofline_device:
-        try:
-            return catalog.get(portrait.roofline_device)
-        except LoadprobeError:
-            return None
-    return None
 
 
 def _cpu_cores(portrait) -> tuple[int, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .._errors import LoadprobeError
+from .._errors import LoadprobeError, read_json
 
 
 @click.command()
@@ -79,13 +79,7 @@ def report(sources, output, force, plans_path, pipeline_path, no_plan, simulatio
 
 
 def _simulation(path: str) -> dict:
-    try:
-        document = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise LoadprobeError(f"--simulation {path}: cannot read it ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise LoadprobeError(f"--simulation {path}: not valid JSON ({exc}); give the simulation.json of "
-                             "loadprobe simulate") from None
+    document = read_json(path, f"--simulation {path}", "give the simulation.json of loadprobe simulate")
     if not isinstance(document, dict) or not isinstance(document.get("plans"), dict) or not document["plans"]:
         raise LoadprobeError(f"--simulation {path}: not a simulation.json (no 'plans'); give the file "
                              "loadprobe simulate writes")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._errors import LoadprobeError
+from .._errors import LoadprobeError, read_json
 from ..pipeline import PipelineConfig
 from ..plan_files import text_table as _table
 from .result import SimulationResult
@@ -36,13 +36,7 @@ def read_plans(path: str | Path) -> list[tuple[str, PipelineConfig]]:
     if path.suffix != ".json":
         config = pipeline.load(path)
         return [(config.service if path.name == "pipeline.yaml" else path.stem, config)]
-    try:
-        document = json.loads(path.read_text())
-    except OSError as exc:
-        raise LoadprobeError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise LoadprobeError(f"{path}: not valid JSON ({exc}); give a pipeline.yaml or the plans.json of "
-                             "loadprobe recommend") from None
+    document = read_json(path, str(path), "give a pipeline.yaml or the plans.json of loadprobe recommend")
     if not isinstance(document, dict) or "recommended" not in document:
         raise LoadprobeError(f"{path}: not a plans.json (no 'recommended' option); give a pipeline.yaml or the "
                              "plans.json that loadprobe recommend writes")

@@ -35,7 +35,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._errors import LoadprobeError
 from ..pipeline import PipelineConfig
 from .servicetimes import Overrides, ServiceTime, from_config
 
@@ -276,14 +275,8 @@ def from_recording(config: PipelineConfig, data, overrides: Overrides | None = N
 
 def _recorded_device(portrait, catalog, kind: str) -> str | None:
     """The catalog device the data was recorded on, when it is of ``kind``."""
-    device_id = portrait.roofline_device
-    if not device_id:
-        return None
-    try:
-        device = catalog.get(device_id)
-    except LoadprobeError:
-        return None
-    return device_id if device.kind == kind else None
+    device = catalog.find(portrait.roofline_device)
+    return portrait.roofline_device if device is not None and device.kind == kind else None
 
 
 def outside_stages(recorded: Recorded) -> RecordedTimes | None:

@@ -219,15 +219,6 @@ def _compiled_loop(loop: str, arrivals: int):
     return _import_compiled()
 
 
-def _device(catalog, device_id: str | None):
-    if not device_id:
-        return None
-    try:
-        return catalog.get(device_id)
-    except LoadprobeError:
-        return None
-
-
 def _power(config: PipelineConfig, engines: dict, duration: float, ok: int, catalog) -> dict[str, Any]:
     """Mean power per engine at its simulated utilisation, and the energy of one completed request."""
     from ..queueing import IDLE_POWER_SHARE
@@ -236,7 +227,7 @@ def _power(config: PipelineConfig, engines: dict, duration: float, ok: int, cata
     for name, spec in config.engines.items():
         unit = spec.power_w
         if unit is None:
-            device = _device(catalog, spec.device)
+            device = catalog.find(spec.device)
             unit = device.tdp_w if device is not None else None
         if unit is None:
             unknown.append(name)
@@ -262,7 +253,7 @@ def _cost(config: PipelineConfig, power: dict, catalog, price_per_kwh: float, ye
             continue
         price = prices.get(spec.device) if spec.device else None
         if price is None:
-            device = _device(catalog, spec.device)
+            device = catalog.find(spec.device)
             price = device.price_usd if device is not None else None
         if price is None:
             unknown.append(spec.device or name)
