@@ -3,10 +3,11 @@
  * loadprobe/_mapkernel.py loads this library with ctypes and documents what it computes; the
  * numpy path in loadprobe/partials.py (_aggregate_numpy) is the reference it must match exactly
  * (tests/test_analyze_fast.py). Nothing here allocates: the caller passes every array.
- * Built as an optional extension by setup.py; without a C compiler loadprobe uses numpy.
+ * A plain shared library, not a Python module (it needs no Python headers): setup.py builds it
+ * as an optional extension only so that pip compiles, names and installs it; _mapkernel.py finds
+ * it by that name and calls it through ctypes, which releases the GIL during each call. Without
+ * a C compiler the build skips it and loadprobe uses numpy.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -401,7 +402,3 @@ void lp_layout(i64 *out) {
     out[8] = ROOT;
 }
 
-/* An importable (empty) module, so that the build names and finds the library as usual;
- * its functions are called through ctypes, which releases the GIL during each call. */
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "_cmapkernel", .m_size = -1};
-PyMODINIT_FUNC PyInit__cmapkernel(void) { return PyModule_Create(&module); }
