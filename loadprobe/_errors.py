@@ -1,9 +1,6 @@
 """The one exception type that carries a message meant for the user, and reading a JSON file
 the user named into it."""
 
-import json
-from pathlib import Path
-
 
 class LoadprobeError(Exception):
     """Bad input or environment, explained in one line: what, where, expected what, what to do.
@@ -15,6 +12,9 @@ class LoadprobeError(Exception):
 def read_json(path, label: str, hint: str):
     """The JSON document in ``path``; a LoadprobeError starting with ``label`` when the file
     cannot be read or is not JSON, ending with ``hint`` (what to give instead)."""
+    import json  # here: this module is imported everywhere, the reader only by two commands
+    from pathlib import Path
+
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:

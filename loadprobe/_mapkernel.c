@@ -109,6 +109,21 @@ static inline void tally_flush(tally *t, i64 *restrict stats) {
     *t = (tally){0, 0, 0, INT64_MAX, INT64_MIN, 0};
 }
 
+/* A stage's sums over a run of its rows, kept in registers (the columns of S_COUNT...). */
+typedef struct { i64 count, self, in_request, self_in_request, offset, offset_n; } run_sums;
+
+/* Adds one run of a stage's rows to that stage's sums and latency statistics, and restarts it. */
+static inline void flush_run(run_sums *r, i64 *restrict sums, tally *lat, i64 *restrict stats) {
+    sums[S_COUNT] += r->count;
+    sums[S_SELF] += r->self;
+    sums[S_IN_REQUEST] += r->in_request;
+    sums[S_SELF_IN_REQUEST] += r->self_in_request;
+    sums[S_OFFSET] += r->offset;
+    sums[S_OFFSET_N] += r->offset_n;
+    *r = (run_sums){0, 0, 0, 0, 0, 0};
+    tally_flush(lat, stats);
+}
+
 /* One value into row `row` of a histogram, statistics included (for the rarer histograms). */
 static inline void record(histogram h, i64 row, i64 v) {
     tally t = {0, 0, 0, INT64_MAX, INT64_MIN, 0};
@@ -211,7 +226,7 @@ void lp_map_spans(const map_input *in, map_output *out) {
     const int check_window = in->win_start != INT64_MIN, check_stop = in->win_stop != INT64_MIN;
     const i64 win_start = in->win_start, win_stop = in->win_stop;
     i64 run = -1; /* the stage whose rows are being summed in registers */
-    i64 count = 0, self = 0, in_request = 0, self_in_request = 0, offset = 0, offset_n = 0;
+    run_sums acc = {0, 0, 0, 0, 0, 0};
     tally lat = {0, 0, 0, INT64_MAX, INT64_MIN, 0};
     i64 *restrict lat_counts = latency.counts;
     for (i64 i = 0; i < n; i++) {
@@ -227,21 +242,11 @@ void lp_map_spans(const map_input *in, map_output *out) {
         const i32 k = stage[i];
         if (k >= 0) {
             if (k != run) {
-                if (run >= 0) {
-                    i64 *s = sums + run * S_WIDTH;
-                    s[S_COUNT] += count;
-                    s[S_SELF] += self;
-                    s[S_IN_REQUEST] += in_request;
-                    s[S_SELF_IN_REQUEST] += self_in_request;
-                    s[S_OFFSET] += offset;
-                    s[S_OFFSET_N] += offset_n;
-                    tally_flush(&lat, latency.stats + run * H_WIDTH);
-                }
+                if (run >= 0) flush_run(&acc, sums + run * S_WIDTH, &lat, latency.stats + run * H_WIDTH);
                 run = k;
-                count = self = in_request = self_in_request = offset = offset_n = 0;
                 lat_counts = latency.counts + k * COUNTS_LEN;
             }
-            count++;
+            acc.count++;
             if (ok) {
                 if (HAS_BATCH(i)) {
                     batch_rows[n_batch++] = i;
@@ -256,12 +261,12 @@ void lp_map_spans(const map_input *in, map_output *out) {
                     ny[k + 1]++;
                 }
                 tally_add(&lat, lat_counts, d);
-                self += own;
+                acc.self += own;
                 busy[k * n_sec + sec] += d;
                 busy_n[k * n_sec + sec]++;
                 if (req) {
-                    in_request += d;
-                    self_in_request += own;
+                    acc.in_request += d;
+                    acc.self_in_request += own;
                 }
             }
             i32 s = status[i];
@@ -275,8 +280,8 @@ void lp_map_spans(const map_input *in, map_output *out) {
                     p = up;
                 }
                 i64 off = t - ts[p];
-                offset += off > 0 ? off : 0;
-                offset_n++;
+                acc.offset += off > 0 ? off : 0;
+                acc.offset_n++;
             }
             if (queue && queue[i] >= 0) record(out->queue, k, queue[i]);
             if (tokens_in && tokens_in[i] >= 0) record(out->tokens_in, k, tokens_in[i]);
@@ -302,16 +307,7 @@ void lp_map_spans(const map_input *in, map_output *out) {
             }
         }
     }
-    if (run >= 0) {
-        i64 *s = sums + run * S_WIDTH;
-        s[S_COUNT] += count;
-        s[S_SELF] += self;
-        s[S_IN_REQUEST] += in_request;
-        s[S_SELF_IN_REQUEST] += self_in_request;
-        s[S_OFFSET] += offset;
-        s[S_OFFSET_N] += offset_n;
-        tally_flush(&lat, latency.stats + run * H_WIDTH);
-    }
+    if (run >= 0) flush_run(&acc, sums + run * S_WIDTH, &lat, latency.stats + run * H_WIDTH);
     group_by_stage(batch_rows, n_batch, nb, stage, n_stage, out->sort_buffer);
     group_by_stage(flops_rows, n_flops, nf, stage, n_stage, out->sort_buffer);
     group_by_stage(bytes_rows, n_bytes, ny, stage, n_stage, out->sort_buffer);

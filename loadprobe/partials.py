@@ -507,6 +507,7 @@ def _booleans(column: pa.ChunkedArray) -> np.ndarray:
 
 
 def _concat(parts: list) -> np.ndarray:
+    """One array of ``parts`` (numpy arrays), without a copy when there is one."""
     return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
 
@@ -520,22 +521,9 @@ def _sparse(table: pa.Table, name: str, dtype) -> tuple[np.ndarray, np.ndarray] 
         return None
     arrow_type = pa.from_numpy_dtype(dtype)
     chunks = [c if c.type == arrow_type else c.cast(arrow_type) for c in column.chunks if len(c)]
-    values, present = [], []
-    for chunk in chunks:
-        validity, data = chunk.buffers()[:2]
-        m = len(chunk)
-        if data is None or (validity is None and chunk.null_count):  # an all-null chunk without buffers
-            values.append(np.zeros(m, dtype=dtype))
-            present.append(np.zeros(m, dtype=bool))
-            continue
-        values.append(_values(chunk, dtype))
-        if chunk.null_count:
-            present.append(_bits(validity, chunk.offset, m))
-        else:
-            present.append(np.ones(m, dtype=bool))
-    if len(chunks) == 1:
-        return values[0], present[0]
-    return np.concatenate(values), np.concatenate(present)
+    values = [np.zeros(len(c), dtype=dtype) if c.buffers()[1] is None or (c.buffers()[0] is None and c.null_count)
+              else _values(c, dtype) for c in chunks]  # all-null chunks may come without buffers
+    return _concat(values), _is_valid(pa.chunked_array(chunks, arrow_type))
 
 
 def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list]:
