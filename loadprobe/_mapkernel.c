@@ -31,8 +31,8 @@ enum { S_COUNT, S_SELF, S_IN_REQUEST, S_SELF_IN_REQUEST, S_OFFSET, S_OFFSET_N, S
 enum { H_TOTAL, H_SUM_HI, H_SUM_LO, H_MIN, H_MAX, H_CLAMPED, H_WIDTH };
 
 typedef struct {
-    i64 *counts; /* (rows, COUNTS_LEN) */
-    i64 *stats;  /* (rows, H_WIDTH) */
+    i64 *const *counts; /* per row, that histogram's counts array (COUNTS_LEN): the caller's own */
+    i64 *stats;         /* (rows, H_WIDTH) */
 } histogram;
 
 typedef struct {
@@ -44,18 +44,19 @@ typedef struct {
     i64 req_const;
     const i32 *stage, *status, *shape, *engine; /* dictionary codes, -1 for null */
     i64 n_stage, n_status, n_shape, n_engine;
-    const i64 *queue, *tokens_in, *tokens_out; /* NULL: absent; -1: null */
-    const i64 *batch;                          /* NULL: absent */
-    const u8 *batch_present;
+    /* Optional columns (NULL: absent), each with its Arrow validity bitmap from bit *_bit0
+     * (NULL: every row has a value); values under a clear bit are arbitrary. */
+    const i64 *queue, *tokens_in, *tokens_out, *batch;
     const double *flops, *bytes;
-    const u8 *flops_present, *bytes_present;
+    const u8 *queue_bits, *tokens_in_bits, *tokens_out_bits, *batch_bits, *flops_bits, *bytes_bits;
+    i64 queue_bit0, tokens_in_bit0, tokens_out_bit0, batch_bit0, flops_bit0, bytes_bit0;
     i64 sec_lo, n_sec;
     i64 win_start, win_stop; /* INT64_MIN: no run window / no stop */
     i64 id_lo, id_size;      /* the dense join's id table; id_size 0: parent_row is given */
 } map_input;
 
 typedef struct {
-    i64 *parent_row; /* (n) given, or filled by the dense join: row of the parent in the file, ROOT, or -1 */
+    i32 *parent_row; /* (n) given, or filled by the dense join: row of the parent in the file, ROOT, or -1 */
     i32 *id_table;   /* (id_size) scratch, any contents */
     i64 *child_sum;  /* (n) scratch */
     i64 *sums;       /* (n_stage, S_WIDTH) */
@@ -66,9 +67,9 @@ typedef struct {
     i64 *arrivals, *root_arrivals;      /* (n_sec) */
     i64 *edges;                         /* first ns, last ns, outside the window, unjoined, requests */
     i64 *request_ts;                    /* (n) start of each request, in row order */
-    i64 *batch_rows, *flops_rows, *bytes_rows;       /* (n) rows grouped by stage */
+    i32 *batch_rows, *flops_rows, *bytes_rows;       /* (n) rows grouped by stage */
     i64 *batch_bounds, *flops_bounds, *bytes_bounds; /* (n_stage + 1) */
-    i64 *sort_buffer;                                /* (n) scratch */
+    i32 *sort_buffer;                                /* (n) scratch */
     i64 *batch_values, *batch_durs, *flops_durs, *bytes_durs; /* (n) per grouped row: its value, duration */
     double *flops_values, *bytes_values;
     histogram latency, queue, tokens_in, tokens_out, request;
@@ -127,7 +128,7 @@ static inline void flush_run(run_sums *r, i64 *restrict sums, tally *lat, i64 *r
 /* One value into row `row` of a histogram, statistics included (for the rarer histograms). */
 static inline void record(histogram h, i64 row, i64 v) {
     tally t = {0, 0, 0, INT64_MAX, INT64_MIN, 0};
-    tally_add(&t, h.counts + row * COUNTS_LEN, v);
+    tally_add(&t, h.counts[row], v);
     tally_flush(&t, h.stats + row * H_WIDTH);
 }
 
@@ -142,7 +143,8 @@ static i64 join_dense(const map_input *in, map_output *out) {
     const i64 *restrict span_id = in->span_id, *restrict parent = in->parent, *restrict dur = in->dur;
     const u8 *restrict valid = in->valid;
     i32 *restrict table = out->id_table;
-    i64 *restrict parent_row = out->parent_row, *restrict child_sum = out->child_sum;
+    i32 *restrict parent_row = out->parent_row;
+    i64 *restrict child_sum = out->child_sum;
     i64 unjoined = 0;
     for (i64 i = n - 1; i >= 0; i--) table[span_id[i] - lo] = (i32)i;
     for (i64 i = 0; i < n; i++) {
@@ -159,26 +161,35 @@ static i64 join_dense(const map_input *in, map_output *out) {
                 child_sum[row] += dur[i];
             }
         }
-        parent_row[i] = row;
+        parent_row[i] = (i32)row;
     }
     return unjoined;
 }
 
 /* Sorts `rows` (in row order) by their stage, stably: `bounds[k + 1]` holds stage k's count
  * on entry and becomes where stage k's rows end; `buffer` has room for `m` rows. */
-static void group_by_stage(i64 *restrict rows, i64 m, i64 *restrict bounds, const i32 *restrict stage,
-                           i64 n_stage, i64 *restrict buffer) {
+static void group_by_stage(i32 *restrict rows, i64 m, i64 *restrict bounds, const i32 *restrict stage,
+                           i64 n_stage, i32 *restrict buffer) {
     for (i64 k = 0; k < n_stage; k++) bounds[k + 1] += bounds[k];
     for (i64 j = 0; j < m; j++) buffer[bounds[stage[rows[j]]]++] = rows[j]; /* bounds[k] moves to bounds[k + 1] */
     for (i64 k = n_stage; k > 0; k--) bounds[k] = bounds[k - 1];
     bounds[0] = 0;
-    memcpy(rows, buffer, (size_t)m * sizeof(i64));
+    memcpy(rows, buffer, (size_t)m * sizeof(i32));
 }
 
-/* Whether row i carries a batch size, FLOPs, bytes (the rows the float sums read). */
-#define HAS_BATCH(i) (batch && batch_present[i] && batch[i] >= 0)
-#define HAS_FLOPS(i) (flops && flops_present[i] && !isnan(flops[i]))
-#define HAS_BYTES(i) (bytes && bytes_present[i] && !isnan(bytes[i]))
+/* Whether bit `offset + i` of an Arrow validity bitmap is set (NULL: no bitmap, all valid). */
+static inline int is_set(const u8 *bits, i64 offset, i64 i) {
+    return bits == NULL || ((bits[(offset + i) >> 3] >> ((offset + i) & 7)) & 1);
+}
+
+/* Whether row i carries a batch size, FLOPs, bytes (the rows the float sums read), a queue
+ * time, tokens in or out (values below zero are not recorded). */
+#define HAS_BATCH(i) (batch && is_set(batch_bits, batch_bit0, i) && batch[i] >= 0)
+#define HAS_QUEUE(i) (queue && is_set(queue_bits, queue_bit0, i) && queue[i] >= 0)
+#define HAS_TOKENS_IN(i) (tokens_in && is_set(tokens_in_bits, tokens_in_bit0, i) && tokens_in[i] >= 0)
+#define HAS_TOKENS_OUT(i) (tokens_out && is_set(tokens_out_bits, tokens_out_bit0, i) && tokens_out[i] >= 0)
+#define HAS_FLOPS(i) (flops && is_set(flops_bits, flops_bit0, i) && !isnan(flops[i]))
+#define HAS_BYTES(i) (bytes && is_set(bytes_bits, bytes_bit0, i) && !isnan(bytes[i]))
 
 /* Everything integer about a file's spans, in two passes over its rows (after the join).
  * Every field is read into a local first: stores through the output arrays could otherwise
@@ -194,15 +205,20 @@ void lp_map_spans(const map_input *in, map_output *out) {
     const i64 *restrict queue = in->queue, *restrict tokens_in = in->tokens_in, *restrict tokens_out = in->tokens_out;
     const i64 *restrict batch = in->batch;
     const double *restrict flops = in->flops, *restrict bytes = in->bytes;
-    const u8 *restrict batch_present = in->batch_present, *restrict flops_present = in->flops_present;
-    const u8 *restrict bytes_present = in->bytes_present;
-    i64 *restrict parent_row = out->parent_row, *restrict child_sum = out->child_sum;
+    const u8 *restrict batch_bits = in->batch_bits, *restrict flops_bits = in->flops_bits;
+    const u8 *restrict bytes_bits = in->bytes_bits, *restrict queue_bits = in->queue_bits;
+    const u8 *restrict tokens_in_bits = in->tokens_in_bits, *restrict tokens_out_bits = in->tokens_out_bits;
+    const i64 batch_bit0 = in->batch_bit0, flops_bit0 = in->flops_bit0, bytes_bit0 = in->bytes_bit0;
+    const i64 queue_bit0 = in->queue_bit0, tokens_in_bit0 = in->tokens_in_bit0;
+    const i64 tokens_out_bit0 = in->tokens_out_bit0;
+    i32 *restrict parent_row = out->parent_row;
+    i64 *restrict child_sum = out->child_sum;
     i64 *restrict sums = out->sums, *restrict statuses = out->statuses, *restrict shapes = out->shapes;
     i64 *restrict engines = out->engines, *restrict busy = out->busy, *restrict busy_n = out->busy_n;
     i64 *restrict arrivals = out->arrivals, *restrict root_arrivals = out->root_arrivals;
     i64 *restrict request_ts = out->request_ts, *restrict request_statuses = out->request_statuses;
-    i64 *restrict batch_rows = out->batch_rows, *restrict flops_rows = out->flops_rows;
-    i64 *restrict bytes_rows = out->bytes_rows;
+    i32 *restrict batch_rows = out->batch_rows, *restrict flops_rows = out->flops_rows;
+    i32 *restrict bytes_rows = out->bytes_rows;
     i64 *restrict nb = out->batch_bounds, *restrict nf = out->flops_bounds, *restrict ny = out->bytes_bounds;
     const histogram latency = out->latency;
 
@@ -228,7 +244,7 @@ void lp_map_spans(const map_input *in, map_output *out) {
     i64 run = -1; /* the stage whose rows are being summed in registers */
     run_sums acc = {0, 0, 0, 0, 0, 0};
     tally lat = {0, 0, 0, INT64_MAX, INT64_MIN, 0};
-    i64 *restrict lat_counts = latency.counts;
+    i64 *restrict lat_counts = NULL;
     for (i64 i = 0; i < n; i++) {
         const i64 t = ts[i], d = dur[i], end = t + d;
         const int ok = valid[i];
@@ -244,20 +260,20 @@ void lp_map_spans(const map_input *in, map_output *out) {
             if (k != run) {
                 if (run >= 0) flush_run(&acc, sums + run * S_WIDTH, &lat, latency.stats + run * H_WIDTH);
                 run = k;
-                lat_counts = latency.counts + k * COUNTS_LEN;
+                lat_counts = latency.counts[k];
             }
             acc.count++;
             if (ok) {
                 if (HAS_BATCH(i)) {
-                    batch_rows[n_batch++] = i;
+                    batch_rows[n_batch++] = (i32)i;
                     nb[k + 1]++;
                 }
                 if (HAS_FLOPS(i)) {
-                    flops_rows[n_flops++] = i;
+                    flops_rows[n_flops++] = (i32)i;
                     nf[k + 1]++;
                 }
                 if (HAS_BYTES(i)) {
-                    bytes_rows[n_bytes++] = i;
+                    bytes_rows[n_bytes++] = (i32)i;
                     ny[k + 1]++;
                 }
                 tally_add(&lat, lat_counts, d);
@@ -283,9 +299,9 @@ void lp_map_spans(const map_input *in, map_output *out) {
                 acc.offset += off > 0 ? off : 0;
                 acc.offset_n++;
             }
-            if (queue && queue[i] >= 0) record(out->queue, k, queue[i]);
-            if (tokens_in && tokens_in[i] >= 0) record(out->tokens_in, k, tokens_in[i]);
-            if (tokens_out && tokens_out[i] >= 0) record(out->tokens_out, k, tokens_out[i]);
+            if (HAS_QUEUE(i)) record(out->queue, k, queue[i]);
+            if (HAS_TOKENS_IN(i)) record(out->tokens_in, k, tokens_in[i]);
+            if (HAS_TOKENS_OUT(i)) record(out->tokens_out, k, tokens_out[i]);
             i32 c = shape[i];
             if (c >= 0) shapes[k * n_shape + c]++;
             c = engine[i];

@@ -42,6 +42,10 @@ _SMALL = np.iinfo(np.int64).min
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _HISTOGRAMS = ("latency", "queue", "tokens_in", "tokens_out", "request")
+# Optional columns, as map_input names them, and their keys in partials' column dict.
+_OPTIONAL = ("queue", "tokens_in", "tokens_out", "batch", "flops", "bytes")
+_KEYS = {"queue": "queue", "tokens_in": "tin", "tokens_out": "tout", "batch": "batch", "flops": "flops",
+         "bytes": "bytes"}
 
 
 class _Histogram(ctypes.Structure):
@@ -53,9 +57,8 @@ class _Input(ctypes.Structure):  # map_input in _mapkernel.c, field for field
                 ("has_req", _P), ("req_const", _I),
                 ("stage", _P), ("status", _P), ("shape", _P), ("engine", _P),
                 ("n_stage", _I), ("n_status", _I), ("n_shape", _I), ("n_engine", _I),
-                ("queue", _P), ("tokens_in", _P), ("tokens_out", _P),
-                ("batch", _P), ("batch_present", _P), ("flops", _P), ("bytes", _P),
-                ("flops_present", _P), ("bytes_present", _P),
+                *((key, _P) for key in _OPTIONAL), *((key + "_bits", _P) for key in _OPTIONAL),
+                *((key + "_bit0", _I) for key in _OPTIONAL),
                 ("sec_lo", _I), ("n_sec", _I), ("win_start", _I), ("win_stop", _I),
                 ("id_lo", _I), ("id_size", _I)]
 
@@ -142,8 +145,12 @@ def new_stats(rows: int) -> np.ndarray:
     return stats
 
 
-def new_histogram_arrays(rows: int):
-    return np.zeros((rows, COUNTS_LEN), dtype=np.int64), new_stats(rows)
+def _rows(arrays: list) -> ctypes.Array:
+    """C pointers to histograms' counts arrays (each int64, COUNTS_LEN long), one per row."""
+    for a in arrays:
+        if a.dtype != np.int64 or a.shape != (COUNTS_LEN,) or not a.flags.c_contiguous or not a.flags.writeable:
+            raise TypeError(f"expected a writable int64 counts array of {COUNTS_LEN}")
+    return (_P * max(1, len(arrays)))(*(a.ctypes.data for a in arrays))
 
 
 def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: int, sec_lo: int, n_sec: int,
@@ -151,8 +158,13 @@ def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: i
               hists: dict) -> dict:
     """Everything integer about a file's spans (``c``: the columns ``partials._map_spans`` reads).
 
-    ``parent_row``: each row's parent row (ROOT for a root, -1: not in the file), or None to
-    join through a dense table of ``id_size`` ids from ``id_lo``. ``hists``: name -> (counts, stats) arrays, filled in place.
+    ``parent_row``: each row's parent row, int32 (ROOT for a root, -1: not in the file), or None to
+    join through a dense table of ``id_size`` ids from ``id_lo``. ``hists``: name -> (counts
+    arrays, one per row (per stage; one for "request"), stats array (rows, 6) from
+    :func:`new_stats`): the kernel adds each value's bucket count straight into the counts
+    arrays (a ``Histogram``'s own) and its totals to ``stats``. The optional columns (``c["queue"]``,
+    ``"tin"``, ``"tout"``, ``"batch"``, ``"flops"``, ``"bytes"``): None (absent) or (values, Arrow
+    validity bitmap as uint8 or None for all valid, its first bit), as ``partials._sparse`` gives.
     Returns the arrays ``_mapkernel.c``'s map_output names; the batch sizes, FLOPs and bytes
     present come grouped by stage, in row order within a stage, with each row's duration:
     KEY_values, KEY_durs and KEY_bounds (stages + 1). The large ones are this
@@ -160,16 +172,16 @@ def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: i
     """
     n = len(c["ts"])
     i64, u8, i32, f64 = np.dtype(np.int64), np.dtype(np.bool_), np.dtype(np.int32), np.dtype(np.float64)
-    batch, flops, bytes_ = c["batch"] or (None, None), c["flops"] or (None, None), c["bytes"] or (None, None)
+    optional = {key: c[_KEYS[key]] or (None, None, 0) for key in _OPTIONAL}
     known = c["known"]
     args = _Input(n, _ptr(c["ts"], i64), _ptr(c["dur"], i64), _ptr(c["valid"], u8), _ptr(c["span_id"], i64),
                   _ptr(c["parent"], i64), _ptr(c["req"], u8) if known is None else None,
                   -1 if known is None else int(known),
                   _ptr(c["stage"], i32), _ptr(c["status"], i32), _ptr(c["shape"], i32), _ptr(c["engine"], i32),
                   n_stage, n_status, n_shape, n_engine,
-                  _ptr(c["queue"], i64), _ptr(c["tin"], i64), _ptr(c["tout"], i64),
-                  _ptr(batch[0], i64), _ptr(batch[1], u8), _ptr(flops[0], f64), _ptr(bytes_[0], f64),
-                  _ptr(flops[1], u8), _ptr(bytes_[1], u8),
+                  *(_ptr(values, f64 if key in ("flops", "bytes") else i64) for key, (values, _, _) in optional.items()),
+                  *(_ptr(bits, np.uint8) for bits in (v[1] for v in optional.values())),
+                  *(first for first in (v[2] for v in optional.values())),
                   sec_lo, n_sec, win_start, win_stop, id_lo, id_size if parent_row is None else 0)
     zeros = lambda *shape: np.zeros(shape, dtype=np.int64)  # noqa: E731
     out = {"sums": zeros(n_stage, 6), "statuses": zeros(n_stage, n_status), "shapes": zeros(n_stage, n_shape),
@@ -182,16 +194,17 @@ def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: i
         out[key + "_values"] = scratch(key + "_values", m, dtype)
         out[key + "_durs"] = scratch(key + "_durs", m, np.int64)
     if parent_row is None:
-        parent_row = scratch("parent_row", n, np.int64)
+        parent_row = scratch("parent_row", n, np.int32)
         table = scratch("id_table", id_size, np.int32)  # any contents: the kernel checks every hit
     else:
         table = None
-    rows = {key + "_rows": scratch(key + "_rows", n if c[key] is not None else 0, np.int64)
+    rows = {key + "_rows": scratch(key + "_rows", n if c[key] is not None else 0, np.int32)
             for key in ("batch", "flops", "bytes")}
     arrays = {**out, **rows, "parent_row": parent_row, "id_table": table, "child_sum": scratch("child_sum", n, np.int64),
-              "sort_buffer": scratch("sort_buffer", n, np.int64)}
+              "sort_buffer": scratch("sort_buffer", n, np.int32)}
+    rows_of = {name: _rows(hists[name][0]) for name in _HISTOGRAMS}  # kept alive through the call
     results = _Output(*(_ptr(arrays[name]) for name, _ in _Output._fields_[:-len(_HISTOGRAMS)]),
-                      *(_Histogram(_ptr(hists[name][0], i64), _ptr(hists[name][1], i64)) for name in _HISTOGRAMS))
+                      *(_Histogram(ctypes.addressof(rows_of[name]), _ptr(hists[name][1], i64)) for name in _HISTOGRAMS))
     _LIB.lp_map_spans(ctypes.byref(args), ctypes.byref(results))
     out["request_ts"] = out["request_ts"][:out["edges"][4]]
     for key in ("batch", "flops", "bytes"):

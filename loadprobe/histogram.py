@@ -97,12 +97,12 @@ class Histogram:
         self.counts += counts
         self._note(np.asarray(values, dtype=np.int64))
 
-    def record_summary(self, counts: np.ndarray, total: int, value_sum: int, lo: int, hi: int, clamped: int) -> None:
-        """Add values already bucketed elsewhere (the compiled map step): their bucket counts,
-        how many, their exact sum, min, max and how many were clamped. Same result as ``record``."""
+    def add_recorded(self, total: int, value_sum: int, lo: int, hi: int, clamped: int) -> None:
+        """Account for values whose bucket counts were added to ``counts`` directly (the compiled
+        map step writes there): how many, their exact sum, min, max and how many were clamped.
+        With those counts, the same result as ``record``."""
         if total == 0:
             return
-        self.counts += counts
         self.total += int(total)
         self.sum += int(value_sum)
         self.min = int(lo) if self.min is None else min(self.min, int(lo))

@@ -511,9 +511,11 @@ def _concat(parts: list) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
 
-def _sparse(table: pa.Table, name: str, dtype) -> tuple[np.ndarray, np.ndarray] | None:
-    """A mostly-null column as (values, present): raw values (arbitrary where null) and whether
-    each row has one; None when the column is absent or all null. No fill, no full-size cast."""
+def _sparse(table: pa.Table, name: str, dtype) -> tuple[np.ndarray, np.ndarray | None, int] | None:
+    """A mostly-null column as (values, bits, first bit): raw values (arbitrary where null) and
+    which rows have one, as an Arrow validity bitmap (uint8; None: every row) from bit ``first``;
+    None when the column is absent or all null. No fill, no full-size cast, no copy of a single
+    chunk (``_present`` turns the bitmap into bools)."""
     if name not in table.column_names:
         return None
     column = table.column(name)
@@ -521,9 +523,27 @@ def _sparse(table: pa.Table, name: str, dtype) -> tuple[np.ndarray, np.ndarray] 
         return None
     arrow_type = pa.from_numpy_dtype(dtype)
     chunks = [c if c.type == arrow_type else c.cast(arrow_type) for c in column.chunks if len(c)]
+    if len(chunks) == 1:
+        validity = chunks[0].buffers()[0]
+        bits = None if not chunks[0].null_count else np.frombuffer(validity, dtype=np.uint8)
+        return _values(chunks[0], dtype), bits, chunks[0].offset
     values = [np.zeros(len(c), dtype=dtype) if c.buffers()[1] is None or (c.buffers()[0] is None and c.null_count)
               else _values(c, dtype) for c in chunks]  # all-null chunks may come without buffers
-    return _concat(values), _is_valid(pa.chunked_array(chunks, arrow_type))
+    present = _is_valid(pa.chunked_array(chunks, arrow_type))
+    return _concat(values), np.packbits(present, bitorder="little"), 0
+
+
+def _filled(sparse: tuple | None, n: int, fill: int) -> np.ndarray:
+    """A ``_sparse`` int column as one array of ``n`` values, ``fill`` where null (or all, if absent)."""
+    if sparse is None:
+        return np.full(n, fill, dtype=np.int64)
+    return np.where(_present(sparse, n), sparse[0], fill)
+
+
+def _present(sparse: tuple, n: int) -> np.ndarray:
+    """Whether each of the ``n`` rows of a ``_sparse`` column has a value."""
+    _, bits, first = sparse
+    return np.ones(n, dtype=bool) if bits is None else _bits(bits, first, n)
 
 
 def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list]:
@@ -620,7 +640,7 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
          "bytes": _sparse(table, "bytes", np.float64),
          "known": known}
     for key, column in (("queue", "queue_ns"), ("tin", "tokens_in"), ("tout", "tokens_out")):
-        c[key] = _ints(table, column) if column in table.column_names else None  # None: absent (all null)
+        c[key] = _sparse(table, column, np.int64)  # None: absent or all null
     if known is None:
         c["req"] = _is_valid(table.column("request_id"))
     for key, column in (("stage", "stage"), ("status", "status"), ("shape", "shape"), ("engine", "engine")):
@@ -698,8 +718,7 @@ def _aggregate_numpy(part: Partial, c: dict, ref: FileRef, run_window) -> None:
         root = np.where(moving, up, root)
     offset[child_rows] = np.maximum(ts[child_rows] - ts[root], 0)
 
-    absent_column = np.full(len(ts), -1, dtype=np.int64) if any(c[k] is None for k in ("queue", "tin", "tout")) else None
-    queue, tokens_in, tokens_out = (absent_column if c[k] is None else c[k] for k in ("queue", "tin", "tout"))
+    queue, tokens_in, tokens_out = (_filled(c[k], len(ts), -1) for k in ("queue", "tin", "tout"))
     shape_codes, shape_names = c["shape"], c["shape_names"]
     engine_codes, engine_names = c["engine"], c["engine_names"]
     seconds = ts // _NS
@@ -773,7 +792,7 @@ _DENSE_IDS = 4  # the compiled join's id table may be this many times the row co
 
 def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
     """The same figures as ``_aggregate_numpy`` through ``_mapkernel``; None (nothing done) when a
-    per-file table would be too large for it, so the numpy path runs instead. Returns (request
+    per-file table would be too large for it (or the file has 2**31 rows), so the numpy path runs instead. Returns (request
     start times, {"batch"|"flops"|"bytes": (rows, bounds per stage)}) for the float sums."""
     ts, dur, valid, parent = c["ts"], c["dur"], c["valid"], c["parent"]
     n = len(ts)
@@ -782,8 +801,8 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
     first, last = k.min_max(ts)
     sec_lo = first // _NS
     n_sec = last // _NS - sec_lo + 1
-    if max(n_stage * n_sec, n_stage * n_shape, n_stage * n_engine, n_sec) > _DENSE_CELLS:
-        return None
+    if max(n_stage * n_sec, n_stage * n_shape, n_stage * n_engine, n_sec) > _DENSE_CELLS or n >= 2**31:
+        return None  # (the kernel numbers rows with int32)
     span_id = c["span_id"]
     id_lo, id_hi = k.min_max(span_id)
     id_size = id_hi - id_lo + 1
@@ -795,12 +814,19 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
         pos = np.minimum(np.searchsorted(sorted_ids, parent[child]), n - 1)
         found = sorted_ids[pos] == parent[child]
         part.unjoined_children += int((~found).sum())
-        parent_row = np.where(parent == 0, k.ROOT, -1)
+        parent_row = np.where(parent == 0, k.ROOT, -1).astype(np.int32)
         parent_row[np.flatnonzero(child)[found]] = order[pos[found]]
 
-    hists = {"latency": k.new_histogram_arrays(n_stage), "request": k.new_histogram_arrays(1)}
+    # The kernel adds bucket counts straight into the partial's histograms (so none are zeroed,
+    # filled and added per file): every stage of the dictionary gets its StagePartial first, and
+    # those new here that no row used are dropped again below.
+    new = [name for name in map(str, c["stage_names"]) if name not in part.stages]
+    stages = [part.stage(str(name)) for name in c["stage_names"]]
+    hists = {"latency": ([sp.latency.counts for sp in stages], k.new_stats(n_stage)),
+             "request": ([part.requests.counts], k.new_stats(1))}
     for key, column in (("queue", "queue"), ("tokens_in", "tin"), ("tokens_out", "tout")):
-        hists[key] = k.new_histogram_arrays(n_stage if c[column] is not None else 0)
+        present = c[column] is not None
+        hists[key] = ([getattr(sp, key).counts for sp in stages] if present else [], k.new_stats(n_stage if present else 0))
     small = np.iinfo(np.int64).min
     if run_window is not None:
         start, stop = run_window
@@ -819,22 +845,21 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
     if edges[2]:
         part.out_of_window[ref.run_id] += int(edges[2])
 
-    def record(h: Histogram, counts, stats, row: int) -> None:
+    def record(h: Histogram, stats, row: int) -> None:
         st = stats[row].tolist()
-        h.record_summary(counts[row], st[k.H_TOTAL], (st[k.H_SUM_HI] << 32) + st[k.H_SUM_LO], st[k.H_MIN],
-                         st[k.H_MAX], st[k.H_CLAMPED])
+        h.add_recorded(st[k.H_TOTAL], (st[k.H_SUM_HI] << 32) + st[k.H_SUM_LO], st[k.H_MIN], st[k.H_MAX],
+                       st[k.H_CLAMPED])
 
     status_names, shape_names, engine_names = c["status_names"], c["shape_names"], c["engine_names"]
     secs = np.arange(sec_lo, sec_lo + n_sec)
     busy_keys: list = []
     busy_values: list = []
-    for code, name in enumerate(c["stage_names"]):
+    for code, (name, sp) in enumerate(zip(c["stage_names"], stages)):
         row = sums[code].tolist()
         if row[k.S_COUNT] == 0:
             continue
-        sp = part.stage(str(name))
         sp.count += row[k.S_COUNT]
-        record(sp.latency, *hists["latency"], code)
+        record(sp.latency, hists["latency"][1], code)
         sp.self_ns += row[k.S_SELF]
         sp.in_request_ns += row[k.S_IN_REQUEST]
         sp.self_in_request_ns += row[k.S_SELF_IN_REQUEST]
@@ -842,7 +867,7 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
         sp.offset_ns += row[k.S_OFFSET]
         sp.offset_n += row[k.S_OFFSET_N]
         if c["queue"] is not None:
-            record(sp.queue, *hists["queue"], code)
+            record(sp.queue, hists["queue"][1], code)
         if n_shape:
             _add_dense(sp.shapes, shapes[code], shape_names)
             if len(sp.shapes) > MAX_SHAPES:
@@ -850,17 +875,20 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
         if n_engine:
             _add_dense(sp.engines, engines[code], engine_names)
         if c["tin"] is not None:
-            record(sp.tokens_in, *hists["tokens_in"], code)
+            record(sp.tokens_in, hists["tokens_in"][1], code)
         if c["tout"] is not None:
-            record(sp.tokens_out, *hists["tokens_out"], code)
+            record(sp.tokens_out, hists["tokens_out"][1], code)
         present = np.flatnonzero(busy_n[code])
         busy_keys += zip(repeat(ref.host), repeat(str(name)), secs[present].tolist())
         busy_values += busy[code][present].tolist()
     _add(part.busy, zip(busy_keys, busy_values))
+    for name in new:
+        if part.stages[name].count == 0:  # in the dictionary, not in the rows: nothing recorded
+            del part.stages[name]
 
     request_sums = out["request_sums"].tolist()
     part.request_count += request_sums[0]
-    record(part.requests, *hists["request"], 0)
+    record(part.requests, hists["request"][1], 0)
     part.request_total_ns += request_sums[1]
     part.request_self_ns += request_sums[2]
     _add_dense(part.request_statuses, out["request_statuses"], status_names)
@@ -919,8 +947,9 @@ def _batch_and_float_sums(part: Partial, c: dict, grouped: dict | None = None) -
             yield part.stage(str(names[code])), values[mine], dur[mine]
 
     if c["batch"] is not None:
-        batch, present = c["batch"]
-        for sp, b, durations in by_stage("batch", batch, lambda: valid & present & (batch >= 0)):
+        batch = c["batch"][0]
+        for sp, b, durations in by_stage("batch", batch,
+                                         lambda: valid & _present(c["batch"], len(valid)) & (batch >= 0)):
             _add(sp.batch, _counts(b))
             bf, lf = b.astype(np.float64), durations / 1e6
             sp.fit.append([float(len(b)), float(bf.sum()), float((bf * bf).sum()), float(lf.sum()),
@@ -929,8 +958,9 @@ def _batch_and_float_sums(part: Partial, c: dict, grouped: dict | None = None) -
     for key in ("flops", "bytes"):
         if c[key] is None:
             continue
-        values, present = c[key]
-        for sp, v, durations in by_stage(key, values, lambda: valid & present & ~np.isnan(values)):
+        values = c[key][0]
+        for sp, v, durations in by_stage(key, values,
+                                         lambda: valid & _present(c[key], len(valid)) & ~np.isnan(values)):
             (sp.flops if key == "flops" else sp.bytes).append(float(v.sum()))
             if key == "flops":
                 sp.flops_dur_ns += int(durations.sum())

@@ -131,7 +131,44 @@ def write_row_groups(writer, table: pa.Table, rows: int = ROW_GROUP_ROWS) -> Non
         group = table.slice(start, rows)
         if "stage" in group.column_names:
             group = _clustered_by_stage(group)
-        writer.write_table(group, row_group_size=rows)
+        writer.write_table(_compact_dictionaries(group), row_group_size=rows)
+
+
+def _compact_dictionaries(group: pa.Table) -> pa.Table:
+    """``group`` with each dictionary column's dictionary cut to the values its rows use.
+
+    Parquet writes an Arrow dictionary as it is, into every row group: a row group cut from
+    batches with wider dictionaries (a slice of a flush, a generator's fixed vocabulary) would
+    carry every value of them, and each reader would decode them all, row group by row group.
+    """
+    import numpy as np
+
+    for i, field in enumerate(group.schema):
+        column = group.column(i)
+        if not pa.types.is_dictionary(field.type) or column.num_chunks != 1:
+            continue
+        array = column.chunk(0)
+        indices, dictionary = array.indices, array.dictionary
+        if len(dictionary) <= 1 or not len(array):
+            continue
+        dtype = np.dtype(f"i{indices.type.bit_width // 8}")
+        codes = np.frombuffer(indices.buffers()[1], dtype=dtype, count=len(indices) + indices.offset)
+        valid = np.ones(len(codes), dtype=bool)
+        if indices.null_count:
+            bits = np.frombuffer(indices.buffers()[0], dtype=np.uint8)
+            valid = np.unpackbits(bits, count=len(codes), bitorder="little").view(bool)
+        valid[:indices.offset] = False
+        used = np.bincount(codes[valid], minlength=len(dictionary)) > 0
+        if used.all():
+            continue
+        remap = (np.cumsum(used) - 1).astype(dtype)
+        compact = np.where(valid, remap[np.where(valid, codes, 0)], 0).astype(dtype)
+        new_indices = pa.Array.from_buffers(indices.type, len(indices), [indices.buffers()[0], pa.py_buffer(compact)],
+                                            null_count=indices.null_count, offset=indices.offset)
+        kept = np.flatnonzero(used).astype(np.int64)
+        taken = dictionary.take(pa.Array.from_buffers(pa.int64(), len(kept), [None, pa.py_buffer(kept)]))
+        group = group.set_column(i, field, pa.DictionaryArray.from_arrays(new_indices, taken))
+    return group
 
 
 def _clustered_by_stage(group: pa.Table) -> pa.Table:

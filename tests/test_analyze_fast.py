@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -216,6 +217,26 @@ def test_the_numpy_path_is_taken_when_per_file_tables_would_be_too_large(varied,
     calls.clear()
     assert [_norm(map_file(r, Filters(kernel="compiled"))) for r in refs] == reference
     assert not calls
+
+
+def test_a_stream_of_many_record_batches_maps_the_same_with_either_kernel(tmp_path):
+    # An unfinished segment (.spans-*.arrows) reads as one chunk per flush: the kernel then gets
+    # sparse columns (batch, FLOPs, bytes) concatenated, with their validity re-packed.
+    rng = np.random.default_rng(11)
+    table = random_spans(rng, 300, "1-a", 0, tokens=True)
+    d = tmp_path / "h" / "svc" / "1-a"
+    d.mkdir(parents=True)
+    with pa.ipc.new_stream(d / ".spans-00001.arrows", SPANS) as writer:
+        for batch in table.to_batches(max_chunksize=37):
+            writer.write_batch(batch)
+    (ref,) = file_refs(discover([tmp_path])[0])
+    table = partials._read(ref)
+    assert ref.stream and table.column("flops").num_chunks > 1 and table.column("batch").null_count
+    slow, fast = _map_both(ref)
+    rows = table.select(["stage", "batch"]).to_pylist()
+    batches = Counter(r["batch"] for r in rows if r["stage"] == "model" and r["batch"] is not None)
+    assert fast.stage("model").batch == batches and fast.stage("model").flops
+    assert _norm(fast) == _norm(slow)
 
 
 def test_a_recorded_service_gives_identical_portraits(tmp_path):

@@ -108,6 +108,52 @@ def test_parquet_files_group_rows_by_stage_and_use_the_fast_encodings(tmp_path):
     assert "RLE_DICTIONARY" in column["stage"].encodings
 
 
+def test_each_row_group_carries_only_the_dictionary_values_it_uses(tmp_path):
+    """A row group cut across flushes (or from a table with a fixed vocabulary) keeps, per
+    dictionary column, just the values of its own rows: readers decode no unused dictionary."""
+    import pyarrow as pa
+
+    from loadprobe.schema import SPANS, parquet_options, write_row_groups
+
+    def spans(shapes, first_id):
+        n = len(shapes)
+        vocabulary = pa.array([f"{b}x4" for b in range(50)])  # wider than any batch uses
+        shape = pa.DictionaryArray.from_arrays(pa.array([None if s is None else int(s) for s in shapes], pa.int32()),
+                                               vocabulary)
+        columns = {f.name: pa.nulls(n, f.type) for f in SPANS}
+        columns.update(ts_ns=pa.array(range(first_id, first_id + n), pa.int64()),
+                       span_id=pa.array(range(first_id, first_id + n), pa.int64()),
+                       stage=pa.DictionaryArray.from_arrays(pa.array([i % 2 for i in range(n)], pa.int32()),
+                                                            pa.array(["pre", "nms", "unused"])),
+                       status=pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array(["ok", "error"])),
+                       shape=shape)
+        return pa.table(columns, schema=SPANS)
+
+    table = pa.concat_tables([spans([3, None, 7, 3, 9, 11], 1), spans([40, 40, None, 2, 2, 5, 6], 100)])
+    with pq.ParquetWriter(tmp_path / "spans-00001.parquet", SPANS, **parquet_options(SPANS)) as writer:
+        write_row_groups(writer, table, rows=5)
+    pf = pq.ParquetFile(tmp_path / "spans-00001.parquet")
+    assert pf.metadata.num_row_groups == 3
+    written = pf.read()
+    assert written.to_pylist() == table.take(_stage_order(table, 5)).to_pylist()
+    for g in range(pf.metadata.num_row_groups):
+        group = pf.read_row_group(g)
+        for name in ("shape", "stage", "status"):
+            (chunk,) = group.column(name).chunks
+            used = {v for v in chunk.to_pylist() if v is not None}
+            assert sorted(chunk.dictionary.to_pylist()) == sorted(used), (g, name)
+
+
+def _stage_order(table, rows):
+    """Row order write_row_groups gives: within each group of ``rows``, stable by stage code."""
+    order = []
+    codes = table.column("stage").combine_chunks().indices.to_pylist()
+    for start in range(0, len(codes), rows):
+        group = list(range(start, min(start + rows, len(codes))))
+        order += sorted(group, key=lambda i: codes[i])
+    return order
+
+
 def test_start_is_idempotent_and_a_second_directory_is_refused_with_a_warning(tmp_path, caplog):
     first = loadprobe.start(tmp_path / "a", sample_devices=False)
     with caplog.at_level(logging.WARNING, logger="loadprobe"):
