@@ -239,6 +239,50 @@ def test_a_stream_of_many_record_batches_maps_the_same_with_either_kernel(tmp_pa
     assert _norm(fast) == _norm(slow)
 
 
+def _expected_counts(table: pa.Table) -> dict:
+    """Per stage: its shapes, engines and statuses counted straight from the rows."""
+    counts: dict = {}
+    for row in table.select(["stage", "shape", "engine", "status"]).to_pylist():
+        mine = counts.setdefault(row["stage"], {"shapes": Counter(), "engines": Counter(), "statuses": Counter()})
+        for key, column in (("shapes", "shape"), ("engines", "engine"), ("statuses", "status")):
+            if row[column] is not None:
+                mine[key][row[column]] += 1
+    return counts
+
+
+@pytest.mark.parametrize("layout", ["row groups", "stream batches"])
+def test_chunks_with_their_own_dictionaries_give_exact_counts(tmp_path, layout):
+    # Each row group (as write_row_groups cuts them) or stream batch has its own dictionary, in
+    # its own order: the kernel maps each chunk's indices to the file's names in place.
+    from loadprobe.schema import parquet_options, write_row_groups
+
+    rng = np.random.default_rng(5)
+    table = random_spans(rng, 400, "1-a", 0)
+    d = tmp_path / "h" / "svc" / "1-a"
+    d.mkdir(parents=True)
+    if layout == "row groups":
+        with pq.ParquetWriter(d / "spans-00001.parquet", SPANS, **parquet_options(SPANS)) as writer:
+            write_row_groups(writer, table, rows=300)
+    else:
+        with pa.ipc.new_stream(d / ".spans-00001.arrows", SPANS) as writer:
+            for batch in table.to_batches(max_chunksize=250):  # re-encoded: a dictionary per batch
+                writer.write_batch(pa.RecordBatch.from_arrays(
+                    [_dict_array(col.dictionary_decode().to_pylist()[::-1])
+                     .take(pa.array(range(len(col) - 1, -1, -1))) if pa.types.is_dictionary(col.type) else col
+                     for col in batch.columns], schema=SPANS))
+    (ref,) = file_refs(discover([tmp_path])[0])
+    read = partials._read(ref)
+    dictionaries = [tuple(chunk.dictionary.to_pylist()) for chunk in read.column("shape").chunks]
+    assert len(set(dictionaries)) > 1  # the chunks really disagree
+    slow, fast = _map_both(ref)
+    assert _norm(fast) == _norm(slow)
+    expected = _expected_counts(read)
+    assert set(fast.stages) == set(expected)
+    for name, sp in fast.stages.items():
+        assert (sp.shapes, sp.engines, sp.statuses) == (expected[name]["shapes"], expected[name]["engines"],
+                                                        expected[name]["statuses"]), name
+
+
 def test_a_recorded_service_gives_identical_portraits(tmp_path):
     from .test_analyze import record_pipeline
 
