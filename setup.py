@@ -1,10 +1,11 @@
 """The one compiled part of loadprobe: the map step's C kernel (loadprobe/_mapkernel.c).
 
 Optional: without a C compiler the build skips it and `loadprobe analyze` uses its numpy
-path (the same results, several times slower). Everything else is in pyproject.toml.
+path (the same results, several times slower). -ffp-contract=off: its float sums must round
+as numpy's do, never fusing a multiply and an add. Everything else is in pyproject.toml.
 """
 
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("loadprobe._cmapkernel", ["loadprobe/_mapkernel.c"], optional=True,
-                             extra_compile_args=["-O3"])])
+                             extra_compile_args=["-O3", "-ffp-contract=off"])])

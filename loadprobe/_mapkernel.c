@@ -72,6 +72,11 @@ typedef struct {
     i32 *sort_buffer;                                /* (n) scratch */
     i64 *batch_values, *batch_durs, *flops_durs, *bytes_durs; /* (n) per grouped row: its value, duration */
     double *flops_values, *bytes_values;
+    /* Float sums per stage, rounded exactly as numpy's sums round (numpy_sum): */
+    double *fit;                   /* (n_stage, 5) Σb, Σb², Σl, Σbl, Σl² over batch rows, l = duration in ms */
+    double *flops_sum, *bytes_sum; /* (n_stage) */
+    i64 *flops_dur, *bytes_dur;    /* (n_stage) Σ duration of the rows with FLOPs, bytes */
+    double *float_scratch;         /* (3n) */
     histogram latency, queue, tokens_in, tokens_out, request;
 } map_output;
 
@@ -89,6 +94,7 @@ static inline i64 bucket_index(i64 v) {
 
 /* A histogram's statistics, accumulated in registers while rows of one stage follow each other. */
 typedef struct { i64 total, sum_hi, sum_lo, min, max, clamped; } tally;
+#define EMPTY_TALLY ((tally){0, 0, 0, INT64_MAX, INT64_MIN, 0})
 
 static inline void tally_add(tally *t, i64 *restrict counts, i64 v) {
     counts[bucket_index(v)] += 1;
@@ -107,29 +113,32 @@ static inline void tally_flush(tally *t, i64 *restrict stats) {
     if (t->min < stats[H_MIN]) stats[H_MIN] = t->min;
     if (t->max > stats[H_MAX]) stats[H_MAX] = t->max;
     stats[H_CLAMPED] += t->clamped;
-    *t = (tally){0, 0, 0, INT64_MAX, INT64_MIN, 0};
+    *t = EMPTY_TALLY;
 }
 
-/* A stage's sums over a run of its rows, kept in registers (the columns of S_COUNT...). */
-typedef struct { i64 count, self, in_request, self_in_request, offset, offset_n; } run_sums;
+/* A run of one stage's rows: its sums (the columns of S_COUNT...) and the statistics of its
+ * latencies, queue times and tokens, kept in registers until the stage changes. */
+typedef struct {
+    i64 count, self, in_request, self_in_request, offset, offset_n;
+    tally latency, queue, tokens_in, tokens_out;
+} run_sums;
 
-/* Adds one run of a stage's rows to that stage's sums and latency statistics, and restarts it. */
-static inline void flush_run(run_sums *r, i64 *restrict sums, tally *lat, i64 *restrict stats) {
+#define EMPTY_RUN ((run_sums){0, 0, 0, 0, 0, 0, EMPTY_TALLY, EMPTY_TALLY, EMPTY_TALLY, EMPTY_TALLY})
+
+/* Adds one run of stage k's rows to that stage's sums and statistics, and restarts it. */
+static inline void flush_run(run_sums *r, i64 k, i64 *restrict sums, const map_output *out) {
+    sums += k * S_WIDTH;
     sums[S_COUNT] += r->count;
     sums[S_SELF] += r->self;
     sums[S_IN_REQUEST] += r->in_request;
     sums[S_SELF_IN_REQUEST] += r->self_in_request;
     sums[S_OFFSET] += r->offset;
     sums[S_OFFSET_N] += r->offset_n;
-    *r = (run_sums){0, 0, 0, 0, 0, 0};
-    tally_flush(lat, stats);
-}
-
-/* One value into row `row` of a histogram, statistics included (for the rarer histograms). */
-static inline void record(histogram h, i64 row, i64 v) {
-    tally t = {0, 0, 0, INT64_MAX, INT64_MIN, 0};
-    tally_add(&t, h.counts[row], v);
-    tally_flush(&t, h.stats + row * H_WIDTH);
+    tally_flush(&r->latency, out->latency.stats + k * H_WIDTH);
+    if (r->queue.total) tally_flush(&r->queue, out->queue.stats + k * H_WIDTH);
+    if (r->tokens_in.total) tally_flush(&r->tokens_in, out->tokens_in.stats + k * H_WIDTH);
+    if (r->tokens_out.total) tally_flush(&r->tokens_out, out->tokens_out.stats + k * H_WIDTH);
+    *r = EMPTY_RUN;
 }
 
 /* Row of each valid child's parent through a dense id table (first row wins among equal ids,
@@ -175,6 +184,74 @@ static void group_by_stage(i32 *restrict rows, i64 m, i64 *restrict bounds, cons
     for (i64 k = n_stage; k > 0; k--) bounds[k] = bounds[k - 1];
     bounds[0] = 0;
     memcpy(rows, buffer, (size_t)m * sizeof(i32));
+}
+
+/* numpy's pairwise summation (numpy/_core/src/umath/loops_utils.h.src): 8 accumulators over
+ * blocks of up to 128 values, halves beyond. The float sums of a partial must come out the
+ * same whichever path mapped the file, so this adds in numpy's order; compiled without
+ * contracting a*b+c into one rounding (setup.py: -ffp-contract=off). */
+static double pairwise_sum(const double *a, i64 n) {
+    if (n < 8) {
+        double sum = 0.;
+        for (i64 i = 0; i < n; i++) sum += a[i];
+        return sum;
+    }
+    if (n <= 128) {
+        double r[8];
+        for (int j = 0; j < 8; j++) r[j] = a[j];
+        i64 i = 8;
+        for (; i < n - n % 8; i += 8)
+            for (int j = 0; j < 8; j++) r[j] += a[i + j];
+        double sum = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++) sum += a[i];
+        return sum;
+    }
+    i64 half = n / 2;
+    half -= half % 8;
+    return pairwise_sum(a, half) + pairwise_sum(a + half, n - half);
+}
+
+/* What `array.sum()` returns for a contiguous float64 array: the reduction starts from 0. */
+static double numpy_sum(const double *a, i64 n) { return 0. + pairwise_sum(a, n); }
+
+/* out[i] = a[i] * b[i], then its numpy sum: `(a * b).sum()`. */
+static double product_sum(const double *a, const double *b, i64 n, double *out) {
+    for (i64 i = 0; i < n; i++) out[i] = a[i] * b[i];
+    return numpy_sum(out, n);
+}
+
+/* Per stage with rows in [bounds[k], bounds[k + 1]): the batch fit's sums, then the FLOPs' and
+ * bytes' sums and their durations, as partials._batch_and_float_sums computes them. */
+static void float_sums(const map_output *out, i64 n_stage, i64 n) {
+    double *bf = out->float_scratch, *lf = bf + n, *tmp = lf + n;
+    for (i64 k = 0; k < n_stage; k++) {
+        const i64 lo = out->batch_bounds[k], m = out->batch_bounds[k + 1] - lo;
+        double *fit = out->fit + 5 * k;
+        if (m > 0) {
+            for (i64 j = 0; j < m; j++) {
+                bf[j] = (double)out->batch_values[lo + j];
+                lf[j] = (double)out->batch_durs[lo + j] / 1e6;
+            }
+            fit[0] = numpy_sum(bf, m);
+            fit[1] = product_sum(bf, bf, m, tmp);
+            fit[2] = numpy_sum(lf, m);
+            fit[3] = product_sum(bf, lf, m, tmp);
+            fit[4] = product_sum(lf, lf, m, tmp);
+        }
+        const i64 *bounds[2] = {out->flops_bounds, out->bytes_bounds};
+        const double *values[2] = {out->flops_values, out->bytes_values};
+        const i64 *durs[2] = {out->flops_durs, out->bytes_durs};
+        double *sums[2] = {out->flops_sum, out->bytes_sum};
+        i64 *dur_sums[2] = {out->flops_dur, out->bytes_dur};
+        for (int key = 0; key < 2; key++) {
+            const i64 start = bounds[key][k], stop = bounds[key][k + 1];
+            if (stop == start) continue;
+            sums[key][k] = numpy_sum(values[key] + start, stop - start);
+            uint64_t total = 0; /* wraps as numpy's int64 sum does */
+            for (i64 j = start; j < stop; j++) total += (uint64_t)durs[key][j];
+            dur_sums[key][k] = (i64)total;
+        }
+    }
 }
 
 /* Whether bit `offset + i` of an Arrow validity bitmap is set (NULL: no bitmap, all valid). */
@@ -233,8 +310,9 @@ void lp_map_spans(const map_input *in, map_output *out) {
         }
     }
 
-    /* Pass 2. Per-stage sums and latency statistics run in registers while rows of one stage
-     * follow each other (files group each row group's rows by stage). Rows with a batch size,
+    /* Pass 2. Per-stage sums and histogram statistics (latency, queue, tokens) run in registers
+     * while rows of one stage follow each other (files group each row group's rows by stage),
+     * the requests' statistics for the whole file. Rows with a batch size,
      * FLOPs or bytes are collected in row order and counted per stage, then grouped below. */
     i64 n_batch = 0, n_flops = 0, n_bytes = 0;
     i64 n_req = 0, first = INT64_MAX, last = INT64_MIN, outside = 0;
@@ -242,9 +320,11 @@ void lp_map_spans(const map_input *in, map_output *out) {
     const int check_window = in->win_start != INT64_MIN, check_stop = in->win_stop != INT64_MIN;
     const i64 win_start = in->win_start, win_stop = in->win_stop;
     i64 run = -1; /* the stage whose rows are being summed in registers */
-    run_sums acc = {0, 0, 0, 0, 0, 0};
-    tally lat = {0, 0, 0, INT64_MAX, INT64_MIN, 0};
-    i64 *restrict lat_counts = NULL;
+    run_sums acc = EMPTY_RUN;
+    tally requests = EMPTY_TALLY;
+    i64 *restrict lat_counts = NULL, *restrict queue_counts = NULL;
+    i64 *restrict tokens_in_counts = NULL, *restrict tokens_out_counts = NULL;
+    i64 *restrict request_counts = out->request.counts[0];
     for (i64 i = 0; i < n; i++) {
         const i64 t = ts[i], d = dur[i], end = t + d;
         const int ok = valid[i];
@@ -258,9 +338,12 @@ void lp_map_spans(const map_input *in, map_output *out) {
         const i32 k = stage[i];
         if (k >= 0) {
             if (k != run) {
-                if (run >= 0) flush_run(&acc, sums + run * S_WIDTH, &lat, latency.stats + run * H_WIDTH);
+                if (run >= 0) flush_run(&acc, run, sums, out);
                 run = k;
                 lat_counts = latency.counts[k];
+                if (queue) queue_counts = out->queue.counts[k];
+                if (tokens_in) tokens_in_counts = out->tokens_in.counts[k];
+                if (tokens_out) tokens_out_counts = out->tokens_out.counts[k];
             }
             acc.count++;
             if (ok) {
@@ -276,7 +359,7 @@ void lp_map_spans(const map_input *in, map_output *out) {
                     bytes_rows[n_bytes++] = (i32)i;
                     ny[k + 1]++;
                 }
-                tally_add(&lat, lat_counts, d);
+                tally_add(&acc.latency, lat_counts, d);
                 acc.self += own;
                 busy[k * n_sec + sec] += d;
                 busy_n[k * n_sec + sec]++;
@@ -299,9 +382,9 @@ void lp_map_spans(const map_input *in, map_output *out) {
                 acc.offset += off > 0 ? off : 0;
                 acc.offset_n++;
             }
-            if (HAS_QUEUE(i)) record(out->queue, k, queue[i]);
-            if (HAS_TOKENS_IN(i)) record(out->tokens_in, k, tokens_in[i]);
-            if (HAS_TOKENS_OUT(i)) record(out->tokens_out, k, tokens_out[i]);
+            if (HAS_QUEUE(i)) tally_add(&acc.queue, queue_counts, queue[i]);
+            if (HAS_TOKENS_IN(i)) tally_add(&acc.tokens_in, tokens_in_counts, tokens_in[i]);
+            if (HAS_TOKENS_OUT(i)) tally_add(&acc.tokens_out, tokens_out_counts, tokens_out[i]);
             i32 c = shape[i];
             if (c >= 0) shapes[k * n_shape + c]++;
             c = engine[i];
@@ -316,14 +399,15 @@ void lp_map_spans(const map_input *in, map_output *out) {
                 i32 s = status[i];
                 if (s >= 0) request_statuses[s]++;
                 if (ok) {
-                    record(out->request, 0, d);
+                    tally_add(&requests, request_counts, d);
                     request_dur += d;
                     request_self += own;
                 }
             }
         }
     }
-    if (run >= 0) flush_run(&acc, sums + run * S_WIDTH, &lat, latency.stats + run * H_WIDTH);
+    if (run >= 0) flush_run(&acc, run, sums, out);
+    if (requests.total) tally_flush(&requests, out->request.stats);
     group_by_stage(batch_rows, n_batch, nb, stage, n_stage, out->sort_buffer);
     group_by_stage(flops_rows, n_flops, nf, stage, n_stage, out->sort_buffer);
     group_by_stage(bytes_rows, n_bytes, ny, stage, n_stage, out->sort_buffer);
@@ -339,6 +423,7 @@ void lp_map_spans(const map_input *in, map_output *out) {
         out->bytes_values[j] = bytes[bytes_rows[j]];
         out->bytes_durs[j] = dur[bytes_rows[j]];
     }
+    float_sums(out, n_stage, n);
     out->request_sums[0] += request_count;
     out->request_sums[1] += request_dur;
     out->request_sums[2] += request_self;
@@ -372,6 +457,16 @@ void lp_map_spans(const map_input *in, map_output *out) {
 FILL_NULLS(lp_fill_nulls_i64, i64)
 FILL_NULLS(lp_fill_nulls_i32, i32)
 FILL_NULLS(lp_fill_nulls_f64, double)
+
+/* out = (Σg, Σg²) over the gaps g between consecutive sorted times, in seconds, as numpy's
+ * `g = np.diff(times) / 1e9; g.sum(), (g * g).sum()` give them; scratch has room for n - 1. */
+void lp_gap_sums(const i64 *restrict times, i64 n, double *restrict scratch, double *restrict out) {
+    const i64 m = n > 1 ? n - 1 : 0;
+    for (i64 i = 0; i < m; i++) scratch[i] = (double)(times[i + 1] - times[i]) / 1e9;
+    out[0] = numpy_sum(scratch, m);
+    for (i64 i = 0; i < m; i++) scratch[i] = scratch[i] * scratch[i];
+    out[1] = numpy_sum(scratch, m);
+}
 
 /* The smallest and largest of n > 0 values, in one pass. */
 void lp_min_max(const i64 *restrict a, i64 n, i64 *restrict out) {

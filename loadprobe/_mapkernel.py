@@ -72,6 +72,8 @@ class _Output(ctypes.Structure):  # map_output in _mapkernel.c, field for field
                 ("batch_bounds", _P), ("flops_bounds", _P), ("bytes_bounds", _P), ("sort_buffer", _P),
                 ("batch_values", _P), ("batch_durs", _P), ("flops_durs", _P), ("bytes_durs", _P),
                 ("flops_values", _P), ("bytes_values", _P),
+                ("fit", _P), ("flops_sum", _P), ("bytes_sum", _P), ("flops_dur", _P), ("bytes_dur", _P),
+                ("float_scratch", _P),
                 *((name, _Histogram) for name in _HISTOGRAMS)]
 
 
@@ -97,6 +99,8 @@ def _load() -> ctypes.CDLL:
         getattr(lib, name).restype = None
     lib.lp_min_max.argtypes = [_P, _I, _P]
     lib.lp_min_max.restype = None
+    lib.lp_gap_sums.argtypes = [_P, _I, _P, _P]
+    lib.lp_gap_sums.restype = None
     lib.lp_sort_nearly_sorted.argtypes = [_P, _I, _I]
     lib.lp_sort_nearly_sorted.restype = ctypes.c_int
     return lib
@@ -138,6 +142,15 @@ def sort_in_place(values: np.ndarray) -> None:
         values.sort(kind="stable")
 
 
+def gap_sums(times: np.ndarray) -> tuple[float, float]:
+    """(Σg, Σg²) over the gaps g between consecutive sorted int64 times, in seconds: the same
+    floats as ``g = np.diff(times) / 1e9; g.sum(), (g * g).sum()``."""
+    times = np.ascontiguousarray(times, dtype=np.int64)
+    out = np.empty(2, dtype=np.float64)
+    _LIB.lp_gap_sums(_ptr(times), len(times), _ptr(scratch("gaps", max(len(times) - 1, 1), np.float64)), _ptr(out))
+    return float(out[0]), float(out[1])
+
+
 def new_stats(rows: int) -> np.ndarray:
     stats = np.zeros((rows, 6), dtype=np.int64)
     stats[:, H_MIN] = _BIG
@@ -167,7 +180,8 @@ def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: i
     validity bitmap as uint8 or None for all valid, its first bit), as ``partials._sparse`` gives.
     Returns the arrays ``_mapkernel.c``'s map_output names; the batch sizes, FLOPs and bytes
     present come grouped by stage, in row order within a stage, with each row's duration:
-    KEY_values, KEY_durs and KEY_bounds (stages + 1). The large ones are this
+    KEY_values, KEY_durs and KEY_bounds (stages + 1), and their float sums per stage ("fit",
+    "flops_sum", "bytes_sum", "flops_dur", "bytes_dur"), the same floats numpy's sums give. The large ones are this
     thread's scratch arrays (``_memory.scratch``): valid until its next call.
     """
     n = len(c["ts"])
@@ -187,7 +201,9 @@ def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: i
     out = {"sums": zeros(n_stage, 6), "statuses": zeros(n_stage, n_status), "shapes": zeros(n_stage, n_shape),
            "engines": zeros(n_stage, n_engine), "busy": zeros(n_stage, n_sec), "busy_n": zeros(n_stage, n_sec),
            "request_sums": zeros(3), "request_statuses": zeros(n_status), "arrivals": zeros(n_sec),
-           "root_arrivals": zeros(n_sec), "edges": zeros(5), "request_ts": scratch("request_ts", n, np.int64)}
+           "root_arrivals": zeros(n_sec), "edges": zeros(5), "request_ts": scratch("request_ts", n, np.int64),
+           "fit": np.zeros((n_stage, 5)), "flops_sum": np.zeros(n_stage), "bytes_sum": np.zeros(n_stage),
+           "flops_dur": zeros(n_stage), "bytes_dur": zeros(n_stage)}
     for key, dtype in (("batch", np.int64), ("flops", np.float64), ("bytes", np.float64)):
         m = n if c[key] is not None else 0
         out[key + "_bounds"] = zeros(n_stage + 1)
@@ -201,7 +217,9 @@ def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: i
     rows = {key + "_rows": scratch(key + "_rows", n if c[key] is not None else 0, np.int32)
             for key in ("batch", "flops", "bytes")}
     arrays = {**out, **rows, "parent_row": parent_row, "id_table": table, "child_sum": scratch("child_sum", n, np.int64),
-              "sort_buffer": scratch("sort_buffer", n, np.int32)}
+              "sort_buffer": scratch("sort_buffer", n, np.int32),
+              "float_scratch": scratch("float_scratch", 3 * n if any(c[k] is not None for k in ("batch", "flops", "bytes"))
+                                       else 0, np.float64)}
     rows_of = {name: _rows(hists[name][0]) for name in _HISTOGRAMS}  # kept alive through the call
     results = _Output(*(_ptr(arrays[name]) for name, _ in _Output._fields_[:-len(_HISTOGRAMS)]),
                       *(_Histogram(ctypes.addressof(rows_of[name]), _ptr(hists[name][1], i64)) for name in _HISTOGRAMS))

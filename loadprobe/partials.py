@@ -671,8 +671,12 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
     else:
         arrivals_ts = np.sort(arrivals_ts, kind="stable")
     if len(arrivals_ts) > 1:
-        gaps = np.diff(arrivals_ts) / 1e9
-        part.gaps.setdefault(ref.run_id, []).append([float(len(gaps)), float(gaps.sum()), float((gaps * gaps).sum())])
+        if compiled is not None:  # the same floats, without numpy's temporaries under the GIL
+            gap_sum, gap_squares = kernel.gap_sums(arrivals_ts)
+        else:
+            gaps = np.diff(arrivals_ts) / 1e9
+            gap_sum, gap_squares = float(gaps.sum()), float((gaps * gaps).sum())
+        part.gaps.setdefault(ref.run_id, []).append([float(len(arrivals_ts) - 1), gap_sum, gap_squares])
     if known is None:
         _sample_for_skew(part, table, ts, ts + dur, c["parent"] == 0 if roots is None else roots, ref.host)
 
@@ -899,8 +903,9 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
     _add(part.host_arrivals, zip(zip(repeat(ref.host), seconds), counts))
     present = np.flatnonzero(root_arrivals)
     _add(part.root_arrivals, zip(secs[present].tolist(), root_arrivals[present].tolist()))
-    return out["request_ts"], {key: (out[key + "_values"], out[key + "_durs"], out[key + "_bounds"])
-                               for key in ("batch", "flops", "bytes")}
+    grouped = {key: (out[key + "_values"], out[key + "_durs"], out[key + "_bounds"]) for key in ("batch", "flops", "bytes")}
+    grouped["sums"] = {key: out[key] for key in ("fit", "flops_sum", "bytes_sum", "flops_dur", "bytes_dur")}
+    return out["request_ts"], grouped
 
 
 def _add_dense(target: Counter, counts: np.ndarray, names: list) -> None:
@@ -923,21 +928,35 @@ def _add(target: Counter, source) -> None:
 
 
 def _batch_and_float_sums(part: Partial, c: dict, grouped: dict | None = None) -> None:
-    """Batch sizes and the float sums (batch fit, FLOPs, bytes) per stage: one code for both paths,
-    on the few rows that carry them, so their rounding is the same whichever path ran. ``grouped``:
-    per key, those rows' values and durations grouped by stage, with the stages' bounds, as the
-    compiled path gathered them; None: gathered here with numpy, in the same order."""
-    stage, names, valid, dur = c["stage"], c["stage_names"], c["valid"], c["dur"]
-
-    def by_stage(key: str, values, mask):
-        """(stage partial, values, durations) per stage with rows, in row order."""
-        if grouped is not None:
-            values, durations, bounds = grouped[key]
+    """Batch sizes and the float sums (batch fit, FLOPs, bytes) per stage, over the few rows that
+    carry them. ``grouped``: what the compiled path gathered: per key, those rows' values and
+    durations grouped by stage with the stages' bounds, and under "sums" their float sums per
+    stage, added in numpy's order (``_mapkernel.c``'s numpy_sum) so that they equal, to the
+    last bit, what the numpy code below computes when ``grouped`` is None."""
+    names = c["stage_names"]
+    if grouped is not None:
+        sums = grouped["sums"]
+        for key in ("batch", "flops", "bytes"):
+            values, _, bounds = grouped[key]
             for code in np.flatnonzero(np.diff(bounds)).tolist():
-                lo, hi = bounds[code], bounds[code + 1]
-                yield part.stage(str(names[code])), values[lo:hi], durations[lo:hi]
-            return
-        rows = np.flatnonzero(mask())
+                sp = part.stage(str(names[code]))
+                if key == "batch":
+                    lo, hi = bounds[code], bounds[code + 1]
+                    _add(sp.batch, _counts(values[lo:hi]))
+                    sp.fit.append([float(hi - lo), *sums["fit"][code].tolist()])
+                elif key == "flops":
+                    sp.flops.append(float(sums["flops_sum"][code]))
+                    sp.flops_dur_ns += int(sums["flops_dur"][code])
+                else:
+                    sp.bytes.append(float(sums["bytes_sum"][code]))
+                    sp.bytes_dur_ns += int(sums["bytes_dur"][code])
+        return
+
+    stage, valid, dur = c["stage"], c["valid"], c["dur"]
+
+    def by_stage(values, mask):
+        """(stage partial, values, durations) per stage with rows, in row order."""
+        rows = np.flatnonzero(mask)
         if rows.size == 0:
             return
         codes = stage[rows]
@@ -948,8 +967,7 @@ def _batch_and_float_sums(part: Partial, c: dict, grouped: dict | None = None) -
 
     if c["batch"] is not None:
         batch = c["batch"][0]
-        for sp, b, durations in by_stage("batch", batch,
-                                         lambda: valid & _present(c["batch"], len(valid)) & (batch >= 0)):
+        for sp, b, durations in by_stage(batch, valid & _present(c["batch"], len(valid)) & (batch >= 0)):
             _add(sp.batch, _counts(b))
             bf, lf = b.astype(np.float64), durations / 1e6
             sp.fit.append([float(len(b)), float(bf.sum()), float((bf * bf).sum()), float(lf.sum()),
@@ -959,8 +977,7 @@ def _batch_and_float_sums(part: Partial, c: dict, grouped: dict | None = None) -
         if c[key] is None:
             continue
         values = c[key][0]
-        for sp, v, durations in by_stage(key, values,
-                                         lambda: valid & _present(c[key], len(valid)) & ~np.isnan(values)):
+        for sp, v, durations in by_stage(values, valid & _present(c[key], len(valid)) & ~np.isnan(values)):
             (sp.flops if key == "flops" else sp.bytes).append(float(v.sum()))
             if key == "flops":
                 sp.flops_dur_ns += int(durations.sum())
