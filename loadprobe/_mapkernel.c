@@ -76,7 +76,7 @@ typedef struct {
     double *fit;                   /* (n_stage, 5) Σb, Σb², Σl, Σbl, Σl² over batch rows, l = duration in ms */
     double *flops_sum, *bytes_sum; /* (n_stage) */
     i64 *flops_dur, *bytes_dur;    /* (n_stage) Σ duration of the rows with FLOPs, bytes */
-    double *float_scratch;         /* (3n) */
+    double *float_scratch;         /* (3n; read only when rows carry batch sizes) */
     histogram latency, queue, tokens_in, tokens_out, request;
 } map_output;
 

@@ -181,8 +181,8 @@ def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: i
     Returns the arrays ``_mapkernel.c``'s map_output names; the batch sizes, FLOPs and bytes
     present come grouped by stage, in row order within a stage, with each row's duration:
     KEY_values, KEY_durs and KEY_bounds (stages + 1), and their float sums per stage ("fit",
-    "flops_sum", "bytes_sum", "flops_dur", "bytes_dur"), the same floats numpy's sums give. The large ones are this
-    thread's scratch arrays (``_memory.scratch``): valid until its next call.
+    "flops_sum", "bytes_sum", "flops_dur", "bytes_dur"), the same floats numpy's sums give. The
+    large ones are this thread's scratch arrays (``_memory.scratch``): valid until its next call.
     """
     n = len(c["ts"])
     i64, u8, i32, f64 = np.dtype(np.int64), np.dtype(np.bool_), np.dtype(np.int32), np.dtype(np.float64)
@@ -194,8 +194,8 @@ def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: i
                   _ptr(c["stage"], i32), _ptr(c["status"], i32), _ptr(c["shape"], i32), _ptr(c["engine"], i32),
                   n_stage, n_status, n_shape, n_engine,
                   *(_ptr(values, f64 if key in ("flops", "bytes") else i64) for key, (values, _, _) in optional.items()),
-                  *(_ptr(bits, np.uint8) for bits in (v[1] for v in optional.values())),
-                  *(first for first in (v[2] for v in optional.values())),
+                  *(_ptr(bits, np.uint8) for _, bits, _ in optional.values()),
+                  *(first for _, _, first in optional.values()),
                   sec_lo, n_sec, win_start, win_stop, id_lo, id_size if parent_row is None else 0)
     zeros = lambda *shape: np.zeros(shape, dtype=np.int64)  # noqa: E731
     out = {"sums": zeros(n_stage, 6), "statuses": zeros(n_stage, n_status), "shapes": zeros(n_stage, n_shape),
@@ -212,14 +212,15 @@ def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: i
     if parent_row is None:
         parent_row = scratch("parent_row", n, np.int32)
         table = scratch("id_table", id_size, np.int32)  # any contents: the kernel checks every hit
+    elif parent_row.dtype != np.int32:
+        raise TypeError("aggregate: parent_row must be int32")
     else:
         table = None
     rows = {key + "_rows": scratch(key + "_rows", n if c[key] is not None else 0, np.int32)
             for key in ("batch", "flops", "bytes")}
     arrays = {**out, **rows, "parent_row": parent_row, "id_table": table, "child_sum": scratch("child_sum", n, np.int64),
               "sort_buffer": scratch("sort_buffer", n, np.int32),
-              "float_scratch": scratch("float_scratch", 3 * n if any(c[k] is not None for k in ("batch", "flops", "bytes"))
-                                       else 0, np.float64)}
+              "float_scratch": scratch("float_scratch", 3 * n if c["batch"] is not None else 0, np.float64)}
     rows_of = {name: _rows(hists[name][0]) for name in _HISTOGRAMS}  # kept alive through the call
     results = _Output(*(_ptr(arrays[name]) for name, _ in _Output._fields_[:-len(_HISTOGRAMS)]),
                       *(_Histogram(ctypes.addressof(rows_of[name]), _ptr(hists[name][1], i64)) for name in _HISTOGRAMS))

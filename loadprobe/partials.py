@@ -796,8 +796,8 @@ _DENSE_IDS = 4  # the compiled join's id table may be this many times the row co
 
 def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
     """The same figures as ``_aggregate_numpy`` through ``_mapkernel``; None (nothing done) when a
-    per-file table would be too large for it (or the file has 2**31 rows), so the numpy path runs instead. Returns (request
-    start times, {"batch"|"flops"|"bytes": (rows, bounds per stage)}) for the float sums."""
+    per-file table would be too large for it (or the file has 2**31 rows), so the numpy path runs
+    instead. Returns (request start times, what ``_batch_and_float_sums`` takes as ``grouped``)."""
     ts, dur, valid, parent = c["ts"], c["dur"], c["valid"], c["parent"]
     n = len(ts)
     n_stage, n_status = len(c["stage_names"]), len(c["status_names"])
