@@ -671,7 +671,7 @@ def _map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, r
     else:
         arrivals_ts = np.sort(arrivals_ts, kind="stable")
     if len(arrivals_ts) > 1:
-        if compiled is not None:  # the same floats, without numpy's temporaries under the GIL
+        if compiled is not None and kernel.FLOAT_SUMS_AS_NUMPY:  # the same floats, off the GIL
             gap_sum, gap_squares = kernel.gap_sums(arrivals_ts)
         else:
             gaps = np.diff(arrivals_ts) / 1e9
@@ -904,7 +904,8 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
     present = np.flatnonzero(root_arrivals)
     _add(part.root_arrivals, zip(secs[present].tolist(), root_arrivals[present].tolist()))
     grouped = {key: (out[key + "_values"], out[key + "_durs"], out[key + "_bounds"]) for key in ("batch", "flops", "bytes")}
-    grouped["sums"] = {key: out[key] for key in ("fit", "flops_sum", "bytes_sum", "flops_dur", "bytes_dur")}
+    if k.FLOAT_SUMS_AS_NUMPY:
+        grouped["sums"] = {key: out[key] for key in ("fit", "flops_sum", "bytes_sum", "flops_dur", "bytes_dur")}
     return out["request_ts"], grouped
 
 
@@ -930,11 +931,11 @@ def _add(target: Counter, source) -> None:
 def _batch_and_float_sums(part: Partial, c: dict, grouped: dict | None = None) -> None:
     """Batch sizes and the float sums (batch fit, FLOPs, bytes) per stage, over the few rows that
     carry them. ``grouped``: what the compiled path gathered: per key, those rows' values and
-    durations grouped by stage with the stages' bounds, and under "sums" their float sums per
-    stage, added in numpy's order (``_mapkernel.c``'s numpy_sum) so that they equal, to the
-    last bit, what the numpy code below computes when ``grouped`` is None."""
+    durations grouped by stage with the stages' bounds, and under "sums" (when the kernel adds
+    as this numpy does: ``_mapkernel.FLOAT_SUMS_AS_NUMPY``) their float sums per stage, equal
+    to the last bit to what the numpy code below computes; None: all gathered here."""
     names = c["stage_names"]
-    if grouped is not None:
+    if grouped is not None and "sums" in grouped:
         sums = grouped["sums"]
         for key in ("batch", "flops", "bytes"):
             values, _, bounds = grouped[key]
@@ -954,9 +955,15 @@ def _batch_and_float_sums(part: Partial, c: dict, grouped: dict | None = None) -
 
     stage, valid, dur = c["stage"], c["valid"], c["dur"]
 
-    def by_stage(values, mask):
+    def by_stage(key: str, values, mask):
         """(stage partial, values, durations) per stage with rows, in row order."""
-        rows = np.flatnonzero(mask)
+        if grouped is not None:
+            values, durations, bounds = grouped[key]
+            for code in np.flatnonzero(np.diff(bounds)).tolist():
+                lo, hi = bounds[code], bounds[code + 1]
+                yield part.stage(str(names[code])), values[lo:hi], durations[lo:hi]
+            return
+        rows = np.flatnonzero(mask())
         if rows.size == 0:
             return
         codes = stage[rows]
@@ -967,7 +974,8 @@ def _batch_and_float_sums(part: Partial, c: dict, grouped: dict | None = None) -
 
     if c["batch"] is not None:
         batch = c["batch"][0]
-        for sp, b, durations in by_stage(batch, valid & _present(c["batch"], len(valid)) & (batch >= 0)):
+        rows = lambda: valid & _present(c["batch"], len(valid)) & (batch >= 0)  # noqa: E731
+        for sp, b, durations in by_stage("batch", batch, rows):
             _add(sp.batch, _counts(b))
             bf, lf = b.astype(np.float64), durations / 1e6
             sp.fit.append([float(len(b)), float(bf.sum()), float((bf * bf).sum()), float(lf.sum()),
@@ -977,7 +985,8 @@ def _batch_and_float_sums(part: Partial, c: dict, grouped: dict | None = None) -
         if c[key] is None:
             continue
         values = c[key][0]
-        for sp, v, durations in by_stage(values, valid & _present(c[key], len(valid)) & ~np.isnan(values)):
+        rows = lambda: valid & _present(c[key], len(valid)) & ~np.isnan(values)  # noqa: E731
+        for sp, v, durations in by_stage(key, values, rows):
             (sp.flops if key == "flops" else sp.bytes).append(float(v.sum()))
             if key == "flops":
                 sp.flops_dur_ns += int(durations.sum())

@@ -364,6 +364,22 @@ def test_compiled_float_sums_round_exactly_as_numpy_s():
         assert _mapkernel.gap_sums(times) == (float(gaps.sum()), float((gaps * gaps).sum())), n
 
 
+def test_float_sums_fall_back_to_numpy_when_the_kernel_would_add_otherwise(varied, monkeypatch):
+    # Were a numpy ever to sum in another order, the kernel's float sums are not used: partials
+    # stay identical to the numpy path's.
+    from loadprobe import _mapkernel
+
+    refs = file_refs(discover([varied])[0])
+    reference = [_norm(map_file(r, Filters(kernel="numpy"))) for r in refs]
+    monkeypatch.setattr(_mapkernel, "FLOAT_SUMS_AS_NUMPY", False)
+    monkeypatch.setattr(_mapkernel, "gap_sums", lambda times: pytest.fail("the kernel's gap sums were used"))
+    original, seen = partials._batch_and_float_sums, []
+    monkeypatch.setattr(partials, "_batch_and_float_sums",
+                        lambda part, c, grouped=None: seen.append(grouped) or original(part, c, grouped))
+    assert [_norm(map_file(r, Filters(kernel="compiled"))) for r in refs] == reference
+    assert seen and all(g is not None and "sums" not in g for g in seen)  # grouped by the kernel, summed by numpy
+
+
 def test_compiled_null_fill_is_an_exact_copy():
     rng = np.random.default_rng(11)
     assert partials.compiled_kernel() is not None
