@@ -218,8 +218,9 @@ def test_every_request_arrives_once_with_its_id_and_every_framing_is_parsed(serv
 
 
 def test_a_stalling_server_shows_growing_latency_while_sends_stay_on_schedule(server, tmp_path):
-    # Capacity 1 / 10 ms = 100 req/s, offered 300 req/s: the backlog grows with every request.
-    server.service_s = 0.01
+    # Capacity 1 / 20 ms = 50 req/s, offered 300 req/s: the backlog grows with every request.
+    # (Sending takes 0.2 s, serving 1.2 s: wide margins against a busy machine's hiccups.)
+    server.service_s = 0.02
     report = load.run(server.url + "/slow", load.constant(300, requests=60), connections=100,
                       record=str(tmp_path / "rec"))
     assert report.responses == len(server.seen) == 60
