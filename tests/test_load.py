@@ -181,6 +181,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # listen backlog: bursts of new connections must not wait for a SYN retry
 
     def handle_error(self, request, client_address):
         pass  # clients that hung up on /hang: expected here
