@@ -26,7 +26,6 @@ from itertools import repeat
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .dataset import FileRef, open_input
@@ -283,6 +282,8 @@ def _read(ref: FileRef, filters: Filters = Filters()) -> pa.Table:
     """The file's table with every column analysis uses (``request_id`` always present)."""
     table, known = _read_table(ref, filters)
     if known is not None:
+        import pyarrow.compute as pc  # here, not at import: it costs ~30 ms, and mapping rarely needs it
+
         ids = pa.array([known] * table.num_rows, pa.bool_())
         table = table.append_column("request_id", pc.if_else(ids, pa.scalar("", pa.string()),
                                                              pa.scalar(None, pa.string())))
@@ -552,6 +553,8 @@ def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list]:
         return np.full(table.num_rows, -1, dtype=np.int32), []
     column = table.column(name)
     if not pa.types.is_dictionary(column.type):
+        import pyarrow.compute as pc
+
         column = pc.dictionary_encode(column)
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
     if not chunks:
@@ -996,6 +999,8 @@ def _batch_and_float_sums(part: Partial, c: dict, grouped: dict | None = None) -
 
 def _sample_for_skew(part: Partial, table, ts, ends, roots, host: str) -> None:
     ids = table.column("request_id")
+    import pyarrow.compute as pc
+
     flags = pc.ends_with(ids, SKEW_SAMPLE_SUFFIX)  # null where the id is
     sampled = _booleans(flags) & _is_valid(flags)
     if not sampled.any():
