@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -96,6 +97,33 @@ def test_portrait_figures_of_a_recording(recorded):
     assert any(v.kind == "dynamic_shapes" and v.evidence["stage"] == "nms" for v in p.bottlenecks)
     q = p.data_quality
     assert q.files_read > 2 and not q.files_skipped and q.hosts and q.services == ["vision"]
+
+
+def test_every_field_of_a_portrait_is_defined_in_metrics_md(recorded):
+    # docs/metrics.md names each field in backticks; maps keyed by data (batch sizes, engines,
+    # statuses, precisions, hosts, devices) are defined as a whole.
+    doc = (REPO / "docs" / "metrics.md").read_text(encoding="utf-8")
+    named = {w for quoted in re.findall(r"`([^`]+)`", doc) for w in re.split(r"[^A-Za-z0-9_]+", quoted) if w}
+    keyed_by_data = {"distribution", "engines", "statuses", "peak_flops_per_s", "idle_share", "dispersion_index",
+                     "host_hardware"}
+    undefined = set()
+
+    def walk(value, path):
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if path and path[-1] in keyed_by_data:
+                    continue
+                if key not in named and not (path[-1:] == ["evidence"] and key.endswith("_util_pct")):
+                    undefined.add(".".join([*path, key]))
+                walk(item, [*path, key])
+        elif isinstance(value, list):
+            for item in value:
+                walk(item, path)
+
+    portrait = loadprobe.analyze([recorded], device="nvidia-l4").to_dict()
+    assert portrait["bottlenecks"] and portrait["devices"]["metrics"] and portrait["timeline"]
+    walk(portrait, [])
+    assert not undefined, f"fields of portrait.json missing from docs/metrics.md: {sorted(undefined)}"
 
 
 def test_exact_durations_agree_with_the_raw_spans(recorded):
