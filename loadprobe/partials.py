@@ -827,7 +827,7 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
     # The kernel adds bucket counts straight into the partial's histograms (so none are zeroed,
     # filled and added per file): every stage of the dictionary gets its StagePartial first, and
     # those new here that no row used are dropped again below.
-    new = [name for name in map(str, c["stage_names"]) if name not in part.stages]
+    new = [name for name in dict.fromkeys(map(str, c["stage_names"])) if name not in part.stages]
     stages = [part.stage(str(name)) for name in c["stage_names"]]
     hists = {"latency": ([sp.latency.counts for sp in stages], k.new_stats(n_stage)),
              "request": ([part.requests.counts], k.new_stats(1))}
