@@ -117,13 +117,13 @@ static inline void tally_flush(tally *t, i64 *restrict stats) {
 }
 
 /* A run of one stage's rows: its sums (the columns of S_COUNT...) and the statistics of its
- * latencies, queue times and tokens, kept in registers until the stage changes. */
+ * latencies, kept in registers until the stage changes. */
 typedef struct {
     i64 count, self, in_request, self_in_request, offset, offset_n;
-    tally latency, queue, tokens_in, tokens_out;
+    tally latency;
 } run_sums;
 
-#define EMPTY_RUN ((run_sums){0, 0, 0, 0, 0, 0, EMPTY_TALLY, EMPTY_TALLY, EMPTY_TALLY, EMPTY_TALLY})
+#define EMPTY_RUN ((run_sums){0, 0, 0, 0, 0, 0, EMPTY_TALLY})
 
 /* Adds one run of stage k's rows to that stage's sums and statistics, and restarts it. */
 static inline void flush_run(run_sums *r, i64 k, i64 *restrict sums, const map_output *out) {
@@ -135,9 +135,6 @@ static inline void flush_run(run_sums *r, i64 k, i64 *restrict sums, const map_o
     sums[S_OFFSET] += r->offset;
     sums[S_OFFSET_N] += r->offset_n;
     tally_flush(&r->latency, out->latency.stats + k * H_WIDTH);
-    if (r->queue.total) tally_flush(&r->queue, out->queue.stats + k * H_WIDTH);
-    if (r->tokens_in.total) tally_flush(&r->tokens_in, out->tokens_in.stats + k * H_WIDTH);
-    if (r->tokens_out.total) tally_flush(&r->tokens_out, out->tokens_out.stats + k * H_WIDTH);
     *r = EMPTY_RUN;
 }
 
@@ -259,18 +256,89 @@ static inline int is_set(const u8 *bits, i64 offset, i64 i) {
     return bits == NULL || ((bits[(offset + i) >> 3] >> ((offset + i) & 7)) & 1);
 }
 
-/* Whether row i carries a batch size, FLOPs, bytes (the rows the float sums read), a queue
- * time, tokens in or out (values below zero are not recorded). */
-#define HAS_BATCH(i) (batch && is_set(batch_bits, batch_bit0, i) && batch[i] >= 0)
-#define HAS_QUEUE(i) (queue && is_set(queue_bits, queue_bit0, i) && queue[i] >= 0)
-#define HAS_TOKENS_IN(i) (tokens_in && is_set(tokens_in_bits, tokens_in_bit0, i) && tokens_in[i] >= 0)
-#define HAS_TOKENS_OUT(i) (tokens_out && is_set(tokens_out_bits, tokens_out_bit0, i) && tokens_out[i] >= 0)
-#define HAS_FLOPS(i) (flops && is_set(flops_bits, flops_bit0, i) && !isnan(flops[i]))
-#define HAS_BYTES(i) (bytes && is_set(bytes_bits, bytes_bit0, i) && !isnan(bytes[i]))
+/* How many rows from row i on a validity bitmap (from bit bit0) proves null, in whole bytes; 0
+ * when it cannot tell. The optional columns are mostly null, in long runs (rows come grouped by
+ * stage), so their passes below skip them 64 or 8 at a time. */
+static inline i64 null_run(const u8 *restrict bits, i64 bit0, i64 i, i64 n) {
+    if (bits == NULL || ((bit0 + i) & 7) != 0) return 0;
+    const u8 *restrict b = bits + ((bit0 + i) >> 3);
+    i64 skip = 0;
+    while (i + skip + 64 <= n) {
+        uint64_t word;
+        memcpy(&word, b + (skip >> 3), 8);
+        if (word) break;
+        skip += 64;
+    }
+    while (i + skip + 8 <= n && b[skip >> 3] == 0) skip += 8;
+    return skip;
+}
 
-/* Everything integer about a file's spans, in two passes over its rows (after the join).
- * Every field is read into a local first: stores through the output arrays could otherwise
- * alias the structs' fields, and the compiler would reload them for every row. */
+/* The rows, in row order, of valid spans with a stage and a value (>= 0) in an optional int
+ * column, counted per stage into bounds[stage + 1]; returns how many. */
+static i64 collect_ints(const i64 *restrict values, const u8 *restrict bits, i64 bit0, const u8 *restrict valid,
+                        const i32 *restrict stage, i64 n, i32 *restrict rows, i64 *restrict bounds) {
+    i64 m = 0;
+    for (i64 i = 0; i < n; i++) {
+        const i64 skip = null_run(bits, bit0, i, n);
+        if (skip) {
+            i += skip - 1;
+            continue;
+        }
+        if (!is_set(bits, bit0, i) || !valid[i] || stage[i] < 0 || values[i] < 0) continue;
+        rows[m++] = (i32)i;
+        bounds[stage[i] + 1]++;
+    }
+    return m;
+}
+
+/* The same for an optional float column (NaN: no value). */
+static i64 collect_floats(const double *restrict values, const u8 *restrict bits, i64 bit0, const u8 *restrict valid,
+                          const i32 *restrict stage, i64 n, i32 *restrict rows, i64 *restrict bounds) {
+    i64 m = 0;
+    for (i64 i = 0; i < n; i++) {
+        const i64 skip = null_run(bits, bit0, i, n);
+        if (skip) {
+            i += skip - 1;
+            continue;
+        }
+        if (!is_set(bits, bit0, i) || !valid[i] || stage[i] < 0 || isnan(values[i])) continue;
+        rows[m++] = (i32)i;
+        bounds[stage[i] + 1]++;
+    }
+    return m;
+}
+
+/* An optional int column's values (>= 0) of spans with a stage into histogram h's row of that
+ * stage, the statistics of each run of one stage's rows kept in registers. */
+static void tally_column(const i64 *restrict values, const u8 *restrict bits, i64 bit0, const i32 *restrict stage,
+                         i64 n, histogram h) {
+    tally t = EMPTY_TALLY;
+    i64 run = -1;
+    i64 *restrict counts = NULL;
+    for (i64 i = 0; i < n; i++) {
+        const i64 skip = null_run(bits, bit0, i, n);
+        if (skip) {
+            i += skip - 1;
+            continue;
+        }
+        const i32 k = stage[i];
+        if (k < 0 || !is_set(bits, bit0, i) || values[i] < 0) continue;
+        if (k != run) {
+            if (run >= 0) tally_flush(&t, h.stats + run * H_WIDTH);
+            run = k;
+            counts = h.counts[k];
+        }
+        tally_add(&t, counts, values[i]);
+    }
+    if (run >= 0) tally_flush(&t, h.stats + run * H_WIDTH);
+}
+
+/* Everything integer about a file's spans: the join, one pass over the rows for what every span
+ * has, then a short pass per optional column (batch, FLOPs, bytes, queue, tokens): folded into
+ * the main pass, their pointers and counters made the compiler spill registers on every row
+ * (about a fifth of the kernel's time). Every field is read into a local first: stores through
+ * the output arrays could otherwise alias the structs' fields, and the compiler would reload
+ * them for every row. */
 void lp_map_spans(const map_input *in, map_output *out) {
     const i64 n = in->n, n_stage = in->n_stage, n_sec = in->n_sec, sec_lo = in->sec_lo;
     const i64 n_status = in->n_status, n_shape = in->n_shape, n_engine = in->n_engine;
@@ -310,11 +378,11 @@ void lp_map_spans(const map_input *in, map_output *out) {
         }
     }
 
-    /* Pass 2. Per-stage sums and histogram statistics (latency, queue, tokens) run in registers
-     * while rows of one stage follow each other (files group each row group's rows by stage),
-     * the requests' statistics for the whole file. Rows with a batch size,
-     * FLOPs or bytes are collected in row order and counted per stage, then grouped below. */
-    i64 n_batch = 0, n_flops = 0, n_bytes = 0;
+    /* Pass 2. Per-stage sums and latency statistics run in registers while rows of one stage
+     * follow each other (files group each row group's rows by stage), the requests' statistics
+     * for the whole file. Then the optional columns: rows with a batch size, FLOPs or bytes are
+     * collected in row order and counted per stage (grouped below), queue times and tokens go
+     * into their histograms. */
     i64 n_req = 0, first = INT64_MAX, last = INT64_MIN, outside = 0;
     i64 request_count = 0, request_dur = 0, request_self = 0;
     const int check_window = in->win_start != INT64_MIN, check_stop = in->win_stop != INT64_MIN;
@@ -322,8 +390,7 @@ void lp_map_spans(const map_input *in, map_output *out) {
     i64 run = -1; /* the stage whose rows are being summed in registers */
     run_sums acc = EMPTY_RUN;
     tally requests = EMPTY_TALLY;
-    i64 *restrict lat_counts = NULL, *restrict queue_counts = NULL;
-    i64 *restrict tokens_in_counts = NULL, *restrict tokens_out_counts = NULL;
+    i64 *restrict lat_counts = NULL;
     i64 *restrict request_counts = out->request.counts[0];
     for (i64 i = 0; i < n; i++) {
         const i64 t = ts[i], d = dur[i], end = t + d;
@@ -341,24 +408,9 @@ void lp_map_spans(const map_input *in, map_output *out) {
                 if (run >= 0) flush_run(&acc, run, sums, out);
                 run = k;
                 lat_counts = latency.counts[k];
-                if (queue) queue_counts = out->queue.counts[k];
-                if (tokens_in) tokens_in_counts = out->tokens_in.counts[k];
-                if (tokens_out) tokens_out_counts = out->tokens_out.counts[k];
             }
             acc.count++;
             if (ok) {
-                if (HAS_BATCH(i)) {
-                    batch_rows[n_batch++] = (i32)i;
-                    nb[k + 1]++;
-                }
-                if (HAS_FLOPS(i)) {
-                    flops_rows[n_flops++] = (i32)i;
-                    nf[k + 1]++;
-                }
-                if (HAS_BYTES(i)) {
-                    bytes_rows[n_bytes++] = (i32)i;
-                    ny[k + 1]++;
-                }
                 tally_add(&acc.latency, lat_counts, d);
                 acc.self += own;
                 busy[k * n_sec + sec] += d;
@@ -382,9 +434,6 @@ void lp_map_spans(const map_input *in, map_output *out) {
                 acc.offset += off > 0 ? off : 0;
                 acc.offset_n++;
             }
-            if (HAS_QUEUE(i)) tally_add(&acc.queue, queue_counts, queue[i]);
-            if (HAS_TOKENS_IN(i)) tally_add(&acc.tokens_in, tokens_in_counts, tokens_in[i]);
-            if (HAS_TOKENS_OUT(i)) tally_add(&acc.tokens_out, tokens_out_counts, tokens_out[i]);
             i32 c = shape[i];
             if (c >= 0) shapes[k * n_shape + c]++;
             c = engine[i];
@@ -408,6 +457,12 @@ void lp_map_spans(const map_input *in, map_output *out) {
     }
     if (run >= 0) flush_run(&acc, run, sums, out);
     if (requests.total) tally_flush(&requests, out->request.stats);
+    const i64 n_batch = batch ? collect_ints(batch, batch_bits, batch_bit0, valid, stage, n, batch_rows, nb) : 0;
+    const i64 n_flops = flops ? collect_floats(flops, flops_bits, flops_bit0, valid, stage, n, flops_rows, nf) : 0;
+    const i64 n_bytes = bytes ? collect_floats(bytes, bytes_bits, bytes_bit0, valid, stage, n, bytes_rows, ny) : 0;
+    if (queue) tally_column(queue, queue_bits, queue_bit0, stage, n, out->queue);
+    if (tokens_in) tally_column(tokens_in, tokens_in_bits, tokens_in_bit0, stage, n, out->tokens_in);
+    if (tokens_out) tally_column(tokens_out, tokens_out_bits, tokens_out_bit0, stage, n, out->tokens_out);
     group_by_stage(batch_rows, n_batch, nb, stage, n_stage, out->sort_buffer);
     group_by_stage(flops_rows, n_flops, nf, stage, n_stage, out->sort_buffer);
     group_by_stage(bytes_rows, n_bytes, ny, stage, n_stage, out->sort_buffer);

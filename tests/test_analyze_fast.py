@@ -283,6 +283,32 @@ def test_chunks_with_their_own_dictionaries_give_exact_counts(tmp_path, layout):
                                                         expected[name]["statuses"]), name
 
 
+def test_optional_columns_in_long_null_runs_at_any_bit_offset():
+    # Rows grouped by stage leave the optional columns (batch, FLOPs, bytes, queue, tokens) null
+    # in long runs, which the kernel skips 64 or 8 rows at a time; tables sliced at every offset
+    # of a 64-row word move where runs start and end against those words, and read bitmaps
+    # that start mid-byte.
+    from loadprobe.dataset import FileRef
+
+    rng = np.random.default_rng(13)
+    table = random_spans(rng, 300, "1-a", 0, tokens=True)
+    stages = table.column("stage").combine_chunks().indices.to_numpy()
+    table = table.take(np.argsort(stages, kind="stable")).combine_chunks()
+    ref = FileRef(path="sliced.parquet", kind="spans", stream=False, host="h", service="svc", run_id="1-a")
+    for offset in range(0, 72, 3):
+        sliced = table.slice(offset)
+        assert sliced.column("queue_ns").chunk(0).offset == offset
+        parts = {}
+        for kernel in ("numpy", "compiled"):
+            parts[kernel] = partials.Partial()
+            partials._map_spans(parts[kernel], sliced, ref, Filters(kernel=kernel), None)
+        model = parts["compiled"].stage("model")
+        rows = [r for r in sliced.select(["stage", "batch", "queue_ns"]).to_pylist() if r["stage"] == "model"]
+        assert model.batch == Counter(r["batch"] for r in rows if r["batch"] is not None), offset
+        assert model.queue.total == sum(1 for r in rows if r["queue_ns"] is not None and r["queue_ns"] >= 0), offset
+        assert _norm(parts["compiled"]) == _norm(parts["numpy"]), offset
+
+
 def test_a_recorded_service_gives_identical_portraits(tmp_path):
     from .test_analyze import record_pipeline
 
