@@ -273,10 +273,12 @@ static inline i64 null_run(const u8 *restrict bits, i64 bit0, i64 i, i64 n) {
     return skip;
 }
 
-/* The rows, in row order, of valid spans with a stage and a value (>= 0) in an optional int
- * column, counted per stage into bounds[stage + 1]; returns how many. */
-static i64 collect_ints(const i64 *restrict values, const u8 *restrict bits, i64 bit0, const u8 *restrict valid,
-                        const i32 *restrict stage, i64 n, i32 *restrict rows, i64 *restrict bounds) {
+/* The rows, in row order, of valid spans with a stage and a value in an optional column
+ * (`ints`: values >= 0; else `floats`: not NaN), counted per stage into bounds[stage + 1];
+ * returns how many. */
+static i64 collect(const i64 *restrict ints, const double *restrict floats, const u8 *restrict bits, i64 bit0,
+                   const u8 *restrict valid, const i32 *restrict stage, i64 n, i32 *restrict rows,
+                   i64 *restrict bounds) {
     i64 m = 0;
     for (i64 i = 0; i < n; i++) {
         const i64 skip = null_run(bits, bit0, i, n);
@@ -284,24 +286,7 @@ static i64 collect_ints(const i64 *restrict values, const u8 *restrict bits, i64
             i += skip - 1;
             continue;
         }
-        if (!is_set(bits, bit0, i) || !valid[i] || stage[i] < 0 || values[i] < 0) continue;
-        rows[m++] = (i32)i;
-        bounds[stage[i] + 1]++;
-    }
-    return m;
-}
-
-/* The same for an optional float column (NaN: no value). */
-static i64 collect_floats(const double *restrict values, const u8 *restrict bits, i64 bit0, const u8 *restrict valid,
-                          const i32 *restrict stage, i64 n, i32 *restrict rows, i64 *restrict bounds) {
-    i64 m = 0;
-    for (i64 i = 0; i < n; i++) {
-        const i64 skip = null_run(bits, bit0, i, n);
-        if (skip) {
-            i += skip - 1;
-            continue;
-        }
-        if (!is_set(bits, bit0, i) || !valid[i] || stage[i] < 0 || isnan(values[i])) continue;
+        if (!is_set(bits, bit0, i) || !valid[i] || stage[i] < 0 || (ints ? ints[i] < 0 : isnan(floats[i]))) continue;
         rows[m++] = (i32)i;
         bounds[stage[i] + 1]++;
     }
@@ -457,9 +442,9 @@ void lp_map_spans(const map_input *in, map_output *out) {
     }
     if (run >= 0) flush_run(&acc, run, sums, out);
     if (requests.total) tally_flush(&requests, out->request.stats);
-    const i64 n_batch = batch ? collect_ints(batch, batch_bits, batch_bit0, valid, stage, n, batch_rows, nb) : 0;
-    const i64 n_flops = flops ? collect_floats(flops, flops_bits, flops_bit0, valid, stage, n, flops_rows, nf) : 0;
-    const i64 n_bytes = bytes ? collect_floats(bytes, bytes_bits, bytes_bit0, valid, stage, n, bytes_rows, ny) : 0;
+    const i64 n_batch = batch ? collect(batch, NULL, batch_bits, batch_bit0, valid, stage, n, batch_rows, nb) : 0;
+    const i64 n_flops = flops ? collect(NULL, flops, flops_bits, flops_bit0, valid, stage, n, flops_rows, nf) : 0;
+    const i64 n_bytes = bytes ? collect(NULL, bytes, bytes_bits, bytes_bit0, valid, stage, n, bytes_rows, ny) : 0;
     if (queue) tally_column(queue, queue_bits, queue_bit0, stage, n, out->queue);
     if (tokens_in) tally_column(tokens_in, tokens_in_bits, tokens_in_bit0, stage, n, out->tokens_in);
     if (tokens_out) tally_column(tokens_out, tokens_out_bits, tokens_out_bit0, stage, n, out->tokens_out);
