@@ -199,11 +199,11 @@ def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: i
     large ones are this thread's scratch arrays (``_memory.scratch``): valid until its next call.
     """
     n = len(c["ts"])
-    i64, u8, i32, f64 = np.dtype(np.int64), np.dtype(np.bool_), np.dtype(np.int32), np.dtype(np.float64)
+    i64, flag, i32, f64 = np.dtype(np.int64), np.dtype(np.bool_), np.dtype(np.int32), np.dtype(np.float64)
     optional = {key: c[_KEYS[key]] or (None, None, 0) for key in _OPTIONAL}
     known = c["known"]
-    args = _Input(n, _ptr(c["ts"], i64), _ptr(c["dur"], i64), _ptr(c["valid"], u8), _ptr(c["span_id"], i64),
-                  _ptr(c["parent"], i64), _ptr(c["req"], u8) if known is None else None,
+    args = _Input(n, _ptr(c["ts"], i64), _ptr(c["dur"], i64), _ptr(c["valid"], flag), _ptr(c["span_id"], i64),
+                  _ptr(c["parent"], i64), _ptr(c["req"], flag) if known is None else None,
                   -1 if known is None else int(known),
                   _ptr(c["stage"], i32), _ptr(c["status"], i32), _ptr(c["shape"], i32), _ptr(c["engine"], i32),
                   n_stage, n_status, n_shape, n_engine,

@@ -92,11 +92,6 @@ class Histogram:
         self.counts += np.bincount(bucket_index(values), minlength=COUNTS_LEN)
         self._note(values)
 
-    def record_indexed(self, counts: np.ndarray, values: np.ndarray) -> None:
-        """Add precomputed bucket counts (from a grouped bincount) with the values they came from."""
-        self.counts += counts
-        self._note(np.asarray(values, dtype=np.int64))
-
     def add_recorded(self, total: int, value_sum: int, lo: int, hi: int, clamped: int) -> None:
         """Account for values whose bucket counts were added to ``counts`` directly (the compiled
         map step writes there): how many, their exact sum, min, max and how many were clamped.
@@ -208,8 +203,3 @@ class Histogram:
         self.counts = np.zeros(COUNTS_LEN, dtype=np.int64)
         self.counts[nz] = values
 
-
-def grouped_counts(groups: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
-    """Bucket counts per group in one pass: an ``(n_groups, COUNTS_LEN)`` array."""
-    flat = groups.astype(np.int64) * COUNTS_LEN + bucket_index(values)
-    return np.bincount(flat, minlength=n_groups * COUNTS_LEN).reshape(n_groups, COUNTS_LEN)
