@@ -6,8 +6,9 @@
 
 For each ``--spans`` size it generates (or reuses) a recorded dataset with
 ``benchmarks/gen_spans.py`` under ``DIR/spans-<N>`` (default DIR: /tmp/loadprobe-bench; keep
-it out of the repository, 100M spans take ~1.6 GB), reads every file once to warm the page
-cache, then runs each contender in a fresh interpreter:
+it out of the repository, 100M spans take ~1.6 GB), reads every file to warm the page cache
+before each run (pandas's 11 GB at 100M, or a VM reclaiming idle page cache, can evict it), and
+runs each contender in a fresh interpreter:
 
 - ``loadprobe inprocess``: ``loadprobe.analyze([DIR])`` (the whole portrait), saved to a
   temporary portrait.json;
@@ -484,6 +485,7 @@ def main() -> None:
                 if runs[name] and runs[name][-1]["status"] != "ok":
                     continue  # failed once (out of memory, timeout): do not repeat it
                 print(f"[{spans / 1e6:g}M, run {round_ + 1}/{args.repeat}] {CONTENDERS[name]} ...", end=" ", flush=True)
+                warm_cache(data)  # again: pandas's memory, or the VM's reclaim of idle pages, may have evicted it
                 row = measure(name, data, args)
                 row["spans"] = info["spans"]
                 runs[name].append(row)

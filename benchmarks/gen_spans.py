@@ -3,7 +3,7 @@
     python benchmarks/gen_spans.py OUT --spans 10000000 [--seed 1] [--jobs 2]
 
 Writes ``OUT/<host>/<service>/<pid>-<stamp>/spans-NNNNN.parquet`` plus a run.json per run
-directory (docs/data-format.md), schema exactly ``loadprobe.schema.SPANS``, written as the recorder writes them (``schema.parquet_options`` and ``write_row_groups``: LZ4, delta-encoded integers, rows grouped by stage in each row group), row groups
+directory (docs/data-format.md), schema exactly ``loadprobe.schema.SPANS``, written as the recorder writes them (``schema.parquet_options`` and ``write_row_groups``: delta-encoded integers, LZ4 on strings and floats, rows grouped by stage in each row group), row groups
 of 131,072 rows, 1,000,000 rows per file (the last file of a run may be shorter).
 
 The traffic: an object-detection service on 2 hosts x 2 processes (4 run directories,
