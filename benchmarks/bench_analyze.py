@@ -8,7 +8,8 @@ For each ``--spans`` size it generates (or reuses) a recorded dataset with
 ``benchmarks/gen_spans.py`` under ``DIR/spans-<N>`` (default DIR: /tmp/loadprobe-bench; keep
 it out of the repository, 100M spans take ~1.6 GB), reads every file to warm the page cache
 before each run (pandas's 11 GB at 100M, or a VM reclaiming idle page cache, can evict it), and
-runs each contender in a fresh interpreter:
+runs each contender in a fresh interpreter, ``--repeat`` rounds interleaved, pandas's rounds last
+(after freeing its memory the VM is slow to allocate for a while):
 
 - ``loadprobe inprocess``: ``loadprobe.analyze([DIR])`` (the whole portrait), saved to a
   temporary portrait.json;
@@ -444,7 +445,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=1,
-                        help="runs per contender, interleaved; the row shows the median wall time and the max RSS")
+                        help="runs per contender, interleaved (pandas's last); the row shows the median wall time and the max RSS")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per contender")
     parser.add_argument("--mem-limit-gb", type=float, default=20.0, help="RLIMIT_AS per child process")
     parser.add_argument("--kill-rss-gb", type=float, default=21.5, help="kill a contender whose tree RSS passes this")
@@ -480,8 +481,12 @@ def main() -> None:
         nbytes = warm_cache(data)
         print(f"warmed page cache: {nbytes / 1e9:.2f} GB in {time.perf_counter() - t:.1f} s", flush=True)
         runs: dict = {name: [] for name in names}
-        for round_ in range(args.repeat):
-            for name in names:
+        # Interleaved rounds, but pandas's runs after all the others': freeing its ~11 GB at 100M
+        # leaves the VM slow to hand out memory again for a minute or more (the next contender took
+        # 45 s instead of 5 at 11 s of CPU, with the files in the page cache).
+        order = [name for name in names if name != "pandas"], [name for name in names if name == "pandas"]
+        for group, round_ in ((group, round_) for group in order for round_ in range(args.repeat)):
+            for name in group:
                 if runs[name] and runs[name][-1]["status"] != "ok":
                     continue  # failed once (out of memory, timeout): do not repeat it
                 print(f"[{spans / 1e6:g}M, run {round_ + 1}/{args.repeat}] {CONTENDERS[name]} ...", end=" ", flush=True)
