@@ -3,11 +3,12 @@
 ``partials._map_spans`` aggregates a file's spans either with numpy (the reference path,
 always available) or, when the C library was built at install (setup.py; it needs a C
 compiler, and is skipped without one), with :func:`aggregate` here: the same figures, exact
-integers throughout, in two passes over the rows instead of dozens of numpy passes plus a
-sort and a gather per column. Float sums (batch fits, FLOPs, bytes, inter-arrival gaps) are
-not computed here: both paths share the same numpy code for them on the rows found here, so
-their rounding is identical. tests/test_analyze_fast.py checks that both paths give
-identical partials and portraits.
+integers throughout, in a join, one pass over the rows and a short pass per optional column
+instead of dozens of numpy passes plus a sort and a gather per column. The float sums (batch
+fits, FLOPs, bytes, inter-arrival gaps) are added in numpy's pairwise order, so they round as
+numpy's do; at import :data:`FLOAT_SUMS_AS_NUMPY` checks that against the installed numpy, and
+where it fails ``partials`` sums the rows gathered here with numpy instead.
+tests/test_analyze_fast.py checks that both paths give identical partials and portraits.
 
 Loading is an ``import`` plus a ``dlopen`` (about a millisecond), and each call releases the
 GIL, so threads map files in parallel. Importing this module raises ImportError when the
