@@ -38,6 +38,7 @@ root counts and batch distributions of all contenders against each other.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -485,7 +486,7 @@ def main() -> None:
         # leaves the VM slow to hand out memory again for a minute or more (the next contender took
         # 45 s instead of 5 at 11 s of CPU, with the files in the page cache).
         order = [name for name in names if name != "pandas"], [name for name in names if name == "pandas"]
-        for group, round_ in ((group, round_) for group in order for round_ in range(args.repeat)):
+        for group, round_ in itertools.product(order, range(args.repeat)):
             for name in group:
                 if runs[name] and runs[name][-1]["status"] != "ok":
                     continue  # failed once (out of memory, timeout): do not repeat it

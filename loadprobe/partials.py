@@ -998,9 +998,9 @@ def _batch_and_float_sums(part: Partial, c: dict, grouped: dict | None = None) -
 
 
 def _sample_for_skew(part: Partial, table, ts, ends, roots, host: str) -> None:
-    ids = table.column("request_id")
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # here, not at import (see _read)
 
+    ids = table.column("request_id")
     flags = pc.ends_with(ids, SKEW_SAMPLE_SUFFIX)  # null where the id is
     sampled = _booleans(flags) & _is_valid(flags)
     if not sampled.any():
