@@ -62,7 +62,7 @@ typedef struct {
     i64 *sums;       /* (n_stage, S_WIDTH) */
     i64 *statuses, *shapes, *engines;   /* (n_stage, n_status | n_shape | n_engine) */
     i64 *busy, *busy_n;                 /* (n_stage, n_sec) */
-    i64 *request_sums;                  /* count, Σdur, Σself */
+    i64 *request_sums;                  /* count, Σdur, Σself, Σqueue of their spans */
     i64 *request_statuses;              /* (n_status) */
     i64 *arrivals, *root_arrivals;      /* (n_sec) */
     i64 *edges;                         /* first ns, last ns, outside the window, unjoined, requests */
@@ -363,6 +363,24 @@ void lp_map_spans(const map_input *in, map_output *out) {
         }
     }
 
+    /* Pass 1b: a child's recorded queue time (waiting in a batcher, a pool) was spent inside its
+     * parent too, so it is not the parent's own time: subtracted like the child's duration, and
+     * summed for the requests' queued share. */
+    i64 request_queued = 0;
+    if (queue) {
+        for (i64 i = 0; i < n; i++) {
+            const i64 skip = null_run(queue_bits, queue_bit0, i, n);
+            if (skip) {
+                i += skip - 1;
+                continue;
+            }
+            const i64 p = parent_row[i];
+            if (p < 0 || !valid[i] || !is_set(queue_bits, queue_bit0, i) || queue[i] <= 0) continue;
+            child_sum[p] += queue[i];
+            if (has_req ? has_req[i] : req_const) request_queued += queue[i];
+        }
+    }
+
     /* Pass 2. Per-stage sums and latency statistics run in registers while rows of one stage
      * follow each other (files group each row group's rows by stage), the requests' statistics
      * for the whole file. Then the optional columns: rows with a batch size, FLOPs or bytes are
@@ -467,6 +485,7 @@ void lp_map_spans(const map_input *in, map_output *out) {
     out->request_sums[0] += request_count;
     out->request_sums[1] += request_dur;
     out->request_sums[2] += request_self;
+    out->request_sums[3] += request_queued;
     out->edges[0] = first;
     out->edges[1] = last;
     out->edges[2] = outside;

@@ -215,7 +215,7 @@ def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: i
     zeros = lambda *shape: np.zeros(shape, dtype=np.int64)  # noqa: E731
     out = {"sums": zeros(n_stage, 6), "statuses": zeros(n_stage, n_status), "shapes": zeros(n_stage, n_shape),
            "engines": zeros(n_stage, n_engine), "busy": zeros(n_stage, n_sec), "busy_n": zeros(n_stage, n_sec),
-           "request_sums": zeros(3), "request_statuses": zeros(n_status), "arrivals": zeros(n_sec),
+           "request_sums": zeros(4), "request_statuses": zeros(n_status), "arrivals": zeros(n_sec),
            "root_arrivals": zeros(n_sec), "edges": zeros(5), "request_ts": scratch("request_ts", n, np.int64),
            "fit": np.zeros((n_stage, 5)), "flops_sum": np.zeros(n_stage), "bytes_sum": np.zeros(n_stage),
            "flops_dur": zeros(n_stage), "bytes_dur": zeros(n_stage)}

@@ -199,12 +199,16 @@ def _free_port() -> int:
 
 
 def _start_server(data: Path, port: int, precision: str, log: Path) -> subprocess.Popen:
-    env = dict(os.environ, LOADPROBE_DIR=str(data), LOADPROBE_SERVICE=SERVICE)
+    # ``python -m`` puts its working directory first on sys.path: from a clone's root the source
+    # folder ./loadprobe would shadow the installed package (whose loadprobe.samples lives
+    # elsewhere). So the server starts in the run's own fresh folder, with PYTHONSAFEPATH too.
+    env = dict(os.environ, LOADPROBE_DIR=str(data.resolve()), LOADPROBE_SERVICE=SERVICE, PYTHONSAFEPATH="1")
     command = [sys.executable, "-m", "loadprobe.samples.vision.serve", "--port", str(port), "--precision", precision]
     # Its own process group: a Ctrl-C in the terminal reaches us, and we stop the server in order.
     # Its output goes to a file: a pipe nobody reads would block the server once full.
     with open(log, "wb") as out:
-        server = subprocess.Popen(command, env=env, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(command, env=env, cwd=log.parent.resolve(), start_new_session=True, stdout=out,
+                                  stderr=subprocess.STDOUT)
     server.log = log
     return server
 

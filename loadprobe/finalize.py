@@ -164,6 +164,7 @@ def _requests(part: Partial) -> Requests | None:
         timeout_rate=part.request_statuses.get("timeout", 0) / n,
         unattributed_share=part.request_self_ns / part.request_total_ns if part.request_total_ns else None,
         latency_cdf=latency_cdf(part.requests),
+        queued_share=part.request_queue_ns / part.request_total_ns if part.request_total_ns else None,
     )
 
 

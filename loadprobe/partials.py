@@ -127,6 +127,7 @@ class Partial:
     request_statuses: Counter = field(default_factory=Counter)
     request_total_ns: int = 0
     request_self_ns: int = 0
+    request_queue_ns: int = 0  # queue time recorded by spans inside requests (waiting before a stage)
     arrivals: Counter = field(default_factory=Counter)  # epoch second -> requests started
     root_arrivals: Counter = field(default_factory=Counter)  # epoch second -> root spans started
     host_arrivals: Counter = field(default_factory=Counter)  # (host, epoch second) -> requests started
@@ -146,7 +147,7 @@ class Partial:
         self.files += o.files
         self.skipped.update(o.skipped)
         for name in ("rows", "rows_filtered", "null_durations", "negative_durations", "unjoined_children",
-                     "request_count", "request_total_ns", "request_self_ns"):
+                     "request_count", "request_total_ns", "request_self_ns", "request_queue_ns"):
             setattr(self, name, getattr(self, name) + getattr(o, name))
         self.first_ns = _pick(min, self.first_ns, o.first_ns)
         self.last_ns = _pick(max, self.last_ns, o.last_ns)
@@ -708,7 +709,12 @@ def _aggregate_numpy(part: Partial, c: dict, ref: FileRef, run_window) -> None:
     pos_clipped = np.minimum(pos, len(sorted_ids) - 1)
     found = sorted_ids[pos_clipped] == parent[child]
     part.unjoined_children += int((~found).sum())
-    child_sum = np.bincount(order[pos_clipped[found]], weights=dur[child][found], minlength=len(ts))
+    # A child's recorded queue time (in a batcher, a pool) was spent inside its parent too, so it is
+    # not the parent's own time either.
+    queued = np.zeros(len(ts), dtype=np.int64) if c["queue"] is None else np.maximum(_filled(c["queue"], len(ts), 0), 0)
+    queued[~child] = 0
+    child_sum = np.bincount(order[pos_clipped[found]], weights=(dur + queued)[child][found], minlength=len(ts))
+    part.request_queue_ns += int(queued[child][found][has_request[child][found]].sum())
     self_ns = np.maximum(dur - child_sum.astype(np.int64), 0)
     # Where each child starts after its root (the request) starts: orders a request's stages as
     # they run, nested ones too. Parent links are followed at most MAX_DEPTH times (ids may cycle).
@@ -898,6 +904,7 @@ def _aggregate_compiled(k, part: Partial, c: dict, ref: FileRef, run_window):
     record(part.requests, hists["request"][1], 0)
     part.request_total_ns += request_sums[1]
     part.request_self_ns += request_sums[2]
+    part.request_queue_ns += request_sums[3]
     _add_dense(part.request_statuses, out["request_statuses"], status_names)
     arrivals, root_arrivals = out["arrivals"], out["root_arrivals"]
     present = np.flatnonzero(arrivals)

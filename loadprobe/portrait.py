@@ -22,7 +22,7 @@ from pathlib import Path
 from ._errors import LoadprobeError
 from .schema import SchemaVersionError, check_version
 
-PORTRAIT_VERSION = "1.4"
+PORTRAIT_VERSION = "1.5"
 _DIGITS = 9  # significant digits kept for floats: merge order cannot change the portrait
 
 
@@ -140,6 +140,7 @@ class Requests:
     timeout_rate: float
     unattributed_share: float | None  # request time inside no probed stage
     latency_cdf: list | None = None  # [[ms, fraction of requests <= ms], ...], at most 200 points (1.2)
+    queued_share: float | None = None  # request time its stages spent queued (recorded queue_ns) (1.5)
 
 
 @dataclass

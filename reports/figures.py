@@ -146,6 +146,8 @@ def stage_shares(portrait) -> dict | None:
     rest = sum(s.self_share for s in stages if s not in top)
     if rest > 0:
         parts.append((f"{len(stages) - len(top)} other stages", rest, NEUTRAL))
+    if r.queued_share:
+        parts.append(("queued before a stage", r.queued_share, "#d4a6c8"))
     parts.append(("in no probed stage", r.unattributed_share, "#bab0ac"))
     data = [{"type": "bar", "orientation": "h", "name": name, "y": ["mean request"], "x": [share * scale],
              "customdata": [f"{100 * share:.1f}%"], "text": [f"{100 * share:.0f}%"], "textposition": "inside",

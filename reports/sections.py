@@ -118,8 +118,9 @@ def _shares(p, figures) -> dict:
     else:
         top = max(stages, key=lambda s: s.self_share)
         mean = r.latency_ms.mean if r.latency_ms else None
-        reading = (f"A mean request takes {ms(mean)} ms: {top.name} is the largest part ({pct(top.self_share, 0)}), "
-                   f"and {pct(r.unattributed_share, 0)} of the time is in no probed stage.")
+        queued = f", {pct(r.queued_share, 0)} is spent queued before a stage" if r.queued_share else ""
+        reading = (f"A mean request takes {ms(mean)} ms: {top.name} is the largest part ({pct(top.self_share, 0)})"
+                   f"{queued}, and {pct(r.unattributed_share, 0)} of the time is in no probed stage.")
     return _section("shares", "Where request time goes", reading, figures,
                     [("shares", "A mean request's time split by stage (self time), in run order, "
                                 "with the time in no probed stage")])

@@ -35,7 +35,8 @@ def render(portrait) -> str:
         lat = r.latency_ms
         out.append(f"requests: p50 {_ms(lat.p50)} ms, p95 {_ms(lat.p95)} ms, p99 {_ms(lat.p99)} ms; "
                    f"errors {_pct(r.error_rate)}, timeouts {_pct(r.timeout_rate)}, "
-                   f"outside any stage {_pct(r.unattributed_share)}")
+                   + (f"queued before stages {_pct(r.queued_share)}, " if r.queued_share else "")
+                   + f"outside any stage {_pct(r.unattributed_share)}")
     if p.stages:
         rows = []
         for s in p.stages:

@@ -361,6 +361,27 @@ def test_nested_stages_are_ordered_from_the_request_start(tmp_path, kernel):
     assert offsets["conv"] >= 3.5  # from the request's start, not from model's
 
 
+@pytest.mark.parametrize("kernel", ["numpy", "compiled"])
+def test_queue_time_a_stage_records_is_not_its_parents_own_time(tmp_path, kernel):
+    if kernel == "compiled" and not partials.kernel_available():
+        pytest.skip("the C map kernel was not built here")
+    base = 1_800_000_000 * 10**9
+    rows = []
+    for n in range(50):  # 10 ms requests: 3 ms waiting in a batcher, then a 4 ms batched stage
+        rid, root = f"req-{n}", 2 * n + 1
+        start = base + n * 20_000_000
+        rows.append({"ts_ns": start, "dur_ns": 10_000_000, "stage": "request", "span_id": root, "request_id": rid,
+                     "status": "ok"})
+        rows.append({"ts_ns": start + 4_000_000, "dur_ns": 4_000_000, "stage": "backbone", "span_id": root + 1,
+                     "parent_id": root, "request_id": rid, "status": "ok", "queue_ns": 3_000_000 if n % 2 else None})
+    _write_spans(tmp_path, rows, "a", "1-a")
+    p = loadprobe.analyze([tmp_path], kernel=kernel)
+    assert p.stage("backbone").self_share == pytest.approx(0.4)
+    assert p.requests.queued_share == pytest.approx(0.15)  # half the requests recorded 3 ms of 10
+    assert p.requests.unattributed_share == pytest.approx(0.45)
+    assert p.stage("backbone").self_share + p.requests.queued_share + p.requests.unattributed_share == pytest.approx(1)
+
+
 def test_a_failing_file_stops_the_threaded_map_without_mapping_the_rest(monkeypatch):
     calls = []
 
