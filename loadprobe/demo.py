@@ -8,17 +8,20 @@ Usage::
 Steps: build the sample's ONNX models (once, cached); start samples/vision on 127.0.0.1
 under a recorder (spans and device samples into ``<out>/data``); drive it with a day's
 traffic compressed into ``seconds`` plus a burst near the evening peak, open loop;
-stop the server cleanly so its files are finished; analyse the recording, check the
-backbone's INT8 model against its FP32 one (``loadprobe align``), recommend a plan with
-that verdict, replay the recorded arrivals at 1.5x through every plan (``loadprobe
-simulate``, service times drawn from the recording), render the HTML report with all of it;
-print where every output is. The
-server runs in its own process group and is stopped on every exit path, Ctrl-C included.
-Each run writes a new timestamped folder: nothing is overwritten.
+stop the server cleanly so its files are finished; analyse the recording (on the line-up
+GPU's roofline), check the backbone's INT8 model against its FP32 one (``loadprobe
+align``), recommend a plan with that verdict on the seeds' line-up (CPU, GPU, NPU) for a
+production rate of ``PRODUCTION_X`` times what the host CPU alone carries -- a laptop's peak
+is a rate its own CPU carries, where no accelerator decision arises -- replay the recorded
+arrivals at that rate, times 1.5, through every plan (``loadprobe simulate``, service times drawn from the
+recording), render the HTML report with all of it; print where every output is. The server
+runs in its own process group and is stopped on every exit path, Ctrl-C included. Each run
+writes a new timestamped folder: nothing is overwritten.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -33,9 +36,16 @@ from urllib.request import urlopen
 import numpy as np
 
 from ._errors import LoadprobeError
+from .plan_sim import STRESS
 
 SERVICE = "vision"
 BURST_AT, BURST_S, BURST_X = 0.62, 0.08, 2.5  # burst start and length (fractions of the run), rate multiple
+LINEUP = "cpu,gpu:nvidia-l4,npu:ascend-310p"  # the seeds' candidates: host CPU, a datacenter GPU, an inference NPU
+ROOFLINE_DEVICE = "nvidia-l4"  # the line-up's GPU: each stage's intensity against its roofs
+# The production rate the plan is sized for: this multiple of what the host CPU alone carries
+# (as recorded, on this machine), so that whatever machine runs the demo, the plan has to
+# decide which stages an accelerator takes.
+PRODUCTION_X = 2
 
 
 def schedule(seconds: float, rate: float, *, seed: int = 0) -> np.ndarray:
@@ -92,14 +102,15 @@ def analyse(data: Path, run_dir: Path, *, echo=print) -> dict[str, Path]:
     from .analysis import analyze
     from .reports.summary import render
 
-    portrait = analyze([str(data)])
+    portrait = analyze([str(data)], device=ROOFLINE_DEVICE)
     report = run_dir / "report"
     outputs = {"portrait": portrait.save(report / "portrait.json")}
     echo(render(portrait))
     outputs.update(_align(report, echo))
     outputs.update(_recommend(portrait, report, echo, outputs.get("align")))
     client = run_dir / "client"  # the load generator's own record: the requests it sent, nothing else
-    outputs.update(_simulate(client if client.exists() else data, data, portrait, report, outputs["plans"], echo))
+    outputs.update(_simulate(client if client.exists() else data, data, portrait, report, outputs["plans"],
+                             production_speed(portrait), echo))
     outputs["report"] = _html(portrait, report, outputs)
     echo("\ndemo: outputs")
     for name, path in {"recording": data, **outputs}.items():
@@ -121,19 +132,39 @@ def _html(portrait, report: Path, outputs: dict) -> Path:
     return path
 
 
-STRESS = 1.5  # the seeds' stress test: the recorded traffic, played 1.5x faster
+def production_rate(portrait) -> tuple[float, str]:
+    """The rate the demo's plan is sized for, ``PRODUCTION_X`` times what the host CPU alone carries
+    (never below the recorded peak), and why."""
+    from .planner import host_cpu_capacity
+
+    if portrait.traffic is None or not portrait.traffic.peak_rps:
+        raise LoadprobeError("the demo's recording has no request rate: the server answered no request")
+    peak = portrait.traffic.peak_rps
+    capacity = host_cpu_capacity(portrait)
+    if capacity is None:
+        return peak, "the recorded peak (no CPU time was recorded to size the host from)"
+    rps, how = capacity
+    rate = float(max(round(PRODUCTION_X * rps), math.ceil(peak)))
+    return rate, (f"the demo's production rate: {PRODUCTION_X}x the {rps:.3g} req/s that the host CPU alone carries "
+                  f"({how}), so the plan must place stages on accelerators; the recorded peak was {peak:.3g} req/s")
 
 
-def _simulate(sent: Path, data: Path, portrait, report: Path, plans: Path, echo) -> dict[str, Path]:
-    """Every plan of plans.json under the requests ``sent`` at 1.5x, with the service times recorded in ``data``."""
+def production_speed(portrait) -> float:
+    """How much faster than recorded the simulation replays: the production rate, times the seeds' 1.5x."""
+    return production_rate(portrait)[0] / portrait.traffic.peak_rps * STRESS
+
+
+def _simulate(sent: Path, data: Path, portrait, report: Path, plans: Path, speed: float, echo) -> dict[str, Path]:
+    """Every plan of plans.json under the requests ``sent``, ``speed`` times faster, with the service times
+    recorded in ``data``."""
     import json
 
     from .load import arrivals, replay
     from .simulator.compare import read_plans, simulate_plans
 
-    offsets = replay(arrivals(str(sent)), speed=STRESS)
+    offsets = replay(arrivals(str(sent)), speed=speed)
     comparison = simulate_plans(read_plans(plans), offsets, source=str(plans), data=str(data), portrait=portrait,
-                                arrivals=f"the recorded requests at {STRESS:g}x")
+                                arrivals=f"the recorded requests at {speed:.3g}x: the production rate, then 1.5x")
     echo("\n" + comparison.render())
     path = report / "simulation.json"
     path.write_text(json.dumps(comparison.to_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
@@ -160,8 +191,8 @@ def _align(report: Path, echo) -> dict[str, Path]:
 
 
 def _recommend(portrait, report: Path, echo, align: Path | None = None) -> dict[str, Path]:
-    """The plan for the recorded load on the seeds' line-up (CPU, an L4, a 310P), sized for its peak,
-    with the backbone's precision from its INT8 check."""
+    """The plan for the recorded load on the seeds' line-up (CPU, an L4, a 310P), sized for the
+    production rate, with the backbone's precision from its INT8 check."""
     import json
 
     from .constraints import Constraints
@@ -169,7 +200,9 @@ def _recommend(portrait, report: Path, echo, align: Path | None = None) -> dict[
     from .plan_files import plan_dict, render
     from .planner import recommend
 
-    plan = recommend(portrait, Constraints.parse(align=[align]) if align else None)
+    rate, why = production_rate(portrait)
+    constraints = Constraints.parse(engines=LINEUP, min_rps=rate, align=[align] if align else ())
+    plan = recommend(portrait, constraints, rate_why=why)
     echo("\n" + render(plan))
     pipeline = save(plan.to_pipeline(), report / "pipeline.yaml")
     plans = report / "plans.json"

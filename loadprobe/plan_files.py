@@ -89,6 +89,7 @@ def plan_dict(plan) -> dict:
         "scenario": plan.scenario,
         "scenario_why": plan.scenario_why,
         "sizing_rate_rps": plan.rate_rps,
+        "sizing_why": plan.rate_why,
         "slo_p95_ms": plan.slo_p95_ms,
         "constraints": _plain(plan.constraints),
         "estimates_are": ESTIMATE_LABEL,
@@ -109,7 +110,8 @@ def render(plan) -> str:
             for d in plan.recommended.decisions]
     lines += text_table(["stage", "engine", "precision", "batch", "window ms", "timeout ms", "concurrency", "fallback",
                      "service ms"], rows)
-    lines += ["", f"alternatives at {plan.rate_rps:.3g} req/s ({ESTIMATE_LABEL}):"]
+    lines += ["", f"alternatives at {plan.rate_rps:.3g} req/s ({plan.rate_why}; {ESTIMATE_LABEL}):"
+              if plan.rate_why else f"alternatives at {plan.rate_rps:.3g} req/s ({ESTIMATE_LABEL}):"]
     rows = []
     for o in [plan.recommended, *plan.alternatives]:
         est = o.estimate

@@ -15,7 +15,8 @@ The rules are the seeds' reasoning made explicit, each applied from measured fig
 
 1. a stage with no FLOPs and no shapes recorded is host code (decoding, parsing): CPU;
 2. a light stage (self p50 under ``LIGHT_MS`` and under ``LIGHT_SHARE`` of request time)
-   stays on the CPU unless the CPU is saturated (``CPU_SATURATED_PCT``);
+   stays on the CPU unless the CPU is saturated (``CPU_SATURATED_PCT``), as recorded or at the
+   sizing rate with every stage left where it was recorded;
 3. dynamic shapes keep a stage off engines without native dynamic-shape support;
 4. INT8 only where the precision policy allows it (``--precision``, or ``loadprobe align``);
 5. among the engines left, the one with the least energy per item that meets the
@@ -103,6 +104,7 @@ class Plan:
     recommended: Option
     alternatives: list
     verdict: str  # how the recommendation compares with the alternatives, in one paragraph
+    rate_why: str = ""  # where the sizing rate comes from
 
     def to_pipeline(self):
         from .plan_files import to_pipeline
@@ -115,8 +117,11 @@ class Plan:
         return plan_dict(self)
 
 
-def recommend(portrait, constraints: Constraints | None = None, *, catalog=None, cpu_cores: int | None = None) -> Plan:
-    """The plan for ``portrait`` under ``constraints`` (default: the seeds' cpu + L4 + 310P line-up)."""
+def recommend(portrait, constraints: Constraints | None = None, *, catalog=None, cpu_cores: int | None = None,
+              rate_why: str | None = None) -> Plan:
+    """The plan for ``portrait`` under ``constraints`` (default: the seeds' cpu + L4 + 310P line-up).
+
+    ``rate_why``: why the sizing rate (``constraints.min_rps``) is what it is, said with the plan."""
     from .catalog import load_catalog
 
     catalog = catalog or load_catalog()
@@ -132,13 +137,18 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
     rate = constraints.min_rps or (portrait.traffic.peak_rps if portrait.traffic else None)
     if not rate:
         raise LoadprobeError("the portrait has no request rate; give --min-rps")
+    if rate_why is None:
+        rate_why = ("the rate asked for (--min-rps)" if constraints.min_rps else
+                    f"the recorded peak (per {portrait.traffic.bucket_s:g} s); give --min-rps to plan for another rate")
     req = portrait.requests
     slo = constraints.slo_p95_ms or (req.latency_ms.p95 if req is not None and req.latency_ms else None)
     recorded = catalog.find(portrait.roofline_device)
     profiles = [StageProfile.of(s, recorded_device=recorded if recorded is not None
                                 and recorded.kind == _recorded_kind(s) else None) for s in stages]
     cores = (cpu_cores, f"{cpu_cores} cores (given)") if cpu_cores else _cpu_cores(portrait)
-    ctx = _Context(portrait, constraints, catalog, rate, slo, cores, stages)
+    ctx = _Context(portrait, constraints, catalog, rate, slo, cores, stages,
+                   _cpu_load_pct(portrait, rate, cores[0] * next((s.count for s in constraints.engines
+                                                                   if s.kind == "cpu"), 1)))
     options = [_build_option(name, kind, profiles, ctx) for name, kind in PLAN_KINDS.items()]
     options = [o for o in options if o is not None]
     for option in options:
@@ -147,7 +157,7 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
     _tune(recommended, ctx, profiles)
     scenario, why = _scenario(portrait, constraints, profiles, slo)
     return Plan(_service(portrait), scenario, why, constraints, rate, slo, recommended, alternatives,
-                _verdict(recommended, alternatives, slo))
+                _verdict(recommended, alternatives, slo), rate_why)
 
 
 # -- context ----------------------------------------------------------------------------
@@ -162,6 +172,7 @@ class _Context:
     slo_ms: float | None
     cpu_cores: tuple[int, str]
     stages: list
+    cpu_load_pct: float | None = None  # the host CPU at the sizing rate with every stage where it was recorded
 
     def budget_ms(self, stage) -> float | None:
         """A stage's share of the SLO: the SLO times its share of request time (at least 5% of it)."""
@@ -212,15 +223,44 @@ def _cpu_cores(portrait) -> tuple[int, str]:
         return cores, f"{cores} cores: the recorded host's logical cores (run.json)"
     util = next((m.mean for m in portrait.devices.metrics if m.device == "cpu" and m.metric == "util_pct"), None)
     duration = portrait.traffic.duration_s if portrait.traffic else None
-    # A batcher-fed stage records its shared execution once per member: count it once per batch.
-    busy = sum(s.count / (s.batch.mean if s.queue_ms is not None and s.batch is not None and s.batch.mean else 1.0)
-               * (s.self_ms_mean or 0.0) for s in _plan_stages(portrait) if _recorded_kind(s) == "cpu")
+    busy = _cpu_busy_ms(portrait)
     if util and util > 5 and duration:
         cores = max(1, round(busy / 1000.0 / duration / (util / 100.0)))
         return cores, (f"{cores} cores: the CPU stages kept {busy / 1000.0 / duration:.2f} cores busy at "
                        f"{util:.0f}% CPU utilisation")
     why = "no CPU utilisation was recorded" if not util else f"CPU utilisation ({util:.1f}%) too low to infer from"
     return DEFAULT_CPU_CORES, f"{DEFAULT_CPU_CORES} cores assumed: {why}; give --cpu-cores"
+
+
+def _cpu_busy_ms(portrait) -> float:
+    """Core-milliseconds the stages recorded on the CPU took, over the whole recording."""
+    # A batcher-fed stage records its shared execution once per member: count it once per batch.
+    return sum(s.count / (s.batch.mean if s.queue_ms is not None and s.batch is not None and s.batch.mean else 1.0)
+               * (s.self_ms_mean or 0.0) for s in _plan_stages(portrait) if _recorded_kind(s) == "cpu")
+
+
+def _cpu_load_pct(portrait, rate: float, cores: int) -> float | None:
+    """The host CPU's utilisation if every stage stayed where it was recorded, at ``rate`` req/s."""
+    requests = portrait.requests.count if portrait.requests is not None else 0
+    if not requests or not cores:
+        return None
+    return 100.0 * rate * _cpu_busy_ms(portrait) / requests / 1000.0 / cores
+
+
+def host_cpu_capacity(portrait) -> tuple[float, str] | None:
+    """The request rate the recorded host's CPU alone carries at full load, with every stage where it
+    was recorded, and how that was worked out; None without requests or CPU stages.
+
+    Usage::
+
+        rps, why = host_cpu_capacity(portrait)    # e.g. plan for twice that: the CPU alone cannot carry it
+    """
+    cores, cores_why = _cpu_cores(portrait)
+    load = _cpu_load_pct(portrait, 1.0, cores)
+    if not load:
+        return None
+    per_request_ms = load / 100.0 * cores * 1000.0
+    return 100.0 / load, f"{cores_why}; {per_request_ms:.3g} ms of CPU per request, as recorded"
 
 
 def _service(portrait) -> str:
@@ -495,14 +535,17 @@ def _candidates(stage, profile: StageProfile, specs, ctx: _Context) -> tuple[lis
     tensor = profile.flops_per_byte is not None or stage.shapes is not None
     budget = ctx.budget_ms(stage)
     cpu_util = _cpu_util(ctx.portrait)
-    saturated = cpu_util is not None and cpu_util >= CPU_SATURATED_PCT
+    # Saturated as recorded, or at the sizing rate if nothing moved off it (a plan for 10x the
+    # recorded load must not keep light stages on a CPU that could not carry them).
+    saturated = max(cpu_util or 0.0, ctx.cpu_load_pct or 0.0) >= CPU_SATURATED_PCT
     light = profile.p50_ms < LIGHT_MS and (stage.share or 0.0) < LIGHT_SHARE
     candidates, excluded = [], {}
     for spec in specs:
         reason = _cannot_run(stage, profile, spec, ctx, tensor)
         if reason is None and spec.kind != "cpu" and light and not saturated:
             reason = (f"light stage ({profile.p50_ms:.3g} ms self time at p50, {100 * (stage.share or 0):.1f}% of "
-                      f"request time) and the CPU is not saturated ({_fmt_pct(cpu_util)} mean utilisation): "
+                      f"request time) and the CPU is not saturated ({_fmt_pct(cpu_util)} mean utilisation recorded, "
+                      f"{_fmt_pct(ctx.cpu_load_pct)} at {ctx.rate:.3g} req/s with every stage on it): "
                       "moving it would add a transfer for little gain")
         if reason:
             excluded[spec.name] = reason

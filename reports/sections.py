@@ -305,7 +305,8 @@ def _plan(plans: dict, pipeline_yaml: str | None) -> dict:
         "option_headers": ["plan", "meets SLO", "p50 ms", "p95 ms", "p99 ms", "max req/s", "power W", "J/request",
                            f"{num(years)}-year cost" if years else "cost", "notes"],
         "options": options,
-        "sizing": f"at {num(plans.get('sizing_rate_rps'))} req/s" if plans.get("sizing_rate_rps") else "",
+        "sizing": (f"at {num(plans.get('sizing_rate_rps'))} req/s" + (f": {plans['sizing_why']}" if plans.get("sizing_why")
+                                                                     else "")) if plans.get("sizing_rate_rps") else "",
         "pipeline_yaml": pipeline_yaml,
     }
 

@@ -30,6 +30,17 @@ IOU_THRESHOLD = 0.45
 _head = np.random.default_rng(3)
 HEAD_W = (_head.standard_normal((CHANNELS[-1], 5)) * 0.05).astype(np.float32)  # objectness + 4 box terms
 
+# Work per call, counted from the code below so the roofline places each stage by its own
+# arithmetic intensity. preprocess: bilinear resize (4 taps: 4 multiplies, 3 adds per output
+# value), normalise (a subtract and a divide), the grey mean (3) and the cell minimum (1) per pixel.
+PREPROCESS_FLOPS = SIZE * SIZE * 3 * (7 + 2) + SIZE * SIZE * (3 + 1)
+PREPROCESS_OUT_BYTES = 3 * SIZE * SIZE * 4 + GRID * GRID * 4  # the float32 CHW tensor and the darkness map
+# head: the 1x1 projection (a multiply-add per channel and term), then ~12 per cell for the
+# objectness, sigmoid and threshold; reads the feature map, the weights and the darkness map.
+HEAD_FLOPS = 2 * CHANNELS[-1] * 5 * GRID * GRID + 12 * GRID * GRID
+HEAD_BYTES = 4 * (CHANNELS[-1] * GRID * GRID + CHANNELS[-1] * 5 + GRID * GRID)
+NMS_FLOPS_PER_PAIR = 13  # 2 max, 2 min, 2 subtractions, 2 clips, a multiply, 3 for the union, a divide
+
 
 @probe("decode", engine="cpu", bytes=lambda jpeg: len(jpeg))
 def decode(jpeg: bytes) -> np.ndarray:
@@ -40,7 +51,8 @@ def decode(jpeg: bytes) -> np.ndarray:
         return np.asarray(img.convert("RGB"))
 
 
-@probe("preprocess", engine="cpu", shape=lambda image: image.shape)
+@probe("preprocess", engine="cpu", shape=lambda image: image.shape, flops=lambda image: PREPROCESS_FLOPS,
+       bytes=lambda image: image.nbytes + PREPROCESS_OUT_BYTES)
 def preprocess(image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Resize to the backbone's fixed 160x160, normalise, CHW; plus a darkness map per grid cell."""
     from PIL import Image
@@ -53,17 +65,23 @@ def preprocess(image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x, darkness.astype(np.float32)
 
 
-def detect(features: np.ndarray, darkness: np.ndarray) -> list[dict]:
-    """Boxes for one image: score every grid cell, keep the likely ones, suppress overlaps."""
-    boxes, scores = head(features, darkness)
+def detect(features: np.ndarray, darkness: np.ndarray, *, queued_ns: int | None = None) -> list[dict]:
+    """Boxes for one image: score every grid cell, keep the likely ones, suppress overlaps.
+
+    ``queued_ns``: how long the call waited for a thread before it started (recorded as the
+    head's queue time, so the report shows the wait instead of unexplained request time)."""
+    boxes, scores = head(features, darkness, queued_ns=queued_ns)
     keep = nms(boxes, scores)
     return [{"box": [round(float(v), 1) for v in boxes[i]], "score": round(float(scores[i]), 3)} for i in keep]
 
 
-def head(features: np.ndarray, darkness: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def head(features: np.ndarray, darkness: np.ndarray, *, queued_ns: int | None = None
+         ) -> tuple[np.ndarray, np.ndarray]:
     """Candidate boxes (K, 4) in input pixels and their scores; K depends on the image."""
     with probe("head") as span:
         span.engine = "cpu"
+        span.queue_ns = queued_ns
+        span.flops, span.bytes = HEAD_FLOPS, HEAD_BYTES
         terms = np.einsum("chw,ck->hwk", features, HEAD_W)
         # Dark pits and scratches raise a cell's objectness: the backbone is untrained.
         logits = terms[..., 0] + 12.0 * (darkness - 0.55)
@@ -86,6 +104,7 @@ def nms(boxes: np.ndarray, scores: np.ndarray) -> list[int]:
         order = np.argsort(-scores, kind="stable")
         area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
         keep = []
+        pairs = 0
         while order.size:
             best, rest = order[0], order[1:]
             keep.append(int(best))
@@ -96,4 +115,7 @@ def nms(boxes: np.ndarray, scores: np.ndarray) -> list[int]:
             inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
             iou = inter / (area[best] + area[rest] - inter)
             order = rest[iou <= IOU_THRESHOLD]
+            pairs += len(rest)
+        span.flops = 2 * len(boxes) + NMS_FLOPS_PER_PAIR * pairs  # areas, then one IoU per pair compared
+        span.bytes = boxes.nbytes + scores.nbytes + 4 * (pairs + len(boxes))
         return keep
