@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import os as _os
 
+from ._errors import LoadprobeError
 from ._probe import Span, probe, record_span, request
 from ._version import __version__
 
 __all__ = [
+    "LoadprobeError",
     "Portrait",
     "Recorder",
     "RecorderStats",

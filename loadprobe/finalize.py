@@ -22,6 +22,8 @@ IDLE_UTIL_PCT = 5.0
 DYNAMIC_SHAPE_TOP_SHARE = 0.9  # a stage whose commonest shape covers less than this has dynamic shapes
 _RECORDER_COUNTERS = ("spans_dropped", "samples_dropped", "write_errors", "extractor_errors", "invalid_values")
 
+BATCH_SIZES_KEPT = 64  # batch sizes listed in a portrait, the commonest first; the rest are counted as "other"
+
 
 def ranked(counter, n: int | None = None) -> list:
     """Most frequent first, ties by key: the same counts always list in the same order."""
@@ -138,8 +140,10 @@ def _batch(sp) -> Batch | None:
         ss_res = sll - a * sl - b * sbl  # residual sum of squares of the least-squares line
         r2 = max(0.0, min(1.0, 1 - ss_res / ss_tot)) if ss_tot > 0 else None
         fit = BatchFit(a_ms=a, b_ms_per_item=b, r2=r2, n=int(n))
+    kept = dict(ranked(sp.batch, BATCH_SIZES_KEPT))
     return Batch(mean=float((sizes * counts).sum() / total), p50=pct(50), p99=pct(99), max=int(sizes[-1]),
-                 distribution={str(s): c for s, c in ranked(sp.batch, 64)}, fit=fit)
+                 distribution={str(s): c for s, c in kept.items()}, fit=fit,
+                 other=int(total) - sum(kept.values()), other_sizes=len(sizes) - len(kept))
 
 
 def _shapes(sp) -> Shapes | None:

@@ -791,7 +791,21 @@ class LoadReport:
     record_dir: str | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | {"succeeded": self.succeeded}
+
+    @property
+    def succeeded(self) -> int:
+        """Responses with a 2xx or 3xx status: the requests the server actually served."""
+        return sum(n for code, n in self.statuses.items() if 200 <= int(code) < 400)
+
+    def failure(self) -> str | None:
+        """Why the run failed as a whole (requests were sent, none succeeded), or None."""
+        if not self.sent or self.succeeded:
+            return None
+        answers = ", ".join(f"{n:,} answered {code}" for code, n in sorted(self.statuses.items()))
+        errors = ", ".join(f"{n:,} {kind}" for kind, n in sorted(self.errors.items(), key=lambda e: -e[1]))
+        return (f"no request of {self.sent:,} succeeded ({'; '.join(x for x in (answers, errors) if x)}): check the "
+                "URL, --method and the body the server expects")
 
     def render(self) -> str:
         def ms(values: dict | None) -> str:

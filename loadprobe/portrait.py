@@ -78,6 +78,8 @@ class Batch:
     max: int
     distribution: dict  # batch size -> spans (the 64 most frequent)
     fit: BatchFit | None
+    other: int = 0  # spans whose batch size is not among the 64 in ``distribution`` (1.5)
+    other_sizes: int = 0  # how many distinct sizes those are (1.5)
 
 
 @dataclass

@@ -205,20 +205,34 @@ def batched_stages(portrait) -> list:
 
 
 def batch_sizes(portrait) -> dict | None:
-    """How often each batch size ran, per batched stage, as a share of its spans."""
+    """How often each batch size ran, per batched stage, as a share of its spans; sizes beyond the
+    portrait's commonest ones end in one "other" bar, so the chart never hides a tail."""
     colour = colours(portrait)
+    stages = batched_stages(portrait)
+    tail = [s for s in stages if s.batch.other]
+    other = (f"other ({sum(s.batch.other_sizes for s in tail)} sizes, up to {max(s.batch.max for s in tail)})"
+             if tail else None)
     data = []
-    for s in batched_stages(portrait):
+    for s in stages:
         sizes = sorted((int(k), v) for k, v in s.batch.distribution.items())
-        total = sum(v for _, v in sizes) or 1
-        data.append({"type": "bar", "name": text(s.name), "x": [k for k, _ in sizes],
-                     "y": [round(100 * v / total, 4) for _, v in sizes], "customdata": [v for _, v in sizes],
+        total = (sum(v for _, v in sizes) + s.batch.other) or 1
+        xs, ys = [k for k, _ in sizes], [v for _, v in sizes]
+        if other is not None:  # a category axis: the sizes as labels, then the tail
+            xs = [str(k) for k in xs] + [other]
+            ys = ys + [s.batch.other]
+        data.append({"type": "bar", "name": text(s.name), "x": xs,
+                     "y": [round(100 * v / total, 4) for v in ys], "customdata": ys,
                      "marker": {"color": colour[s.name]},
                      "hovertemplate": "%{fullData.name}: batch %{x}, %{y:.3g}% (%{customdata} spans)<extra></extra>"})
     if not data:
         return None
-    return figure(data, barmode="group", xaxis=axis("batch size", dtick=1 if _max_batch(portrait) <= 16 else None),
-                   yaxis=axis("% of spans"))
+    if other is not None:
+        order = sorted({int(k) for s in stages for k in s.batch.distribution})
+        xaxis = axis("batch size", type="category", categoryorder="array",
+                     categoryarray=[str(k) for k in order] + [other])
+    else:
+        xaxis = axis("batch size", dtick=1 if _max_batch(portrait) <= 16 else None)
+    return figure(data, barmode="group", xaxis=xaxis, yaxis=axis("% of spans"))
 
 
 def _max_batch(portrait) -> int:

@@ -1,4 +1,12 @@
-"""Shared fixtures: a real recorder writing real files into a temporary directory."""
+"""Shared fixtures: a real recorder writing real files into a temporary directory.
+
+The tests exercise the *installed* loadprobe. Run from a clone's root, ``python -m pytest`` and
+pytest's own rootdir entry would put the source folder first on sys.path, and ``./loadprobe``
+is not the installed package: ``loadprobe.samples``, ``.instrumentation`` and ``.reports`` are
+mapped from other folders, and the compiled kernel is built into the install. So the clone's
+root leaves sys.path before loadprobe is imported, and PYTHONSAFEPATH keeps it out of every
+Python the tests start (an editable install maps the package to the source anyway).
+"""
 
 from __future__ import annotations
 
@@ -8,15 +16,17 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-import pytest
-
-import loadprobe
-from loadprobe import _probe
-from loadprobe._segments import read_stream
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO]
+os.environ["PYTHONSAFEPATH"] = "1"
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+import pytest  # noqa: E402
+
+import loadprobe  # noqa: E402
+from loadprobe import _probe  # noqa: E402
+from loadprobe._segments import read_stream  # noqa: E402
 
 
 @pytest.fixture

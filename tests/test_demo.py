@@ -18,15 +18,21 @@ pytest.importorskip("onnxruntime")
 from .conftest import spans_in  # noqa: E402
 
 
-def demo(out, *args, env=None, **kwargs):
+def demo(out, *args, env=None, python=(), **kwargs):
     full_env = dict(os.environ, LOADPROBE_CACHE=str(out / "cache"), **(env or {}))
     full_env.pop("LOADPROBE_DIR", None)
-    return subprocess.Popen([sys.executable, "-m", "loadprobe", "demo", "-o", str(out / "runs"), *args],
+    return subprocess.Popen([sys.executable, *python, "-m", "loadprobe", "demo", "-o", str(out / "runs"), *args],
                             env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
 
 
 def test_demo_serves_loads_records_and_analyses(tmp_path):
-    proc = demo(tmp_path, "--seconds", "6", "--rate", "8")
+    # Run from a folder holding a package named loadprobe that is not the installed one, as a
+    # clone's root does (its ./loadprobe has no samples): the demo's server must not import it.
+    shadow = tmp_path / "clone"
+    (shadow / "loadprobe").mkdir(parents=True)
+    (shadow / "loadprobe" / "__init__.py").write_text("raise ImportError('the source tree shadowed the install')\n")
+    safe = ("-P",) if sys.version_info >= (3, 11) else ()  # the demo itself: the installed package
+    proc = demo(tmp_path, "--seconds", "6", "--rate", "8", python=safe, cwd=shadow if safe else None)
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err
     (run,) = (tmp_path / "runs").iterdir()
@@ -41,6 +47,13 @@ def test_demo_serves_loads_records_and_analyses(tmp_path):
     served_ids = [r["request_id"] for r in served]
     assert ok_at_client <= set(served_ids) and len(served_ids) == len(set(served_ids))
     assert portrait["devices"], "the server's recorder sampled the devices"
+    # the sample explains its request time: stages and the queues before them, not "no probed stage"
+    assert portrait["requests"]["unattributed_share"] < 0.2 and portrait["requests"]["queued_share"] > 0
+    by_name = {s["name"]: s for s in portrait["stages"]}
+    for name in ("preprocess", "backbone", "head", "nms"):  # every computing stage: its FLOPs and bytes
+        assert by_name[name]["intensity"]["flops_per_byte"] > 0, name
+        assert by_name[name]["intensity"]["roofline"]["device"] == "nvidia-l4"
+    assert portrait["roofline_device"] == "nvidia-l4"
     assert str(run / "report" / "portrait.json") in out
     html = (run / "report" / "portrait.html").read_text(encoding="utf-8")  # the report, with the plan
     assert str(run / "report" / "portrait.html") in out
@@ -48,7 +61,16 @@ def test_demo_serves_loads_records_and_analyses(tmp_path):
     # the backbone's INT8 check ran, the plan used its verdict and the report shows it
     align = json.loads((run / "report" / "align.json").read_text())
     assert align["stage"] == "backbone" and align["verdict"]["decision"] in ("int8-ok", "int8-keep-fp16", "fp16-only")
-    assert json.loads((run / "report" / "plans.json").read_text())["constraints"]["align"]["backbone"]
+    plans = json.loads((run / "report" / "plans.json").read_text())
+    assert plans["constraints"]["align"]["backbone"]
+    # sized for a rate the host CPU alone cannot carry: accelerators take the backbone, decode stays
+    assert "host CPU alone" in plans["sizing_why"]
+    all_cpu = next(o for o in plans["alternatives"] if o["name"] == "all-cpu")
+    assert all_cpu["estimate"]["max_rps"] < plans["sizing_rate_rps"]
+    placed = {d["stage"]: d for d in plans["recommended"]["stages"]}
+    assert placed["backbone"]["engine"] != "cpu" and placed["decode"]["engine"] == "cpu"
+    assert len({d["engine"].rstrip("0123456789") for d in placed.values()}) >= 2
+    assert f"{plans['sizing_rate_rps']:.0f}" in html and "host CPU alone" in html
     assert '<section id="precision"' in html
     # every plan was replayed under the recorded arrivals at 1.5x, and the report shows it
     simulation = json.loads((run / "report" / "simulation.json").read_text())

@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import re
-import time
 from html import unescape
 from pathlib import Path
 
@@ -120,14 +119,11 @@ def _fleet_portrait():
     return module.fleet_portrait()
 
 
-def test_a_fleets_day_renders_under_5_mb_in_under_5_s():
+def test_a_fleets_day_renders_under_5_mb():  # its render time: benchmarks/bench_report.py
     portrait = _fleet_portrait()  # 100M spans, 24 h, 8 hosts x 4 GPUs, 12 stages
     again = Portrait.from_dict(json.loads(portrait.to_json()))
-    started = time.perf_counter()
     html = render_report(again)
-    elapsed = time.perf_counter() - started
     assert len(html.encode()) < FIVE_MB, f"{len(html.encode()):,} bytes"
-    assert elapsed < 5.0
     figures = _figures(html)
     assert {"arrivals", "hours", "shares", "latency", "batch", "batch_fit", "devices", "roofline"} <= set(figures)
     for fig in figures.values():
@@ -136,7 +132,9 @@ def test_a_fleets_day_renders_under_5_mb_in_under_5_s():
 
 
 def test_display_fields_of_portrait_1_2(vision):
-    assert vision.version == "1.4"
+    from loadprobe.portrait import PORTRAIT_VERSION
+
+    assert vision.version == PORTRAIT_VERSION
     tl = vision.timeline
     assert tl.bucket_s == 1 and tl.buckets <= MAX_POINTS
     assert {s.metric for s in tl.device_series} >= {"util_pct", "used_bytes"}
@@ -259,3 +257,24 @@ def test_report_includes_a_plan_only_when_it_is_newer_than_the_portrait(tmp_path
                                     str(out / "plans.json")])
     assert explicit.exit_code == 0 and 'id="plan"' in (tmp_path / "e.html").read_text()
     assert Path(tmp_path / "e.html").stat().st_size < FIVE_MB
+
+
+def test_batch_sizes_beyond_the_commonest_end_in_an_other_bar(tmp_path):
+    out = tmp_path / "data"
+    loadprobe.start(out, service="batches", sample_devices=False)
+    try:
+        for i in range(400):  # 100 distinct batch sizes, the largest the rarest
+            with loadprobe.request(id=f"r{i}"):
+                size = 1 + i % 100 if i < 300 else 1 + i % 10
+                with loadprobe.Span("model") as span:
+                    span.batch = size
+    finally:
+        loadprobe.stop()
+    portrait = loadprobe.analyze([str(out)])
+    batch = portrait.stage("model").batch
+    assert len(batch.distribution) == 64 and batch.max == 100
+    assert batch.other_sizes == 36 and batch.other == 400 - sum(batch.distribution.values())
+    trace = _figures(render_report(portrait))["batch"]["data"][0]
+    assert trace["x"][-1].startswith("other (36 sizes, up to 100)")
+    assert trace["customdata"][-1] == batch.other
+    assert sum(trace["y"]) == pytest.approx(100, abs=0.01)  # shares of every span, the tail included

@@ -1,7 +1,7 @@
 """The ``loadprobe`` command line: one subcommand per module in this package.
 
-Every failure the user can fix prints one line and exits 2; ``--debug`` shows the
-traceback instead.
+Every failure the user can fix prints one line and exits 2 -- a missing optional dependency
+names the extra to install; ``--debug``, anywhere before a ``--``, shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -14,8 +14,31 @@ from .._errors import LoadprobeError
 from .._version import __version__
 
 
+# Optional dependencies by top-level module: the extra of pyproject.toml that installs each.
+EXTRAS = {"PIL": "demo", "fastapi": "demo", "uvicorn": "demo", "starlette": "asgi", "flask": "wsgi",
+          "onnxruntime": "onnxruntime", "onnx": "onnxruntime", "torch": "torch", "dask": "dask",
+          "distributed": "dask", "fsspec": "cloud", "numba": "fast", "prometheus_client": "prometheus"}
+
+
+def missing_extra(exc: ImportError) -> str | None:
+    """The one-line fix for an optional dependency that is not installed, or None if it is not one."""
+    top = (exc.name or "").partition(".")[0]
+    extra = EXTRAS.get(top)
+    if extra is None:
+        return None
+    return f"this needs {top}, which is not installed: pip install 'loadprobe[{extra}]'"
+
+
 class _Group(click.Group):
     """Turns LoadprobeError and unexpected failures into one line, unless --debug."""
+
+    def main(self, args=None, *rest, **kwargs):
+        # --debug is accepted after the subcommand too; never past "--" (the recorded command's own).
+        args = list(sys.argv[1:] if args is None else args)
+        end = args.index("--") if "--" in args else len(args)
+        if "--debug" in args[:end]:
+            args = ["--debug"] + [a for a in args[:end] if a != "--debug"] + args[end:]
+        return super().main(args, *rest, **kwargs)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -30,6 +53,10 @@ class _Group(click.Group):
         except Exception as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
+            fix = missing_extra(exc) if isinstance(exc, ImportError) else None
+            if fix is not None:
+                click.echo(f"loadprobe: error: {fix}", err=True)
+                ctx.exit(2)
             click.echo(f"loadprobe: internal error: {exc!r} (run with --debug for the traceback)", err=True)
             ctx.exit(1)
 

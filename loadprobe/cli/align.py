@@ -74,7 +74,7 @@ def render(doc: dict) -> str:
     layers = doc["layers"]
     shown = layers
     lines = [f"{doc['stage']}: {Path(doc['candidate']['path']).name} against {Path(doc['baseline']['path']).name}, "
-             f"{doc['samples']} samples, {len(layers)} layers compared"
+             f"{doc['samples']:,} samples, {len(layers)} layers compared"
              + (f" ({len(doc['skipped_layers'])} in only one capture)" if doc["skipped_layers"] else ""), ""]
     if len(layers) > MAX_ROWS:
         top = {layer["name"] for layer in sorted(layers, key=lambda x: -x["growth"])[:MAX_ROWS]}

@@ -15,11 +15,12 @@ import click
 @click.option("--precision", type=click.Choice(["fp32", "int8"]), default="fp32", show_default=True,
               help="The backbone model the service runs.")
 def demo(output, seconds, rate, precision):
-    """Check up the sample vision service end to end on this machine.
+    """Run the sample vision service end to end on this machine, and plan its hardware.
 
     Starts samples/vision on 127.0.0.1 under a recorder, sends it a day's traffic
-    compressed into --seconds with a burst, then analyses what was recorded and prints
-    where every output is. Needs pip install 'loadprobe[demo]'.
+    compressed into --seconds with a burst, analyses what was recorded, checks the INT8
+    backbone, plans CPU + GPU + NPU for twice what this CPU alone carries, replays the plans
+    in the simulator and prints where every output is. Needs pip install 'loadprobe[demo]'.
 
     \b
     Example:

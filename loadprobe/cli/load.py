@@ -57,6 +57,10 @@ def load(url, concurrency, method, body, body_file, headers, timeout, connection
                     body=payload, headers=headers, timeout=timeout, connections=connections, record=record,
                     mode=mode, seed=seed)
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.render())
+    failure = report.failure()
+    if failure:  # the summary above says what happened; the exit status tells a script
+        click.echo(f"loadprobe: error: {failure}", err=True)
+        raise SystemExit(1)
 
 
 def _read_body(path: str) -> bytes:

@@ -46,12 +46,21 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_bu
             --slo-p95-ms 200 --precision backbone=int8-ok -o plan/pipeline.yaml
         loadprobe recommend loadprobe-report/portrait.json --align align.json -o plan/pipeline.yaml
     """
+    from .._errors import LoadprobeError
     from ..catalog import load_catalog
     from ..constraints import Constraints
     from ..pipeline import save
     from ..plan_files import plan_dict, render
     from ..planner import recommend as make_plan
 
+    path = Path(output)
+    plans_path = path.with_name("plans.json")
+    if path.name == "plans.json":
+        raise LoadprobeError(f"-o {output}: plans.json is written beside pipeline.yaml; name the pipeline file "
+                             "something else, e.g. pipeline.yaml")
+    for existing in (path, plans_path):  # before the work: fail fast
+        if existing.exists() and not force:
+            raise LoadprobeError(f"{existing} exists; pass --force to replace it or choose another -o")
     catalog = load_catalog(*catalogs)
     portrait = _portrait(list(source), catalogs)
     constraints = Constraints.parse(engines=engines, slo_p95_ms=slo_p95_ms, slo_p99_ms=slo_p99_ms, min_rps=min_rps,
@@ -61,17 +70,6 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_bu
     plan = make_plan(portrait, constraints, catalog=catalog, cpu_cores=cpu_cores)
     config = plan.to_pipeline()
     plans = json.dumps(plan_dict(plan), indent=2, allow_nan=False) + "\n"
-    path = Path(output)
-    plans_path = path.with_name("plans.json")
-    if path.name == "plans.json":
-        from .._errors import LoadprobeError
-
-        raise LoadprobeError(f"-o {output}: plans.json is written beside pipeline.yaml; name the pipeline file "
-                             "something else, e.g. pipeline.yaml")
-    if plans_path.exists() and not force:
-        from .._errors import LoadprobeError
-
-        raise LoadprobeError(f"{plans_path} exists; pass --force to replace it or choose another -o")
     path.parent.mkdir(parents=True, exist_ok=True)
     save(config, path, overwrite=force)
     tmp = plans_path.with_name(f".{plans_path.name}.tmp")

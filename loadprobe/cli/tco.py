@@ -10,6 +10,9 @@ import click
 from .._errors import LoadprobeError
 
 
+ROUNDED = {"purchase": 2, "electricity": 2, "operations": 2, "migration": 2, "total": 2, "energy_kwh": 3}
+
+
 @click.command()
 @click.option("--power-w", type=float, required=True, help="Power draw of one unit, watts.")
 @click.option("--hours-per-year", type=float, default=8760, show_default=True, help="Hours a year it runs.")
@@ -40,7 +43,8 @@ def tco(power_w, hours_per_year, price_per_kwh, years, purchase, pue, ops_per_ye
                        purchase=purchase, pue=pue, ops_per_year=ops_per_year, migration=migration, units=units)
     except TCOInputError as exc:  # name the option as typed, not the Python keyword
         raise LoadprobeError(f"--{exc.name.replace('_', '-')} {exc.problem}") from None
-    if as_json:
-        click.echo(json.dumps(dataclasses.asdict(cost), indent=2))
+    if as_json:  # the results to the cent and the watt-hour, not float noise (6307.200000000001); inputs as given
+        click.echo(json.dumps({k: round(v, ROUNDED[k]) if k in ROUNDED else v
+                               for k, v in dataclasses.asdict(cost).items()}, indent=2))
     else:
         click.echo(format_tco(cost))

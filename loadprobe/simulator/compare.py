@@ -113,7 +113,7 @@ class Comparison:
 
     def render(self) -> str:
         """Each plan's own tables when there is one; otherwise one row per plan, then each plan's stages."""
-        head = f"{self.requests} requests, {self.arrivals}, seed {self.seed}; service times: {self.service_times}"
+        head = f"{self.requests:,} requests, {self.arrivals}, seed {self.seed}; service times: {self.service_times}"
         if len(self.results) == 1:
             return head + "\n\n" + next(iter(self.results.values())).render()
         rows = []

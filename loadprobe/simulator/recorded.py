@@ -284,4 +284,4 @@ def outside_stages(recorded: Recorded) -> RecordedTimes | None:
     if recorded.outside is None or not len(recorded.outside):
         return None
     return RecordedTimes({1: recorded.outside}, batched=False,
-                         how=f"{len(recorded.outside)} recorded request times outside every stage")
+                         how=f"{len(recorded.outside):,} recorded request times outside every stage")

@@ -78,20 +78,20 @@ class SimulationResult:
             return "-" if value is None else f"{value:.1f}"
 
         o, lat = self.outcomes, self.latency_ms
-        lines = [f"{self.requests} requests in {self.duration_s:.1f} s: {o['ok']} ok, {o['rejected']} rejected, "
-                 f"{o['timeout']} timed out, {o['error']} failed; {self.throughput_rps:.1f} rps completed",
+        lines = [f"{self.requests:,} requests in {self.duration_s:.1f} s: {o['ok']:,} ok, {o['rejected']:,} rejected, "
+                 f"{o['timeout']:,} timed out, {o['error']:,} failed; {self.throughput_rps:,.1f} rps completed",
                  f"latency ms: p50 {ms(lat['p50'])}  p95 {ms(lat['p95'])}  p99 {ms(lat['p99'])}",
                  "",
                  f"{'stage':<20} {'p50':>8} {'p95':>8} {'p99':>8} {'timeouts':>9} {'retries':>8} {'failover':>9}"]
         for name, s in self.stages.items():
-            lines.append(f"{name:<20} {ms(s['p50']):>8} {ms(s['p95']):>8} {ms(s['p99']):>8} {s['timeouts']:>9} "
-                         f"{s['retries']:>8} {s['failover_share']:>8.1%}")
+            lines.append(f"{name:<20} {ms(s['p50']):>8} {ms(s['p95']):>8} {ms(s['p99']):>8} {s['timeouts']:>9,} "
+                         f"{s['retries']:>8,} {s['failover_share']:>8.1%}")
         lines += ["", f"{'engine':<20} {'utilisation':>11} {'executions':>11} {'mean batch':>11}"]
         for name, e in self.engines.items():
             batch = "-" if e["mean_batch"] is None else f"{e['mean_batch']:.2f}"
-            lines.append(f"{name:<20} {e['utilisation']:>10.1%} {e['executions']:>11} {batch:>11}")
+            lines.append(f"{name:<20} {e['utilisation']:>10.1%} {e['executions']:>11,} {batch:>11}")
         if self.rejects:
-            lines += ["", "rejects: " + ", ".join(f"{k} {v}" for k, v in sorted(self.rejects.items()))]
+            lines += ["", "rejects: " + ", ".join(f"{k} {v:,}" for k, v in sorted(self.rejects.items()))]
         p = self.power
         if p.get("mean_w") is not None:
             energy = p["energy_per_request_j"]

@@ -4,6 +4,8 @@ Usage::
 
     jpegs = inspection_jpegs(50, seed=1)      # list of JPEG bytes, 320x240 to 800x600
 
+    python3 -m loadprobe.samples.vision.images -n 8 -o plates/    # plates/plate-0.jpg ... plate-7.jpg
+
 Sizes vary, as the cameras of a real line do, and so does the number of defects, which
 is what makes the detection head's output size change from image to image.
 """
@@ -44,3 +46,24 @@ def inspection_jpegs(n: int, seed: int = 0) -> list[bytes]:
     """``n`` photos from a fixed seed."""
     rng = np.random.default_rng(seed)
     return [inspection_jpeg(rng) for _ in range(n)]
+
+
+def main(argv=None) -> None:
+    """Write ``-n`` photos into ``-o`` as plate-<i>.jpg, for curl and ``loadprobe load --body-file``."""
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description="Write generated inspection photos as JPEG files.")
+    parser.add_argument("-n", type=int, default=8, help="how many photos")
+    parser.add_argument("-o", "--output", default="plates", help="folder to write them into")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    for i, jpeg in enumerate(inspection_jpegs(args.n, seed=args.seed)):
+        (out / f"plate-{i}.jpg").write_bytes(jpeg)
+    print(f"wrote {args.n} photos into {out}/")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""The command line's shared behaviour: errors, --debug, missing extras, outputs checked first."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from loadprobe.cli import main
+
+
+def cli(*args, cwd=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADPROBE_")}
+    return subprocess.run([sys.executable, "-m", "loadprobe", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=300)
+
+
+def test_debug_is_accepted_after_the_subcommand(tmp_path):
+    missing = str(tmp_path / "nothing-here")
+    plain = cli("analyze", missing)
+    assert plain.returncode == 2 and len(plain.stderr.strip().splitlines()) == 1 and "Traceback" not in plain.stderr
+    for args in (("--debug", "analyze", missing), ("analyze", missing, "--debug"), ("analyze", "--debug", missing)):
+        debug = cli(*args)
+        assert debug.returncode != 0 and "Traceback" in debug.stderr and "No such option" not in debug.stderr, args
+
+
+def test_debug_after_a_double_dash_belongs_to_the_recorded_command(tmp_path):
+    done = cli("record", "-o", str(tmp_path / "data"), "--", sys.executable, "-c",
+               "import sys; print(sys.argv[1:])", "--debug")
+    assert done.returncode == 0, done.stderr
+    assert "['--debug']" in done.stdout
+
+
+def test_a_missing_optional_dependency_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba now fails as if not installed
+
+    @click.command("needs-numba")
+    def needs_numba():
+        import numba  # noqa: F401
+
+    main.add_command(needs_numba)
+    try:
+        result = CliRunner().invoke(main, ["needs-numba"])
+    finally:
+        main.commands.pop("needs-numba")
+    assert result.exit_code == 2
+    assert "pip install 'loadprobe[fast]'" in result.output and "internal error" not in result.output
+
+
+class _NotFound(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802
+        self.send_response(404)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_load_exits_non_zero_with_its_summary_when_no_request_succeeds():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        done = cli("load", f"http://127.0.0.1:{server.server_port}/infer", "--rate", "20", "--duration", "1")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 1
+    assert "statuses  404:" in done.stdout  # the summary still says what happened
+    assert "no request of" in done.stderr and "answered 404" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_tco_json_rounds_money_to_the_cent():
+    done = cli("tco", "--power-w", "300", "--price-per-kwh", "0.8", "--years", "3", "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["electricity"] == 6307.2 and "000000" not in done.stdout
+    assert doc["price_per_kwh"] == 0.8  # inputs as given
+
+
+def test_recommend_refuses_to_overwrite_before_doing_the_work(tmp_path):
+    out = tmp_path / "pipeline.yaml"
+    out.write_text("kept\n")
+    # the source does not exist: had the work started first, that would be the error reported
+    done = cli("recommend", str(tmp_path / "no-such-portrait.json"), "-o", str(out))
+    assert done.returncode == 2 and "exists; pass --force" in done.stderr
+    assert out.read_text() == "kept\n"
+
+
+def test_loadprobe_error_is_public():
+    import loadprobe
+
+    assert issubclass(loadprobe.LoadprobeError, Exception)
+    assert "LoadprobeError" in loadprobe.__all__
+
+
+@pytest.mark.parametrize("command", ["demo", "analyze", "recommend", "load", "simulate"])
+def test_every_help_text_reads_as_a_sentence(command):
+    result = CliRunner().invoke(main, [command, "--help"])
+    assert result.exit_code == 0 and "Check up" not in result.output
+
+
+def test_counts_are_printed_one_way(tmp_path):
+    """Thousands separated everywhere on the terminal: 1,500, never 1500 beside 1,500."""
+    import re
+
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text("version: 1\nservice: counts\nengines:\n  a:\n    kind: cpu\n    max_concurrency: 4\n"
+                        "    max_queue: 1000\nstages:\n  - name: work\n    engine: a\n    timeout_ms: 1000\n"
+                        "    service_time_ms: {p50: 1.0, p95: 2.0, source: measured}\n")
+    done = cli("simulate", str(pipeline), "--rate", "300", "--duration", "5", "-o", str(tmp_path / "sim"))
+    assert done.returncode == 0, done.stderr
+    assert "1,500 requests" in done.stdout
+    # no bare count of four digits or more (times and rates are decimals or carry units)
+    assert not re.findall(r"(?<![\d.,:/-])\d{4,}(?![\d.,]| ?ms| s\b)", done.stdout), done.stdout

@@ -1,0 +1,86 @@
+"""The README's and docs' command examples, run as written against a real sample server.
+
+Each example is read from the Markdown file itself, so a doc that drifts from the product fails
+here. Only the port (a free one) and long durations (a few seconds instead of a minute) change.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.request import urlopen
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("onnxruntime")
+
+from .conftest import REPO  # noqa: E402
+
+
+def bash_blocks(doc: str, heading: str) -> list[str]:
+    """The command lines of the ```bash blocks under ``heading`` in ``doc``."""
+    text = (REPO / doc).read_text(encoding="utf-8")
+    section = text.split(heading, 1)[1].split("\n#", 1)[0]
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", section, re.S):
+        lines += [line for line in block.splitlines() if line.strip()]
+    return lines
+
+
+def as_run_here(line: str, port: int) -> str:
+    line = line.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+    return re.sub(r"--duration \d+", "--duration 2", line)
+
+
+@pytest.fixture(scope="module")
+def vision_server(tmp_path_factory):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cwd = tmp_path_factory.mktemp("vision")
+    env = dict(os.environ, LOADPROBE_CACHE=str(cwd / "cache"))
+    env.pop("LOADPROBE_DIR", None)
+    server = subprocess.Popen([sys.executable, "-m", "loadprobe.samples.vision.serve", "--port", str(port)],
+                              cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                break
+        except OSError:
+            assert server.poll() is None, "the vision sample exited before serving"
+            time.sleep(0.2)
+    yield port, cwd
+    server.terminate()
+    server.wait(30)
+
+
+def run_lines(lines: list[str], port: int, cwd: Path) -> None:
+    bin_dir = str(Path(sys.executable).parent)  # python3 and loadprobe of this environment
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
+    env.pop("LOADPROBE_DIR", None)
+    for line in lines:
+        command = as_run_here(line, port).replace("python3 ", f"{sys.executable} ", 1)
+        done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+
+
+def test_the_readmes_load_examples_run_against_the_sample(vision_server):
+    port, cwd = vision_server
+    lines = bash_blocks("README.md", "## Load it")
+    assert any("/inspect" in line for line in lines)
+    run_lines(lines, port, cwd)
+
+
+def test_the_vision_samples_commands_run_as_documented(vision_server):
+    port, cwd = vision_server
+    lines = [line for line in bash_blocks("docs/samples.md", "## `samples/vision`") if ".serve" not in line]
+    assert any(line.startswith("curl") for line in lines)
+    (cwd / "samples-doc").mkdir()
+    run_lines(lines, port, cwd / "samples-doc")
