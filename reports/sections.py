@@ -122,8 +122,8 @@ def _shares(p, figures) -> dict:
         reading = (f"A mean request takes {ms(mean)} ms: {top.name} is the largest part ({pct(top.self_share, 0)})"
                    f"{queued}, and {pct(r.unattributed_share, 0)} of the time is in no probed stage.")
     return _section("shares", "Where request time goes", reading, figures,
-                    [("shares", "A mean request's time split by stage (self time), in run order, "
-                                "with the time in no probed stage")])
+                    [("shares", "A mean request's time split by stage (self time), in run order, then the time queued "
+                                "before stages and the time in no probed stage")])
 
 
 def _latency(p, figures) -> dict:
