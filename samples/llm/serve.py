@@ -19,14 +19,11 @@ import argparse
 import asyncio
 import contextlib
 import contextvars
-import os
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter_ns
 
-if __package__ in (None, ""):  # run as a script: make the relative imports below resolve
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-    __package__ = "samples.llm"
+if __package__ in (None, ""):  # run as a script: resolve the imports below in the installed package
+    __package__ = "loadprobe.samples.llm"
 
 from fastapi import FastAPI
 from pydantic import BaseModel, Field

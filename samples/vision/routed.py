@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
-import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make ``loadprobe.samples`` importable
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-    __package__ = "samples.vision"
+if __package__ in (None, ""):  # run as a script: resolve the imports below in the installed package
+    __package__ = "loadprobe.samples.vision"
 
 import numpy as np
 from fastapi import FastAPI, Request
