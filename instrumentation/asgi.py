@@ -17,8 +17,13 @@ handed to the server, so a streaming response is timed to its end and background
 that run after it are not. Its stage is ``"<METHOD> <route template>"`` (``"GET
 /items/{item_id}"``, never the raw path: a stage per URL would be unbounded), its request
 id the ``x-request-id`` header when the client sent one, and its status comes from the
-response code: 5xx is ``error``, 408 and 504 are ``timeout``. Lifespan and websocket
-scopes pass through untouched.
+response code: 5xx is ``error``, 408 and 504 are ``timeout``. Websocket scopes pass
+through untouched.
+
+At the app's lifespan shutdown the middleware ends a run that ``LOADPROBE_DIR`` started
+(flushes one the program started itself), before the server exits: uvicorn, alone, with
+``--workers`` or as gunicorn's worker, re-raises the SIGTERM it shut down for, which kills
+the process before ``atexit`` could write the last flush interval.
 
 Target versions: the ASGI 3 interface; route templates from Starlette >= 0.27 (FastAPI
 included). Nothing here imports Starlette: the middleware works on bare ASGI apps too.
@@ -57,6 +62,8 @@ class LoadprobeMiddleware:
         self._route = route
 
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            return await self.app(scope, receive, _finish_recording_at_shutdown(send))
         if scope["type"] != "http" or not (_probe._active or _probe._env_pending):
             return await self.app(scope, receive, send)
         request_id = None
@@ -109,6 +116,23 @@ class LoadprobeMiddleware:
         route = scope.get("route")
         path = getattr(route, "path", None) or getattr(route, "path_format", None)
         return path if path else "(unmatched)"
+
+
+def _finish_recording_at_shutdown(send):
+    """``send`` for a lifespan scope: the recording is finished before the server hears that the
+    app has shut down (after which it may exit at once)."""
+
+    async def lifespan_send(message):
+        if message.get("type") in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
+            try:
+                from .._recorder import stop_if_started_from_env
+
+                stop_if_started_from_env()  # a few ms of the loop at shutdown; no request is left
+            except Exception:  # the app's shutdown must go on whatever happens here
+                pass
+        await send(message)
+
+    return lifespan_send
 
 
 def instrument_app(app, **options):

@@ -51,11 +51,10 @@ _span_ids = itertools.count(1)
 
 # Recording state, switched by the recorder through activate()/deactivate().
 _active = False
-_cap = 0  # spans one thread may buffer before new ones are dropped (see activate)
 _env_pending = bool(os.environ.get(LOADPROBE_DIR))
 
 _CO_GENERATOR, _CO_COROUTINE, _CO_ASYNC_GENERATOR = 0x20, 0x80, 0x200
-_MIN_THREAD_CAP = 1024
+_CHUNK = 1024  # spans a thread reserves from the process's budget at a time
 DEFAULT_MAX_BUFFERED_SPANS = 1 << 17
 _NO_EXTRAS = (None, None, None, None, None, None)
 
@@ -69,10 +68,11 @@ class _Alive:
 class ThreadBuffer:
     """Spans finished on one thread, waiting for the flusher, and that thread's open sync span."""
 
-    __slots__ = ("spans", "frame", "dropped", "extract_errors", "alive")
+    __slots__ = ("spans", "limit", "frame", "dropped", "extract_errors", "alive")
 
     def __init__(self, alive: _Alive) -> None:
         self.spans: list[tuple] = []
+        self.limit = 0  # spans it may hold without asking: its share reserved from _max_buffered
         self.frame = ROOT
         self.dropped = 0
         self.extract_errors = 0
@@ -84,6 +84,14 @@ class ThreadBuffer:
 _stage_ids: dict[str, int] = {}
 _stage_names: list[str] = []
 _stage_lock = threading.Lock()
+
+
+if _env_pending:
+    # Before the host's server installs its own handlers (gunicorn's uvicorn worker imports the
+    # app, then serves): see _exit.py. Standard library only, like this module.
+    from . import _exit
+
+    _exit.install_signal_handlers()
 
 
 def stage_id(name: str) -> int:
@@ -103,10 +111,22 @@ def stage_names() -> list[str]:
     return list(_stage_names)
 
 
+# One memory bound for the process. Each thread holds a reservation (``ThreadBuffer.limit``)
+# taken from ``_max_buffered`` a chunk at a time, so the hot path compares against its own
+# buffer and touches nothing shared; a thread that fills its reservation asks for another
+# chunk (``_grow``, under the lock, once per chunk). A drain empties buffers but leaves their
+# reservations, so a busy thread keeps writing without asking. When the budget is spent,
+# reservations other threads hold but do not use (an idle thread's chunk, a burst's leftover
+# after a drain) are taken back, so spans are dropped only when the spans actually held
+# reach the cap -- whatever the number of threads.
 _local = threading.local()
 _buffers: list[ThreadBuffer] = []
 _buffers_lock = threading.Lock()
 _max_buffered = 0
+_chunk = _CHUNK
+_reserved = 0  # sum of the buffers' limits; at most _max_buffered
+_drains = 0  # drains so far: reclaiming finds unused room only after one
+_reclaimed_at = -1  # _drains at the last reclaim
 _retired = [0, 0]  # dropped, extract_errors of buffers whose threads have ended
 
 
@@ -124,22 +144,51 @@ def _attach() -> ThreadBuffer:
     _local.alive, _local.buf = alive, buf
     with _buffers_lock:
         _buffers.append(buf)
-        _resize_locked()
     return buf
 
 
-def _resize_locked() -> None:
-    global _cap
-    _cap = max(_MIN_THREAD_CAP, _max_buffered // max(1, len(_buffers)))
+def _grow(buf: ThreadBuffer) -> bool:
+    """Room for one more span in ``buf``: reserve another chunk; False when the process is full."""
+    global _reserved, _reclaimed_at
+    if _reserved >= _max_buffered and _reclaimed_at == _drains and len(buf.spans) >= buf.limit:
+        return False  # full, and nothing drained since the last reclaim: drop without taking the lock
+    with _buffers_lock:
+        if len(buf.spans) < buf.limit:  # drained meanwhile
+            return True
+        free = _max_buffered - _reserved
+        if free <= 0 and _reclaimed_at != _drains:
+            _reclaimed_at = _drains
+            for other in _buffers:
+                unused = other.limit - len(other.spans)
+                if unused > 0:
+                    other.limit -= unused
+                    _reserved -= unused
+            free = _max_buffered - _reserved
+        if free <= 0:
+            return False
+        grant = min(free, _chunk)
+        buf.limit += grant
+        _reserved += grant
+        return True
 
 
 def activate(max_buffered_spans: int) -> None:
-    """Start accepting spans; memory stays under ``max(max_buffered_spans, 1024 x threads)`` spans."""
-    global _active, _max_buffered
+    """Start accepting spans; the process buffers at most ``max_buffered_spans`` of them."""
+    global _active, _max_buffered, _chunk, _reserved
     with _buffers_lock:
         _max_buffered = max_buffered_spans
-        _resize_locked()
+        _chunk = max(1, min(_CHUNK, max_buffered_spans // 64))  # a small cap still spreads over threads
+        _reserved = 0
+        for buf in _buffers:  # reservations start afresh; what is held still counts
+            buf.limit = len(buf.spans)
+            _reserved += buf.limit
     _active = True
+
+
+def rearm_env_start() -> None:
+    """After an app's shutdown ended the environment's run: the next probe starts a new one."""
+    global _env_pending
+    _env_pending = True
 
 
 def deactivate() -> None:
@@ -150,9 +199,11 @@ def deactivate() -> None:
 
 def drain() -> list[tuple]:
     """Take every finished span from every thread (flusher thread only)."""
+    global _drains, _reserved
     rows: list[tuple] = []
-    with _buffers_lock:
-        buffers = list(_buffers)
+    # No lock to read the list (copying it is atomic under the GIL): a signal handler that
+    # stops the recorder may have interrupted the thread holding it.
+    buffers = list(_buffers)
     ended = []
     for buf in buffers:
         spans = buf.spans
@@ -163,13 +214,16 @@ def drain() -> list[tuple]:
             del spans[:n]
         if buf.alive() is None and not spans:
             ended.append(buf)
-    if ended:
-        with _buffers_lock:
+    _drains += 1
+    if ended and _buffers_lock.acquire(timeout=1.0):
+        try:
             for buf in ended:
                 _buffers.remove(buf)
                 _retired[0] += buf.dropped
                 _retired[1] += buf.extract_errors
-            _resize_locked()
+                _reserved -= buf.limit  # an ended thread's reservation returns to the budget
+        finally:
+            _buffers_lock.release()
     return rows
 
 
@@ -180,26 +234,28 @@ def buffered() -> int:
 
 def counters() -> tuple[int, int]:
     """(spans dropped at the cap, extractor errors) since the process started recording."""
-    with _buffers_lock:
-        return (
-            _retired[0] + sum(b.dropped for b in _buffers),
-            _retired[1] + sum(b.extract_errors for b in _buffers),
-        )
+    buffers = list(_buffers)  # lock-free, as in drain()
+    retired = list(_retired)
+    return (
+        retired[0] + sum(b.dropped for b in buffers),
+        retired[1] + sum(b.extract_errors for b in buffers),
+    )
 
 
 def reset_after_fork() -> None:
     """In a forked child: forget the parent's unflushed spans (the parent writes them)."""
-    global _buffers_lock, _stage_lock
+    global _buffers_lock, _stage_lock, _reserved
     _buffers_lock = threading.Lock()
     _stage_lock = threading.Lock()  # another thread may have held either at the fork
     _buffers.clear()
     _retired[:] = [0, 0]
+    _reserved = 0
     if getattr(_local, "buf", None) is not None:
         buf = _local.buf
         buf.spans.clear()
+        buf.limit = 0
         buf.dropped = buf.extract_errors = 0
         _buffers.append(buf)
-    _resize_locked()
 
 
 def _start_from_env() -> bool:
@@ -217,7 +273,7 @@ def _start_from_env() -> bool:
 
 
 def _append(buf: ThreadBuffer, record: tuple) -> None:
-    if len(buf.spans) < _cap:
+    if len(buf.spans) < buf.limit or _grow(buf):
         buf.spans.append(record)
     else:
         buf.dropped += 1
@@ -335,10 +391,11 @@ class Span:
         extras = (self.batch, self.shape, self.engine, self.flops, self.bytes, self.queue_ns)
         if extras == _NO_EXTRAS:
             extras = None
-        if len(buf.spans) < _cap:
-            buf.spans.append((self._t0, t1, self._sid, self._parent, stage_id(str(self.stage)), status, extras))
+        record = (self._t0, t1, self._sid, self._parent, stage_id(str(self.stage)), status, extras)
+        if len(buf.spans) < buf.limit:
+            buf.spans.append(record)
         else:
-            buf.dropped += 1
+            _append(buf, record)
 
     def __enter__(self) -> Span:
         return self._open()
@@ -444,10 +501,10 @@ def _fast_sync(fn, stage_name: str):
                 raise
             t1 = perf_counter_ns()
             buf.frame = outer
-            if len(buf.spans) < _cap:
+            if len(buf.spans) < buf.limit:
                 buf.spans.append((t0, t1, sid, cur, stage))
             else:
-                buf.dropped += 1
+                _append(buf, (t0, t1, sid, cur, stage))  # reserve more room, or count the drop
             return result
         return fn(*args, **kwargs)
 

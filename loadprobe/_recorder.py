@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from time import perf_counter_ns
 
-from . import _env, _inventory, _probe
+from . import _env, _exit, _inventory, _probe
 from ._version import __version__
 
 log = logging.getLogger("loadprobe")
@@ -41,7 +41,18 @@ _FLUSH_POLL_S = 0.05
 
 @dataclass(frozen=True)
 class RecorderStats:
-    """Counters of one recorder. ``spans_recorded`` counts spans accepted into buffers."""
+    """Counters of one recorder; every span it was offered is in exactly one place::
+
+        spans_recorded == spans_written + spans_dropped + spans_pending + spans_lost
+
+    ``spans_recorded`` counts the spans probes finished while it recorded. ``spans_dropped``
+    is the sum of its reasons: ``spans_dropped_cap`` (the memory cap was reached),
+    ``spans_dropped_write`` (the disk refused them for longer than memory allowed to keep
+    them) and ``spans_dropped_invalid`` (values the converter could not take).
+    ``spans_pending`` are in memory, not yet written; at stop they become ``spans_lost``
+    (unwritten when the recorder stopped: the disk refused the last write, or the flusher did
+    not finish in time). Samples alike, with ``samples_lost``.
+    """
 
     run_dir: str
     spans_recorded: int
@@ -53,6 +64,12 @@ class RecorderStats:
     write_errors: int
     extractor_errors: int
     invalid_values: int
+    spans_dropped_cap: int = 0
+    spans_dropped_write: int = 0
+    spans_dropped_invalid: int = 0
+    spans_pending: int = 0
+    spans_lost: int = 0
+    samples_lost: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -100,6 +117,7 @@ class Recorder:
         self.record_spans = record_spans
         self.sampler_pids = sampler_pids
         self.forked_from = forked_from
+        self.from_env = False  # started by LOADPROBE_DIR rather than by the program
         self.pid = os.getpid()
         self.started_ns = time.time_ns()
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.started_ns / 1e9))
@@ -109,6 +127,8 @@ class Recorder:
         self._spans_drained = 0
         self._write_errors = 0
         self._lost_rows: dict[str, int] = {}  # rows dropped while the disk refused them
+        self._invalid_spans = 0  # spans the converter refused
+        self._final = False  # set once the last flush ran (or stop gave up waiting): pending is lost
         self._warned: set[str] = set()
         self._pending: dict[str, list] = {"spans": [], "samples": []}
         self._writers: dict = {}
@@ -181,26 +201,43 @@ class Recorder:
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
+        # Whatever the flusher has not written by now is lost, and counted so (a flusher still
+        # stuck on a refusing disk may yet write some; its run.json then says so).
+        self._final = True
         return self.stats()
 
     def stats(self) -> RecorderStats:
-        dropped, extractor_errors = _probe.counters() if self.record_spans else (0, 0)
-        dropped -= self._counter_base[0]  # the process-wide counters, since this recorder started
+        """The counters now (while recording, ``spans_pending`` is what waits in memory)."""
+        cap_dropped, extractor_errors = _probe.counters() if self.record_spans else (0, 0)
+        cap_dropped -= self._counter_base[0]  # the process-wide counters, since this recorder started
         extractor_errors -= self._counter_base[1]
-        buffered = _probe.buffered() if self.record_spans and _probe._active else 0
+        buffered = _probe.buffered() if self.record_spans and not self._final else 0
         spans_writer = self._writers.get("spans")
         samples_writer = self._writers.get("samples")
+        recorded = self._spans_drained + buffered + cap_dropped
+        written = spans_writer.rows_written if spans_writer else 0
+        write_dropped, invalid = self._lost("spans"), self._invalid_spans
+        dropped = cap_dropped + write_dropped + invalid
+        # Drained but not yet written: in the flusher's hands or waiting for the disk.
+        in_memory = max(0, recorded - written - dropped)
+        samples_in_memory = sum(b.num_rows for b in self._pending["samples"])
         return RecorderStats(
             run_dir=str(self.run_dir),
-            spans_recorded=self._spans_drained + buffered,
-            spans_dropped=dropped + self._lost("spans"),
-            spans_written=spans_writer.rows_written if spans_writer else 0,
+            spans_recorded=recorded,
+            spans_dropped=dropped,
+            spans_written=written,
             samples_written=samples_writer.rows_written if samples_writer else 0,
             samples_dropped=(self._sampler.dropped if self._sampler else 0) + self._lost("samples"),
             files=sum(w.files_written for w in self._writers.values()),
             write_errors=self._write_errors + sum(w.rotation_errors for w in self._writers.values()),
             extractor_errors=extractor_errors,
             invalid_values=self._converter.invalid_values if self._converter else 0,
+            spans_dropped_cap=cap_dropped,
+            spans_dropped_write=write_dropped,
+            spans_dropped_invalid=invalid,
+            spans_pending=0 if self._final else in_memory,
+            spans_lost=in_memory if self._final else 0,
+            samples_lost=samples_in_memory if self._final else 0,
         )
 
     # -- the flusher thread ----------------------------------------------------------
@@ -221,6 +258,7 @@ class Recorder:
         self._flush_once()
         for writer in self._writers.values():
             writer.close()
+        self._final = True  # what the last flush could not write is lost now, and counted
         self.stopped_ns = time.time_ns()
         self._write_run_json()
         self._notify_flushed()
@@ -237,7 +275,7 @@ class Recorder:
                     try:
                         self._pending["spans"].append(self._converter.batch(chunk, offset))
                     except Exception as exc:  # a value the converter cannot take: count the loss, go on
-                        self._lost_rows["spans"] = self._lost_rows.get("spans", 0) + len(chunk)
+                        self._invalid_spans += len(chunk)
                         self._warn_once("convert", f"loadprobe: could not convert {len(chunk)} spans ({exc!r}); "
                                                    "they are counted as dropped")
                 del rows
@@ -348,11 +386,29 @@ class Recorder:
         path = self.run_dir / "run.json"
         tmp = self.run_dir / ".run.json.tmp"
         try:
-            tmp.write_text(json.dumps(self.run_info(), indent=2, default=str) + "\n", encoding="utf-8")
+            tmp.write_bytes(_padded(self._run_json_bytes()))
             os.replace(tmp, path)  # our own metadata: replaced whole, never half-written
+            return
         except OSError as exc:
             self._write_errors += 1
             self._warn_once("write", f"loadprobe: cannot write {path} ({exc}); recording continues")
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        # A full disk refuses a new file but not the blocks run.json already has: the padding
+        # written above leaves room, so the counters (loss included) still reach the disk.
+        data = self._run_json_bytes()
+        try:
+            with open(path, "r+b") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                if len(data) <= size:
+                    handle.write(data[:-1] + b" " * (size - len(data)) + b"\n")
+        except OSError:
+            pass  # no run.json at all, or not even that: analysis reports the counters unknown
+
+    def _run_json_bytes(self) -> bytes:
+        return (json.dumps(self.run_info(), indent=2, default=str) + "\n").encode("utf-8")
 
     def _recover_dead_runs(self) -> None:
         """Finish segments that crashed processes of this service left on this host."""
@@ -368,6 +424,12 @@ class Recorder:
                     recover_run(run_dir)
             except Exception as exc:
                 self._warn_once("recover", f"loadprobe: could not recover {run_dir}: {exc}")
+
+
+def _padded(data: bytes) -> bytes:
+    """run.json followed by spaces (valid JSON whitespace) to room for its later, longer versions."""
+    size = -(-(len(data) + 1024) // 4096) * 4096
+    return data[:-1] + b" " * (size - len(data)) + b"\n"
 
 
 def run_is_dead(run_dir: Path) -> bool:
@@ -426,7 +488,8 @@ def start(output_dir: str | os.PathLike = "loadprobe-data", **options) -> Record
             _probe.deactivate()
             raise
         _current = recorder
-        return recorder
+    _exit.register_multiprocessing_finalizer()  # a spawn/forkserver child leaves through os._exit
+    return recorder
 
 
 def stop() -> RecorderStats | None:
@@ -435,6 +498,38 @@ def stop() -> RecorderStats | None:
     with _lock:
         recorder, _current = _current, None
     return recorder.stop() if recorder is not None else None
+
+
+def stop_for_exit(timeout: float) -> RecorderStats | None:
+    """``stop()`` from a signal handler or a process's last finalizer: bounded, and safe even if
+    the interrupted code held ``_lock`` (the handler runs on that same thread)."""
+    global _current
+    _env_start_done.wait(timeout)
+    locked = _lock.acquire(timeout=1.0)
+    try:
+        recorder, _current = _current, None
+    finally:
+        if locked:
+            _lock.release()
+    return recorder.stop(timeout) if recorder is not None else None
+
+
+def stop_if_started_from_env() -> RecorderStats | None:
+    """End the run at an app's shutdown (ASGI lifespan) if the environment started it.
+
+    A later probe starts a new run (a test client may start the app again); a recorder the
+    program started itself is only flushed: it is the program's to stop.
+    """
+    recorder = _current
+    if recorder is None:
+        return None
+    if not recorder.from_env:
+        recorder.flush()
+        return None
+    stats = stop()
+    if os.environ.get(_env.LOADPROBE_DIR):
+        _probe.rearm_env_start()
+    return stats
 
 
 def flush(timeout: float = 10.0) -> bool:
@@ -453,6 +548,7 @@ def start_from_env() -> None:
     starts on a background thread and writes them when ready. A failure is logged, never raised.
     """
     _install_hooks()  # now, so a short-lived program still finishes its files at exit
+    _exit.install_signal_handlers()  # on the main thread only; the probe's thread may be it
     _probe.activate(_probe.DEFAULT_MAX_BUFFERED_SPANS)
     _env_start_done.clear()
     try:
@@ -466,12 +562,13 @@ def start_from_env() -> None:
 
 def _start_from_env_now() -> None:
     try:
-        start(
+        recorder = start(
             os.environ[_env.LOADPROBE_DIR],
             service=os.environ.get(_env.LOADPROBE_SERVICE),
             tags=_env.parse_tags(os.environ.get(_env.LOADPROBE_TAGS)),
             sample_devices=os.environ.get(_env.LOADPROBE_SAMPLE_DEVICES, "1") not in ("0", "false", "no"),
         )
+        recorder.from_env = True
     except Exception as exc:
         _probe.deactivate()
         log.warning("loadprobe: could not start from %s: %s", _env.LOADPROBE_DIR, exc)
@@ -489,6 +586,7 @@ def _install_hooks() -> None:
         _hooks_installed = True
         atexit.register(stop)
         os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+    _exit.install_signal_handlers()  # each time: an earlier start may have run off the main thread
 
 
 def _before_fork() -> None:
@@ -507,6 +605,7 @@ def _after_fork_in_child() -> None:
     _env_start_done = threading.Event()
     _env_start_done.set()
     _probe.reset_after_fork()
+    _exit.after_fork_in_child()  # multiprocessing's children leave through os._exit
     if parent is None:
         if starting:  # that start's thread did not survive the fork: start afresh in this child
             start_from_env()
@@ -515,7 +614,7 @@ def _after_fork_in_child() -> None:
     _current = None
     _probe.deactivate()
     try:
-        start(
+        child = start(
             parent.output_dir,
             service=parent.service,
             tags=parent.tags,
@@ -527,5 +626,6 @@ def _after_fork_in_child() -> None:
             rotate_bytes=parent.rotate_bytes,
             forked_from=parent.run_id,
         )
+        child.from_env = parent.from_env
     except Exception as exc:
         log.warning("loadprobe: forked process %d could not start recording: %s", os.getpid(), exc)
