@@ -468,6 +468,7 @@ def _safe_name(name: str) -> str:
 # -- the process-wide recorder ---------------------------------------------------------
 
 _current: Recorder | None = None
+_last_stopped: Recorder | None = None
 _lock = threading.Lock()
 _hooks_installed = False
 _inherited: list = []  # a forked child's copy of the parent's recorder: kept, never closed
@@ -497,7 +498,13 @@ def stop() -> RecorderStats | None:
     _env_start_done.wait(30)  # a recorder starting from the environment finishes first
     with _lock:
         recorder, _current = _current, None
-    return recorder.stop() if recorder is not None else None
+    return _stop(recorder) if recorder is not None else None
+
+
+def _stop(recorder: Recorder, timeout: float = 10.0) -> RecorderStats:
+    global _last_stopped
+    _last_stopped = recorder  # a signal landing during this stop waits for it (stop_for_exit)
+    return recorder.stop(timeout)
 
 
 def stop_for_exit(timeout: float) -> RecorderStats | None:
@@ -511,7 +518,15 @@ def stop_for_exit(timeout: float) -> RecorderStats | None:
     finally:
         if locked:
             _lock.release()
-    return recorder.stop(timeout) if recorder is not None else None
+    if recorder is not None:
+        return _stop(recorder, timeout)
+    # A stop is perhaps under way below us (the signal interrupted multiprocessing's finalizer
+    # or atexit): dying now would cut it short, so let its flusher finish first.
+    stopping = _last_stopped
+    thread = stopping._thread if stopping is not None else None
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(timeout)
+    return None
 
 
 def stop_if_started_from_env() -> RecorderStats | None:
@@ -549,6 +564,7 @@ def start_from_env() -> None:
     """
     _install_hooks()  # now, so a short-lived program still finishes its files at exit
     _exit.install_signal_handlers()  # on the main thread only; the probe's thread may be it
+    _exit.register_multiprocessing_finalizer()  # now: a short child may exit before the start ends
     _probe.activate(_probe.DEFAULT_MAX_BUFFERED_SPANS)
     _env_start_done.clear()
     try:
@@ -598,8 +614,9 @@ def _before_fork() -> None:
 
 def _after_fork_in_child() -> None:
     """Each forked worker records into a run directory of its own."""
-    global _current, _lock, _env_start_done
+    global _current, _lock, _env_start_done, _last_stopped
     _lock = threading.Lock()
+    _last_stopped = None
     parent = _current
     starting = not _env_start_done.is_set()  # the parent was still starting from the environment
     _env_start_done = threading.Event()
