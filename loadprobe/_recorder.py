@@ -609,7 +609,7 @@ def _before_fork() -> None:
     """A fork during the environment start would leave the child half-imported modules: let the
     start finish first (a one-time wait of a fraction of a second, at a pre-forking server's start)."""
     if not _env_start_done.is_set() and threading.current_thread().name != "loadprobe-start":
-        _env_start_done.wait(5)
+        _env_start_done.wait(30)  # as long as stop() waits: a child forked mid-import would deadlock
 
 
 def _after_fork_in_child() -> None:
