@@ -21,3 +21,11 @@ def read_json(path, label: str, hint: str):
         raise LoadprobeError(f"{label}: cannot read it ({exc.strerror or exc})") from None
     except ValueError as exc:
         raise LoadprobeError(f"{label}: not valid JSON ({exc}); {hint}") from None
+
+
+def listed(items, shown: int = 3) -> str:
+    """The first ``shown`` items, comma-separated, then how many more: messages name what they
+    concern without growing with it (``listed(["a", "b", "c", "d"])`` -> ``"a, b, c and 1 more"``)."""
+    items = [str(item) for item in items]
+    head = ", ".join(items[:shown])
+    return f"{head} and {len(items) - shown:,} more" if len(items) > shown else head

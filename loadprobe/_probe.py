@@ -117,7 +117,8 @@ def stage_names() -> list[str]:
 # chunk (``_grow``, under the lock, once per chunk). A drain empties buffers but leaves their
 # reservations, so a busy thread keeps writing without asking. When the budget is spent,
 # reservations other threads hold but do not use (an idle thread's chunk, a burst's leftover
-# after a drain) are taken back, so spans are dropped only when the spans actually held
+# after a drain) are taken back -- once per drain or grant, so a full process drops without
+# scanning every buffer each time -- and spans are dropped only when the spans actually held
 # reach the cap -- whatever the number of threads.
 _local = threading.local()
 _buffers: list[ThreadBuffer] = []
@@ -125,8 +126,8 @@ _buffers_lock = threading.Lock()
 _max_buffered = 0
 _chunk = _CHUNK
 _reserved = 0  # sum of the buffers' limits; at most _max_buffered
-_drains = 0  # drains so far: reclaiming finds unused room only after one
-_reclaimed_at = -1  # _drains at the last reclaim
+_changes = 0  # drains and grants so far: only after one can a reclaim find unused room
+_reclaimed_at = -1  # _changes at the last reclaim
 _retired = [0, 0]  # dropped, extract_errors of buffers whose threads have ended
 
 
@@ -149,15 +150,15 @@ def _attach() -> ThreadBuffer:
 
 def _grow(buf: ThreadBuffer) -> bool:
     """Room for one more span in ``buf``: reserve another chunk; False when the process is full."""
-    global _reserved, _reclaimed_at
-    if _reserved >= _max_buffered and _reclaimed_at == _drains and len(buf.spans) >= buf.limit:
-        return False  # full, and nothing drained since the last reclaim: drop without taking the lock
+    global _reserved, _reclaimed_at, _changes
+    if _reserved >= _max_buffered and _reclaimed_at == _changes and len(buf.spans) >= buf.limit:
+        return False  # full, and nothing drained or granted since the last reclaim: drop without the lock
     with _buffers_lock:
         if len(buf.spans) < buf.limit:  # drained meanwhile
             return True
         free = _max_buffered - _reserved
-        if free <= 0 and _reclaimed_at != _drains:
-            _reclaimed_at = _drains
+        if free <= 0 and _reclaimed_at != _changes:
+            _reclaimed_at = _changes
             for other in _buffers:
                 unused = other.limit - len(other.spans)
                 if unused > 0:
@@ -169,6 +170,7 @@ def _grow(buf: ThreadBuffer) -> bool:
         grant = min(free, _chunk)
         buf.limit += grant
         _reserved += grant
+        _changes += 1  # the rest of this grant is room a later reclaim may take back
         return True
 
 
@@ -199,7 +201,7 @@ def deactivate() -> None:
 
 def drain() -> list[tuple]:
     """Take every finished span from every thread (flusher thread only)."""
-    global _drains, _reserved
+    global _changes, _reserved
     rows: list[tuple] = []
     # No lock to read the list (copying it is atomic under the GIL): a signal handler that
     # stops the recorder may have interrupted the thread holding it.
@@ -214,7 +216,7 @@ def drain() -> list[tuple]:
             del spans[:n]
         if buf.alive() is None and not spans:
             ended.append(buf)
-    _drains += 1
+    _changes += 1
     if ended and _buffers_lock.acquire(timeout=1.0):
         try:
             for buf in ended:

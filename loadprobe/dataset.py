@@ -21,7 +21,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ._errors import LoadprobeError
+from ._errors import LoadprobeError, listed
+from .schema import SchemaVersionError, check_version
 
 _DATA_FILE = re.compile(r"^(\.)?(spans|samples)-(\d{5,})\.(parquet|arrows)$")
 
@@ -36,6 +37,7 @@ class Run:
     service: str
     run_id: str
     info: dict = field(default_factory=dict)  # run.json, {} when absent
+    refused: str | None = None  # why the whole run is not read (its run.json is a newer major)
     span_files: list[str] = field(default_factory=list)
     sample_files: list[str] = field(default_factory=list)
 
@@ -119,7 +121,10 @@ def discover(paths, *, service: str | None = None, host: str | None = None):
             match = _DATA_FILE.match(name)
             if name == "run.json":
                 run = _run_for(runs, path)
-                run.info = _read_run_json(path, skipped)
+                try:
+                    run.info = _read_run_json(path, skipped)
+                except SchemaVersionError as exc:
+                    run.refused = skipped[path] = str(exc)
                 continue
             if match is None:
                 if not name.startswith(".") and name.endswith((".parquet", ".arrows")):
@@ -133,6 +138,9 @@ def discover(paths, *, service: str | None = None, host: str | None = None):
     for run in runs.values():
         run.host = str(run.info.get("host") or run.host)
         run.service = str(run.info.get("service") or run.service)
+        if run.refused:  # written by a newer loadprobe: its files may not mean what we think
+            skipped.update((path, run.refused) for path in run.span_files + run.sample_files)
+            continue
         if service and not fnmatch.fnmatch(run.service, service):
             continue
         if host and not fnmatch.fnmatch(run.host, host):
@@ -143,6 +151,15 @@ def discover(paths, *, service: str | None = None, host: str | None = None):
             selected.append(run)
     if not selected:
         where = ", ".join(map(str, paths))
+        unwritten = [run for run in runs.values() if (run.info.get("counters") or {}).get("spans_recorded")]
+        if unwritten:  # a recorder ran but nothing reached the disk: say so, not "no data"
+            counters = [run.info["counters"] for run in unwritten]
+            recorded = sum(c.get("spans_recorded") or 0 for c in counters)
+            errors = sum(c.get("write_errors") or 0 for c in counters)
+            raise LoadprobeError(
+                f"{where}: {recorded:,} span(s) recorded, none written ({errors:,} write error(s) in the run.json of "
+                f"{listed(run.run_dir for run in unwritten)}); free disk space or fix the directory's permissions "
+                "and record again")
         raise LoadprobeError(
             f"{where}: no loadprobe data found (expected <host>/<service>/<run>/spans-*.parquet"
             + (f" for service={service!r}" if service else "") + (f" host={host!r}" if host else "")
@@ -163,15 +180,20 @@ def _run_for(runs: dict[str, Run], path: str) -> Run:
 
 
 def _read_run_json(path: str, skipped: dict[str, str]) -> dict:
+    """run.json as a dict; {} (and a reason in ``skipped``) when unreadable.
+
+    Raises SchemaVersionError when a newer major version wrote it.
+    """
     try:
         text = _open_text(path)
         info = json.loads(text)
         if not isinstance(info, dict):
             raise ValueError("not a JSON object")
-        return info
     except (OSError, ValueError) as exc:
         skipped[path] = f"unreadable run.json ({exc}); its run is analysed without it"
         return {}
+    check_version(str(info.get("schema", "run/1.0")), path)
+    return info
 
 
 def _open_text(path: str) -> str:

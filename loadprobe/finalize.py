@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from . import roofline as rl
+from ._errors import listed
 from .bottlenecks import find_bottlenecks
 from .histogram import Histogram
 from .partials import Partial
@@ -20,7 +21,13 @@ from ._version import __version__
 
 IDLE_UTIL_PCT = 5.0
 DYNAMIC_SHAPE_TOP_SHARE = 0.9  # a stage whose commonest shape covers less than this has dynamic shapes
-_RECORDER_COUNTERS = ("spans_dropped", "samples_dropped", "write_errors", "extractor_errors", "invalid_values")
+_RECORDER_COUNTERS = ("spans_recorded", "spans_written", "spans_dropped", "spans_dropped_cap", "spans_dropped_write",
+                      "spans_dropped_invalid", "spans_lost", "samples_dropped", "samples_lost", "write_errors",
+                      "extractor_errors", "invalid_values")
+# Why spans recorded in a service never reached the disk, as the data-quality warning words it.
+_LOSS_REASONS = (("spans_dropped_cap", "at the memory cap"), ("spans_dropped_write", "refused by the disk"),
+                 ("spans_dropped_invalid", "with values that could not be stored"),
+                 ("spans_lost", "unwritten when the recorder stopped"))
 
 BATCH_SIZES_KEPT = 64  # batch sizes listed in a portrait, the commonest first; the rest are counted as "other"
 
@@ -211,8 +218,11 @@ def _devices(part: Partial) -> Devices:
 
 def _quality(part: Partial, runs: list, dataset_skipped: dict) -> DataQuality:
     recorder = Counter()
+    not_final = []  # runs whose loss cannot be known: no run.json, or one its recorder never finished
     for run in runs:
         counters = run.info.get("counters") or {}
+        if run.span_files and (not counters or run.info.get("stopped_ns") is None):
+            not_final.append(run.run_dir)
         for name in _RECORDER_COUNTERS:
             value = counters.get(name)
             if isinstance(value, int):
@@ -226,9 +236,15 @@ def _quality(part: Partial, runs: list, dataset_skipped: dict) -> DataQuality:
     if part.null_durations:
         warnings.append(f"{part.null_durations} span(s) without a duration (imported arrival-only data): "
                         "latency figures cover the others")
-    if recorder["spans_dropped"]:
-        warnings.append(f"the recorder dropped {recorder['spans_dropped']} span(s) at its memory cap; "
-                        "rates and counts are lower bounds")
+    lost = recorder["spans_dropped"] + recorder["spans_lost"]
+    if lost:
+        reasons = [f"{recorder[name]:,} {why}" for name, why in _LOSS_REASONS if recorder[name]]
+        if not reasons:  # run.json of a recorder before 0.1 gave no reason
+            reasons = [f"{recorder['spans_dropped']:,} dropped"]
+        warnings.append(f"the recorder lost {lost:,} span(s): {', '.join(reasons)}; rates and counts are lower bounds")
+    if not_final:
+        warnings.append(f"{len(not_final)} run(s) left no final counters (no run.json, or its recorder did not stop: "
+                        f"still running, killed or out of disk), so their loss is unknown: {listed(not_final)}")
     if recorder["write_errors"]:
         warnings.append(f"{recorder['write_errors']} write error(s) while recording")
     if part.unjoined_children and part.unjoined_children > 0.01 * max(1, part.rows):
@@ -243,6 +259,7 @@ def _quality(part: Partial, runs: list, dataset_skipped: dict) -> DataQuality:
         negative_durations=part.negative_durations,
         unjoined_children=part.unjoined_children,
         recorder=dict(recorder),
+        counters_unknown=sorted(not_final),
         start=iso(part.first_ns / 1e9) if part.first_ns is not None else None,
         end=iso(part.last_ns / 1e9) if part.last_ns is not None else None,
         span_s=span,

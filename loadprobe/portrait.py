@@ -22,7 +22,7 @@ from pathlib import Path
 from ._errors import LoadprobeError
 from .schema import SchemaVersionError, check_version
 
-PORTRAIT_VERSION = "1.5"
+PORTRAIT_VERSION = "1.6"
 _DIGITS = 9  # significant digits kept for floats: merge order cannot change the portrait
 
 
@@ -236,6 +236,7 @@ class DataQuality:
     clock_warnings: list
     warnings: list
     host_hardware: dict = field(default_factory=dict)  # host -> {cpu_model, logical_cores, ...} (1.3)
+    counters_unknown: list = field(default_factory=list)  # run dirs without final recorder counters (1.6)
 
 
 @dataclass

@@ -313,12 +313,14 @@ def _plan(plans: dict, pipeline_yaml: str | None) -> dict:
 
 def _quality(p) -> dict:
     q = p.data_quality
-    drops = q.recorder.get("spans_dropped", 0) + q.recorder.get("samples_dropped", 0)
+    drops = sum(q.recorder.get(k, 0) for k in ("spans_dropped", "spans_lost", "samples_dropped", "samples_lost"))
+    unknown = len(q.counters_unknown)
     issues = len(q.files_skipped) + len(q.warnings) + len(q.clock_warnings)
     reading = (f"{q.rows:,} spans from {q.files_read} file(s) of {q.processes} process(es) on {len(q.hosts)} host(s) "
                f"over {duration(q.span_s)}; ")
     reading += ("nothing skipped, dropped or suspicious." if not issues and not drops
-                else f"{issues} warning(s), {drops:,} record(s) dropped by the recorder.")
+                else f"{issues} warning(s), {drops:,} record(s) lost by the recorder"
+                + (f" ({unknown} run(s) without final counters: their loss is unknown)." if unknown else "."))
     facts = [("time span", f"{q.start or NONE} .. {q.end or NONE} UTC ({duration(q.span_s)})"),
              ("hosts", ", ".join(q.hosts) or NONE), ("services", ", ".join(q.services) or NONE),
              ("processes", str(q.processes)), ("files read", f"{q.files_read:,}"),

@@ -180,6 +180,85 @@ def test_memory_cap_drops_and_counts_without_blocking(tmp_path):
     assert stats.spans_recorded == offered == stats.spans_written + stats.spans_dropped
     assert stats.spans_lost == stats.spans_pending == 0
     assert stats.spans_written == len(spans_in(rec.run_dir)) >= 1000  # dropped only once the cap was held
+    quality = loadprobe.analyze([tmp_path]).data_quality
+    assert quality.recorder["spans_dropped_cap"] == stats.spans_dropped_cap and not quality.counters_unknown
+    assert any(f"the recorder lost {stats.spans_dropped:,} span(s): {stats.spans_dropped:,} at the memory cap" in w
+               for w in quality.warnings)
+
+
+def test_a_run_without_final_counters_has_unknown_loss_not_zero(tmp_path):
+    """A run still recording, or one whose run.json is gone, cannot say what it lost."""
+
+    @probe("step")
+    def step():
+        pass
+
+    rec = loadprobe.start(tmp_path / "live", sample_devices=False)
+    for _ in range(100):
+        step()
+    loadprobe.flush()
+    quality = loadprobe.analyze([tmp_path / "live"]).data_quality  # while it still records
+    assert quality.counters_unknown == [str(rec.run_dir)]
+    loadprobe.stop()
+    assert loadprobe.analyze([tmp_path / "live"]).data_quality.counters_unknown == []
+    (rec.run_dir / "run.json").unlink()
+    quality = loadprobe.analyze([tmp_path / "live"]).data_quality
+    assert quality.counters_unknown == [str(rec.run_dir)]
+    assert any("loss is unknown" in w and str(rec.run_dir) in w for w in quality.warnings)
+
+
+def test_a_run_json_of_a_newer_major_refuses_its_run(tmp_path):
+    @probe("step")
+    def step():
+        pass
+
+    for name in ("old", "new"):
+        rec = loadprobe.start(tmp_path / name, sample_devices=False)
+        step()
+        loadprobe.stop()
+    run_json = next((tmp_path / "new").rglob("run.json"))
+    info = json.loads(run_json.read_text())
+    run_json.write_text(json.dumps({**info, "schema": "run/9.0"}))
+    portrait = loadprobe.analyze([tmp_path])
+    assert portrait.data_quality.rows == 1  # the old run only
+    reasons = {s["path"]: s["reason"] for s in portrait.data_quality.files_skipped}
+    assert str(run_json) in reasons and all("upgrade loadprobe" in r for r in reasons.values())
+    assert any(path.endswith(".parquet") for path in reasons)  # the run's spans too
+
+
+def test_the_cap_is_one_bound_for_the_process_whatever_the_thread_count(tmp_path):
+    """Issue #19.4: 100 threads that each recorded a span once, then one burst: nothing is dropped
+    while the process holds fewer than max_buffered_spans (per-thread quotas dropped 3,703 of 5,000)."""
+    import threading
+
+    @probe("tick")
+    def tick():
+        pass
+
+    def idle_thread(ready, release):
+        tick()  # attaches a buffer that holds a reservation
+        ready.release()
+        release.wait()
+
+    for cap, burst in ((1 << 17, 5_000), (8_192, 20_000)):
+        loadprobe.start(tmp_path / str(cap), sample_devices=False, max_buffered_spans=cap, flush_interval_s=3600)
+        ready, release = threading.Semaphore(0), threading.Event()
+        threads = [threading.Thread(target=idle_thread, args=(ready, release)) for _ in range(100)]
+        for t in threads:
+            t.start()
+        for _ in threads:
+            ready.acquire()
+        for _ in range(burst):
+            tick()
+        release.set()
+        for t in threads:
+            t.join()
+        stats = loadprobe.stop()
+        assert stats.spans_recorded == 100 + burst == stats.spans_written + stats.spans_dropped
+        if 100 + burst <= cap:
+            assert stats.spans_dropped == 0
+        else:  # dropped only once the spans held reached the cap (no flush ran in between)
+            assert stats.spans_written == cap and stats.spans_dropped == stats.spans_dropped_cap == 100 + burst - cap
 
 
 def test_unwritable_output_leaves_results_untouched_and_warns_once(tmp_path, caplog):
@@ -198,6 +277,8 @@ def test_unwritable_output_leaves_results_untouched_and_warns_once(tmp_path, cap
         stats = loadprobe.stop()
     assert results == [3 * i for i in range(1000)]
     assert stats.write_errors >= 3 and stats.spans_written == 0
+    # Issue #19.3: every span is somewhere in the counters, here all unwritten at stop.
+    assert stats.spans_recorded == 1000 == stats.spans_dropped + stats.spans_lost
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and str(blocker) in warnings[0].getMessage()
     assert blocker.read_text().startswith("a file")  # nothing of the user's was touched
@@ -228,9 +309,22 @@ def test_full_disk_is_counted_and_the_host_keeps_running(tmp_path):
     assert out["total"] == 20 * sum(range(1, 5001))
     assert out["write_errors"] > 0
     assert out["spans_recorded"] == 100_000 == out["spans_written"] + out["spans_dropped"] + out["spans_lost"]
+    assert out["spans_dropped"] + out["spans_lost"] > 0
     for path in Path(tmp_path).rglob("spans-*.parquet"):
         pq.read_table(path)  # whatever was finished is complete and readable
     assert done.stderr.count("loadprobe: cannot write") <= 1
+    # The full disk still took run.json's final counters (it was written with room to spare),
+    # so analysis shows the loss rather than a stale "nothing lost".
+    (run_json,) = Path(tmp_path).rglob("run.json")
+    on_disk = json.loads(run_json.read_text())
+    assert on_disk["stopped_ns"] is not None
+    assert {k: on_disk["counters"][k] for k in ("spans_written", "spans_dropped", "spans_lost")} == \
+        {k: out[k] for k in ("spans_written", "spans_dropped", "spans_lost")}
+    if not out["spans_written"]:  # nothing reached the disk: analysis says why instead of "no data"
+        done = subprocess.run([sys.executable, "-m", "loadprobe", "analyze", str(tmp_path), "-o", str(tmp_path / "p")],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert f"{out['spans_recorded']:,} span(s) recorded, none written" in done.stderr
 
 
 def test_environment_variable_starts_recording_without_code_changes(tmp_path):

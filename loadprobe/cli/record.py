@@ -135,13 +135,13 @@ def summary(out: Path, since_ns: int, recovered: int) -> str:
         counters = info.get("counters", {})
         runs += info.get("role") == "service"
         written += counters.get("spans_written", 0)
-        dropped += counters.get("spans_dropped", 0)
+        dropped += counters.get("spans_dropped", 0) + counters.get("spans_lost", 0)
         samples += counters.get("samples_written", 0)
         files += counters.get("files", 0)
         errors += counters.get("write_errors", 0)
     lines = [f"loadprobe: recorded {written:,} spans from {runs} process(es), {samples:,} device samples -> {out}"]
     if dropped or errors:
-        lines.append(f"loadprobe: warning: {dropped:,} spans dropped, {errors} write errors (see run.json)")
+        lines.append(f"loadprobe: warning: {dropped:,} spans lost, {errors} write errors (see the counters in run.json)")
     if recovered:
         lines.append(f"loadprobe: finished {recovered} segment file(s) left by processes that did not stop cleanly")
     if not runs:
