@@ -134,7 +134,7 @@ def discover(paths, *, service: str | None = None, host: str | None = None):
                 continue
             run = _run_for(runs, path)
             (run.span_files if match.group(2) == "spans" else run.sample_files).append(path)
-    selected = []
+    selected, unwritten = [], []
     for run in runs.values():
         run.host = str(run.info.get("host") or run.host)
         run.service = str(run.info.get("service") or run.service)
@@ -149,9 +149,10 @@ def discover(paths, *, service: str | None = None, host: str | None = None):
         run.sample_files = _drop_converted_streams(run.sample_files)
         if run.span_files or run.sample_files:
             selected.append(run)
+        elif (run.info.get("counters") or {}).get("spans_recorded"):
+            unwritten.append(run)
     if not selected:
         where = ", ".join(map(str, paths))
-        unwritten = [run for run in runs.values() if (run.info.get("counters") or {}).get("spans_recorded")]
         if unwritten:  # a recorder ran but nothing reached the disk: say so, not "no data"
             counters = [run.info["counters"] for run in unwritten]
             recorded = sum(c.get("spans_recorded") or 0 for c in counters)
