@@ -29,19 +29,28 @@ from typing import Any, Callable
 
 from .._probe import record_span, status_of
 from ..pipeline import EngineConfig, StageConfig
-from .errors import Rejected
+from .errors import Rejected, explain, timed_out
 from .policy import Admission, SlidingWindow, admission
 
 __all__ = ["Engine", "Lane", "is_async_callable"]
 
 if sys.version_info >= (3, 11):
-    async def within(awaitable, timeout_s: float):
-        """``await awaitable``, failing with TimeoutError after ``timeout_s``."""
-        async with asyncio.timeout(timeout_s):
-            return await awaitable
+    async def within(awaitable, timeout_s: float, on_timeout: Callable[[], TimeoutError]):
+        """``await awaitable``; past ``timeout_s``, raise ``on_timeout()`` instead of asyncio's blank TimeoutError."""
+        scope = asyncio.timeout(timeout_s)
+        try:
+            async with scope:
+                return await awaitable
+        except TimeoutError:
+            if not scope.expired():
+                raise  # the awaitable's own TimeoutError (an executor's, or a batch's deadline): it says what it is
+            raise on_timeout() from None
 else:  # pragma: no cover - Python 3.10
-    async def within(awaitable, timeout_s: float):
-        return await asyncio.wait_for(awaitable, timeout_s)
+    async def within(awaitable, timeout_s: float, on_timeout: Callable[[], TimeoutError]):
+        try:
+            return await asyncio.wait_for(awaitable, timeout_s)
+        except asyncio.TimeoutError:  # not the builtin TimeoutError before 3.11
+            raise on_timeout() from None
 
 
 def is_async_callable(fn: Callable) -> bool:
@@ -193,7 +202,7 @@ class Engine:
             self.peak_waiting = self.waiting
         self._pump()
         try:
-            result = await within(item.future, timeout_s)
+            result = await within(item.future, timeout_s, lambda: self.timed_out(lane, item))
         except Rejected:
             raise  # shed while waiting, or the router closed: it never ran
         except BaseException as exc:
@@ -218,14 +227,25 @@ class Engine:
         self._running_since += start
         status = "ok"
         try:
-            return await within(lane.fn(payload), timeout_s)
+            return await within(lane.fn(payload), timeout_s, lambda: self.timed_out(lane))
         except BaseException as exc:
             status = status_of(exc)
+            explain(exc, lane.stage, self.name)
             raise
         finally:
             t1 = perf_counter_ns()
             self._release(lane, start, 1, status)
             record_span(lane.stage, t0, t1, status=status, engine=self.name, queue_ns=0)
+
+    def timed_out(self, lane: Lane, item: _Item | None = None) -> TimeoutError:
+        """The TimeoutError of an attempt at ``lane``'s stage that passed its ``timeout_ms``."""
+        if item is not None and item.queued:
+            state = "it was still waiting in the engine's queue"
+        elif item is not None and item.batch:
+            state = f"it was running in a batch of {item.batch}"
+        else:
+            state = "it was running"
+        return timed_out(lane.stage, self.name, lane.timeout_ms, state)
 
     def reject(self, reason: str, lane: Lane) -> Rejected:
         """A Rejected for ``lane``'s stage here, counted, with a hint of when a slot may be free."""
@@ -325,7 +345,8 @@ class Engine:
     async def _execute(self, lane: Lane, items: list, arg: Any, deadline: float, start: float) -> None:
         # Past the last member's deadline nobody waits for the result: stop the executor, free the slot.
         try:
-            result = await within(lane.fn(arg), deadline - self._loop.time())
+            result = await within(lane.fn(arg), deadline - self._loop.time(),
+                                  lambda: self.timed_out(lane, items[0]))
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting requests
             self._finish(lane, items, None, exc, start)
             if isinstance(exc, asyncio.CancelledError):
@@ -346,6 +367,8 @@ class Engine:
             got = f"{len(result)} results" if isinstance(result, (list, tuple)) else type(result).__name__
             exc = TypeError(f"the executor of batched stage {lane.stage!r} on engine {self.name!r} must return a "
                             f"list of {len(items)} results, one per payload, in order; it returned {got}")
+        if exc is not None:
+            explain(exc, lane.stage, self.name)
         delivered = 0
         for i, item in enumerate(items):
             item.end_ns = end_ns

@@ -52,6 +52,15 @@ __all__ = ["Router"]
 Executors = Mapping[str, Mapping[str, Callable]]
 _RANK = {"int8": 0, "fp8": 1, "fp16": 2, "bf16": 2, "fp32": 3}  # precisions, coarsest first
 
+# Where a submit_sync() request is, [stage, engine], so that its caller's timeout can say so.
+_where: contextvars.ContextVar[list | None] = contextvars.ContextVar("loadprobe_route_where", default=None)
+
+
+def _note(stage: str, engine: str) -> None:
+    where = _where.get()
+    if where is not None:
+        where[:] = (stage, engine)
+
 
 @dataclass
 class _Stage:
@@ -254,11 +263,13 @@ class Router:
         routed = (shape is not None or precision is not None) and not stage.fits(shape, precision)
         if routed and stage.fallback_engine is None:
             raise stage.engine.reject("unsupported", stage.lane)
+        _note(stage.config.name, stage.engine.name)
         attempt = 1
         while True:
             try:
                 if routed:
                     stage.routed += 1
+                    _note(stage.config.name, stage.fallback_engine.name)
                     return await stage.fallback_engine.run(stage.fallback_lane, payload, priority, stage.timeout_s)
                 return await self._attempt(stage, payload, priority)
             except Rejected:
@@ -298,6 +309,7 @@ class Router:
     async def _move(self, stage: _Stage, payload: Any, priority: int) -> Any:
         # One hop: the fallback engine runs it or it fails; it is never moved again.
         stage.failovers += 1
+        _note(stage.config.name, stage.fallback_engine.name)
         return await stage.fallback_engine.run(stage.fallback_lane, payload, priority, stage.timeout_s)
 
     def submit_sync(self, payload: Any, priority: int = 0, shape: Any = None, timeout: float | None = None, *,
@@ -306,7 +318,8 @@ class Router:
 
         The router must be running (``with router:``, ``router.start()``, or ``async with`` on a
         loop in another thread). The caller's loadprobe request, if one is open, is carried over.
-        ``timeout`` (seconds) stops waiting, not the request.
+        ``timeout`` (seconds) stops waiting, not the request: a TimeoutError that names the
+        stage and engine the request was at.
         """
         loop = self._loop
         if loop is None or self._closed:
@@ -314,13 +327,20 @@ class Router:
         if _running_loop() is loop:
             raise RuntimeError("submit_sync() would block the router's own event loop; use await router.submit()")
         done: concurrent.futures.Future = concurrent.futures.Future()
+        where: list = []
 
         def begin() -> None:
+            _where.set(where)  # in the copied context below: the task sees it, the caller's thread does not
             task = loop.create_task(self.submit(payload, priority, shape, precision=precision))
             task.add_done_callback(lambda t: _settle(done, t))
 
         loop.call_soon_threadsafe(begin, context=contextvars.copy_context())
-        return done.result(timeout)
+        if not concurrent.futures.wait([done], timeout).done:
+            at = (f"it was at stage {where[0]!r} on engine {where[1]!r}" if where
+                  else "it had not reached its first stage")
+            raise TimeoutError(f"submit_sync() stopped waiting after its {timeout:g} s timeout; {at}, and goes on "
+                               f"in the router")
+        return done.result()
 
     # -- observability -------------------------------------------------------------------------------------
 
