@@ -184,7 +184,7 @@ class Engine:
     async def run(self, lane: Lane, payload: Any, priority: int, timeout_s: float) -> Any:
         """One attempt of ``payload`` at ``lane``'s stage; raises Rejected, TimeoutError or the executor's error."""
         if self.closed:  # a request that was between stages when the router closed
-            raise self.reject("closed", lane)
+            raise self.reject("closed", lane, "the router closed while the request was between stages")
         t0 = perf_counter_ns()
         if lane.inline and self._starts_now(lane):
             return await self._run_inline(lane, payload, timeout_s, t0)
@@ -247,10 +247,13 @@ class Engine:
             state = "it was running"
         return timed_out(lane.stage, self.name, lane.timeout_ms, state)
 
-    def reject(self, reason: str, lane: Lane) -> Rejected:
+    def reject(self, reason: str, lane: Lane, detail: str | None = None) -> Rejected:
         """A Rejected for ``lane``'s stage here, counted, with a hint of when a slot may be free."""
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
-        return Rejected(reason, stage=lane.stage, engine=self.name, retry_after_ms=self.retry_after_ms(lane))
+        if reason == "closed":  # no slot will ever be free here
+            return Rejected(reason, stage=lane.stage, engine=self.name, detail=detail)
+        return Rejected(reason, stage=lane.stage, engine=self.name, retry_after_ms=self.retry_after_ms(lane),
+                        detail=detail)
 
     def retry_after_ms(self, lane: Lane) -> float:
         """About when the queue ahead will have drained: mean service time x (waiting / slots + 1).
@@ -452,7 +455,7 @@ class Engine:
             for item in lane.take(lane.waiting):
                 self.waiting -= 1
                 if not item.future.done():
-                    item.future.set_exception(self.reject("closed", lane))
+                    item.future.set_exception(self.reject("closed", lane, "the router closed while it waited"))
         for task in list(self._tasks):
             task.cancel()
         if self._pool is not None:

@@ -181,8 +181,7 @@ class Router:
             await self.canary.__aexit__(*exc_info)
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._loop is not None:
-            raise RuntimeError("this Router is already running; a Router runs once, on one event loop")
+        self._check_unused()
         self._loop = loop
         for engine in self._engines.values():
             engine.bind(loop)
@@ -192,8 +191,23 @@ class Router:
         for engine in self._engines.values():
             engine.close()
 
+    def _check_unused(self) -> None:
+        """A Router runs once, on one event loop: say so to a second ``async with`` or ``start()``."""
+        if self._closed:
+            raise RuntimeError("this Router is closed, and a Router runs only once: create a new one "
+                               "(Router.load(...) or Router(config, executors)) to route again")
+        if self._loop is not None:
+            raise RuntimeError("this Router is already running; a Router runs once, on one event loop")
+
+    def _not_running(self) -> Rejected:
+        if self._closed:
+            return Rejected("closed", detail="this Router is closed; create a new Router to send more requests")
+        return Rejected("closed", detail="this Router is not running yet: use `async with router:`, "
+                                         "`with router:` or router.start() first")
+
     def start(self) -> Router:
         """Run the router on an event loop of its own, in a background thread (for ``submit_sync``)."""
+        self._check_unused()  # before the thread exists, so that a refusal leaves nothing running
         loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=loop.run_forever, name="loadprobe-route", daemon=True)
         self._thread.start()
@@ -231,7 +245,7 @@ class Router:
         take them to its fallback engine -- routing, not overflow: the failover cap does not apply.
         """
         if self._loop is None or self._closed:
-            raise Rejected("closed")
+            raise self._not_running()
         if self._canary is not None and self._canary.take():
             return await self.canary.submit(payload, priority, shape, precision=precision)
         counts = self._counts
@@ -323,7 +337,7 @@ class Router:
         """
         loop = self._loop
         if loop is None or self._closed:
-            raise Rejected("closed")
+            raise self._not_running()
         if _running_loop() is loop:
             raise RuntimeError("submit_sync() would block the router's own event loop; use await router.submit()")
         done: concurrent.futures.Future = concurrent.futures.Future()
