@@ -83,3 +83,142 @@ def test_a_running_router_cannot_be_entered_twice():
 
     with pytest.raises(RuntimeError, match="already running"):
         asyncio.run(nested())
+
+
+def run_script(body: str) -> subprocess.CompletedProcess:
+    """Run ``body`` (after the plan and imports) in a fresh interpreter; it must end by itself."""
+    script = textwrap.dedent('''
+        import asyncio, threading, time
+        from loadprobe import pipeline
+        from loadprobe.route import Rejected, Router
+        PLAN = {plan!r}
+    ''').format(plan=PLAN) + textwrap.dedent(body)
+    # generous: the script itself takes well under a second; a hang is what this catches
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+
+
+def check_clean_exit(done: subprocess.CompletedProcess) -> None:
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "Event loop is closed" not in done.stderr, done.stderr
+    assert "Exception in thread" not in done.stderr and "was destroyed but it is pending" not in done.stderr
+
+
+HUNG_CALL_AT_CLOSE = {
+    "sleep": "time.sleep(3600)",
+    "event": "threading.Event().wait()",
+}
+
+
+@pytest.mark.parametrize("hang", sorted(HUNG_CALL_AT_CLOSE))
+def test_the_process_exits_after_close_with_a_hung_executor_call_counted_and_reported(hang):
+    done = run_script(f'''
+        def backbone(x):
+            {HUNG_CALL_AT_CLOSE[hang]}
+
+        router = Router(pipeline.loads(PLAN), {{"backbone": {{"gpu0": backbone}}}})
+
+        async def main():
+            async with router:
+                try:
+                    await router.submit("jpeg")
+                except TimeoutError as exc:
+                    print("request:", exc)
+
+        asyncio.run(main())
+        m = router.metrics()
+        print("abandoned:", m["abandoned_at_close"], m["engines"]["gpu0"]["abandoned_at_close"])
+    ''')
+    check_clean_exit(done)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("request: stage 'backbone' on engine 'gpu0' did not finish within its 50 ms timeout")
+    assert lines[1] == "abandoned: 1 {'backbone': 1}"
+    # one warning, naming the stage, the engine and the count
+    assert done.stderr.count("still running on its worker threads") == 1, done.stderr
+    assert "1 executor call(s)" in done.stderr and "stage 'backbone' on engine 'gpu0': 1" in done.stderr
+
+
+def test_a_thread_router_with_a_hung_call_closes_and_the_process_exits():
+    done = run_script('''
+        router = Router(pipeline.loads(PLAN), {"backbone": {"gpu0": lambda x: threading.Event().wait()}})
+        with router:
+            try:
+                router.submit_sync("jpeg")
+            except TimeoutError as exc:
+                print("request:", exc)
+        print("abandoned:", router.metrics()["abandoned_at_close"])
+    ''')
+    check_clean_exit(done)
+    assert done.stdout.splitlines()[1] == "abandoned: 1"
+    assert "stage 'backbone' on engine 'gpu0': 1" in done.stderr
+
+
+@pytest.mark.parametrize("timeout_ms, ended", [
+    (50, "request: stage 'backbone' on engine 'gpu0' did not finish within its 50 ms timeout (it was running)"),
+    (600000, "request: rejected (closed) at stage 'backbone' on engine 'gpu0': the router closed while it ran"),
+], ids=["timed-out-before-close", "running-at-close"])
+def test_a_result_that_comes_after_close_is_dropped_and_counted_without_a_traceback(timeout_ms, ended):
+    """The call outlives the router and its event loop, then returns: nothing is handed to the closed loop."""
+    done = run_script(f'''
+        started, release = threading.Event(), threading.Event()
+
+        def backbone(x):
+            started.set()
+            release.wait()
+            return x
+
+        router = Router(pipeline.loads(PLAN.replace("timeout_ms: 50", "timeout_ms: {timeout_ms}")),
+                        {{"backbone": {{"gpu0": backbone}}}})
+
+        async def main():
+            async with router:
+                request = asyncio.create_task(router.submit("jpeg"))
+                while not (started.is_set() and ({timeout_ms} > 60000 or request.done())):
+                    await asyncio.sleep(0.001)
+            try:
+                await request
+            except (TimeoutError, Rejected) as exc:
+                print("request:", exc)
+
+        asyncio.run(main())            # the loop is closed now
+        release.set()                  # the worker returns
+        while router.metrics()["late_results"] == 0:
+            time.sleep(0.001)
+        m = router.metrics()
+        print("late:", m["late_results"], m["engines"]["gpu0"]["late_results"], "abandoned:", m["abandoned_at_close"])
+    ''')
+    check_clean_exit(done)
+    lines = done.stdout.splitlines()
+    assert lines == [ended, "late: 1 1 abandoned: 1"]
+
+
+def test_submit_sync_callers_get_closed_when_the_router_closes_under_them():
+    """A caller blocked in submit_sync() on a running call is answered at close, not left waiting."""
+    started, release = threading.Event(), threading.Event()
+
+    def backbone(x):
+        started.set()
+        release.wait()
+        return x
+
+    r = Router(pipeline.loads(PLAN.replace("timeout_ms: 50", "timeout_ms: 600000")),
+               {"backbone": {"gpu0": backbone}})
+    outcome: list = []
+
+    def client():
+        try:
+            outcome.append(r.submit_sync("jpeg"))
+        except Rejected as exc:
+            outcome.append(exc)
+
+    try:
+        with r:
+            caller = threading.Thread(target=client)
+            caller.start()
+            assert started.wait(60)
+        caller.join(60)
+        assert not caller.is_alive()
+    finally:
+        release.set()
+    assert isinstance(outcome[0], Rejected) and outcome[0].reason == "closed"
+    assert "the router closed while it ran" in str(outcome[0])
+    assert r.metrics()["requests"]["rejected"] == 1 and r.metrics()["abandoned_at_close"] == 1

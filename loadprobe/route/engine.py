@@ -1,6 +1,7 @@
 """One engine of a pipeline at run time: its slots, its bounded priority queue and its batches.
 
-An ``Engine`` belongs to one event loop and is only touched from it, so it needs no lock.
+An ``Engine`` belongs to one event loop and is only touched from it, so it needs no lock
+(its worker threads hand results over with ``call_soon_threadsafe``).
 Each stage that runs on the engine has a ``Lane`` (its executor, batch size and window,
 and its own concurrency limit within the engine's); all lanes share the engine's
 ``max_concurrency`` slots and its ``max_queue``. ``Engine.run`` is one attempt of one
@@ -23,7 +24,6 @@ import inspect
 import sys
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter_ns
 from typing import Any, Callable
 
@@ -31,6 +31,7 @@ from .._probe import record_span, status_of
 from ..pipeline import EngineConfig, StageConfig
 from .errors import Rejected, explain, timed_out
 from .policy import Admission, SlidingWindow, admission
+from .workers import Workers
 
 __all__ = ["Engine", "Lane", "is_async_callable"]
 
@@ -150,18 +151,20 @@ class Engine:
         self._window = SlidingWindow(window_s, 5, clock)
         self.totals = {"requests": 0, "errors": 0, "timeouts": 0, "executions": 0}
         self.rejected: dict[str, int] = {}
-        self._pool: ThreadPoolExecutor | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._workers: Workers | None = None
+        self.tasks: set[asyncio.Task] = set()  # async executions in progress
+        self._running: dict[int, tuple[Lane, list[_Item]]] = {}  # executions in progress, by id(items)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
+        self.abandoned: dict[str, int] = {}  # stage -> sync calls still running when the engine closed
 
     def add_lane(self, stage: StageConfig, fn: Callable) -> Lane:
-        """The lane of ``stage`` on this engine; sync executors get the engine's worker pool."""
+        """The lane of ``stage`` on this engine; sync executors get the engine's worker threads."""
         limit = min(stage.max_concurrency or self.max_concurrency, self.max_concurrency)
         lane = Lane(stage, self.name, fn, limit)
-        if not lane.is_async and self._pool is None:
+        if not lane.is_async and self._workers is None:
             # one thread per slot: a sync executor never waits for a thread, only for a slot
-            self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix=f"loadprobe-route-{self.name}")
+            self._workers = Workers(self.max_concurrency, f"loadprobe-route-{self.name}")
         self.lanes.append(lane)
         return lane
 
@@ -334,16 +337,20 @@ class Engine:
             item.start_ns, item.batch = t0, (len(items) if lane.batched else None)
         arg = [item.payload for item in items] if lane.batched else items[0].payload
         context = items[0].context  # the executor's own probes attach to the first member's request
+        self._running[id(items)] = (lane, items)
         if lane.is_async:
             deadline = max(item.deadline for item in items)
             # the task copies the context current at its creation: the first member's
             task = context.run(self._loop.create_task, self._execute(lane, items, arg, deadline, start))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
         else:
             loop = self._loop
-            future = self._pool.submit(context.run, lane.fn, arg)
-            future.add_done_callback(lambda f: loop.call_soon_threadsafe(self._finish_thread, lane, items, f, start))
+
+            def deliver(result: Any, exc: BaseException | None) -> None:  # on the worker thread
+                loop.call_soon_threadsafe(self._finish_thread, lane, items, result, exc, start)
+
+            self._workers.submit(lane.fn, arg, context, deliver)
 
     async def _execute(self, lane: Lane, items: list, arg: Any, deadline: float, start: float) -> None:
         # Past the last member's deadline nobody waits for the result: stop the executor, free the slot.
@@ -357,15 +364,15 @@ class Engine:
             return
         self._finish(lane, items, result, None, start)
 
-    def _finish_thread(self, lane: Lane, items: list, future, start: float) -> None:
-        if future.cancelled():
-            self._finish(lane, items, None, asyncio.CancelledError(), start)
-        else:
-            exc = future.exception()
-            self._finish(lane, items, None if exc else future.result(), exc, start)
+    def _finish_thread(self, lane: Lane, items: list, result: Any, exc: BaseException | None, start: float) -> None:
+        if self.closed:  # close() already ended its requests: nobody waits for this result
+            self._workers.drop_late()
+            return
+        self._finish(lane, items, result, exc, start)
 
     def _finish(self, lane: Lane, items: list, result: Any, exc: BaseException | None, start: float) -> None:
         end_ns = perf_counter_ns()
+        self._running.pop(id(items), None)
         if exc is None and lane.batched and (not isinstance(result, (list, tuple)) or len(result) != len(items)):
             got = f"{len(result)} results" if isinstance(result, (list, tuple)) else type(result).__name__
             exc = TypeError(f"the executor of batched stage {lane.stage!r} on engine {self.name!r} must return a "
@@ -443,10 +450,17 @@ class Engine:
             "timeouts": self.totals["timeouts"],
             "executions": self.totals["executions"],
             "rejected": dict(self.rejected),
+            "abandoned_at_close": dict(self.abandoned),
+            "late_results": self._workers.late if self._workers else 0,
         }
 
     def close(self) -> None:
-        """Turn away what is still waiting, stop async executions, let worker threads end on their own."""
+        """End every request still here with ``Rejected("closed")``; stop async executions; abandon sync ones.
+
+        A sync call still running on a worker thread cannot be stopped: it is counted in
+        ``abandoned`` (per stage) and left to its daemon thread, which nothing joins, so the
+        process can exit; its result, if it ever comes, is dropped and counted as late.
+        """
         self.closed = True
         for lane in self.lanes:
             if lane.timer is not None:
@@ -456,7 +470,14 @@ class Engine:
                 self.waiting -= 1
                 if not item.future.done():
                     item.future.set_exception(self.reject("closed", lane, "the router closed while it waited"))
-        for task in list(self._tasks):
+            if not lane.is_async and lane.busy:
+                self.abandoned[lane.stage] = lane.busy
+        for lane, items in self._running.values():
+            for item in items:
+                if not item.future.done():
+                    item.future.set_exception(self.reject("closed", lane, "the router closed while it ran"))
+        self._running.clear()
+        for task in list(self.tasks):
             task.cancel()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._workers is not None:
+            self._workers.close()

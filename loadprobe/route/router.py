@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import logging
 import os
 import threading
 import time
@@ -48,6 +49,8 @@ from .errors import Rejected
 from .policy import Breaker, FailoverCap, RetryBudget, steer
 
 __all__ = ["Router"]
+
+log = logging.getLogger("loadprobe.route")
 
 Executors = Mapping[str, Mapping[str, Callable]]
 _RANK = {"int8": 0, "fp8": 1, "fp16": 2, "bf16": 2, "fp32": 3}  # precisions, coarsest first
@@ -130,6 +133,7 @@ class Router:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._sync_tasks: set[asyncio.Task] = set()  # submit_sync() requests in progress
         self._counts = {"submitted": 0, "ok": 0, "rejected": 0, "failed": 0}
 
     @classmethod
@@ -187,9 +191,18 @@ class Router:
             engine.bind(loop)
 
     def _shut(self) -> None:
+        if self._closed:
+            return
         self._closed = True
         for engine in self._engines.values():
             engine.close()
+        abandoned = [(stage, engine.name, n) for engine in self._engines.values()
+                     for stage, n in engine.abandoned.items()]
+        if abandoned:  # once per router: the calls are not waited for, so this is the only trace of them
+            where = ", ".join(f"stage {stage!r} on engine {engine!r}: {n}" for stage, engine, n in abandoned)
+            log.warning("%s: the router closed with %d executor call(s) still running on its worker threads (%s); "
+                        "they are abandoned, not waited for, and a result that comes later is dropped",
+                        self.config.service, sum(n for *_, n in abandoned), where)
 
     def _check_unused(self) -> None:
         """A Router runs once, on one event loop: say so to a second ``async with`` or ``start()``."""
@@ -215,16 +228,33 @@ class Router:
         return self
 
     def close(self) -> None:
-        """Stop a router started with ``start()``: waiting requests are rejected (``closed``)."""
+        """Stop the router; every request still in it ends with ``Rejected("closed")`` (docs/route.md).
+
+        With ``start()``, also stops its loop once the ``submit_sync()`` callers have their answers.
+        """
         loop, thread = self._loop, self._thread
         if loop is None or thread is None:
             self._shut()
             return
-        asyncio.run_coroutine_threadsafe(self.__aexit__(None, None, None), loop).result()
+        asyncio.run_coroutine_threadsafe(self._close_on_loop(), loop).result()
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()
         self._thread = None
+
+    async def _close_on_loop(self) -> None:
+        await self.__aexit__(None, None, None)
+        # The loop stops next, and submit_sync() callers wait on its tasks: let them end first. Closing
+        # ended every request waiting or running on an engine; one in an inline async executor ends by
+        # its stage's timeout at the latest. Past that, a task is cancelled (the caller gets "closed").
+        tasks = self._sync_tasks | {task for engine in self._engines.values() for task in engine.tasks}
+        if tasks:
+            bound = max(stage.timeout_s for stage in self._stages)
+            _, pending = await asyncio.wait(tasks, timeout=bound)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=bound)
 
     def __enter__(self) -> Router:
         return self.start()
@@ -346,6 +376,8 @@ class Router:
         def begin() -> None:
             _where.set(where)  # in the copied context below: the task sees it, the caller's thread does not
             task = loop.create_task(self.submit(payload, priority, shape, precision=precision))
+            self._sync_tasks.add(task)
+            task.add_done_callback(self._sync_tasks.discard)
             task.add_done_callback(lambda t: _settle(done, t))
 
         loop.call_soon_threadsafe(begin, context=contextvars.copy_context())
@@ -385,6 +417,8 @@ class Router:
         for engine in engines.values():
             for reason, n in engine["rejected"].items():
                 rejects[reason] = rejects.get(reason, 0) + n
+        abandoned = sum(n for engine in engines.values() for n in engine["abandoned_at_close"].values())
+        late = sum(engine["late_results"] for engine in engines.values())
         counts = dict(self._counts)
         counts["in_flight"] = counts["submitted"] - counts["ok"] - counts["rejected"] - counts["failed"]
         out = {
@@ -392,6 +426,8 @@ class Router:
             "engines": engines,
             "stages": stages,
             "failovers": sum(s["failovers"] for s in stages.values()),
+            "abandoned_at_close": abandoned,  # sync executor calls still running when the router closed
+            "late_results": late,  # results of those that came afterwards, dropped
             "rejects": rejects,
             "retries": {"allowed": self._budget.retries_total, "denied": self._budget.denied_total}
             if self._budget else {"allowed": sum(s["retries"] for s in stages.values()), "denied": 0},
@@ -434,8 +470,8 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 
 def _settle(done: concurrent.futures.Future, task: asyncio.Task) -> None:
-    if task.cancelled():
-        done.cancel()
+    if task.cancelled():  # only close() cancels these tasks
+        done.set_exception(Rejected("closed", detail="the router closed while the request ran"))
     elif task.exception() is not None:
         done.set_exception(task.exception())
     else:
