@@ -222,3 +222,36 @@ def test_submit_sync_callers_get_closed_when_the_router_closes_under_them():
     assert isinstance(outcome[0], Rejected) and outcome[0].reason == "closed"
     assert "the router closed while it ran" in str(outcome[0])
     assert r.metrics()["requests"]["rejected"] == 1 and r.metrics()["abandoned_at_close"] == 1
+
+
+def test_a_thread_router_closing_under_an_inline_async_call_cancels_it_and_answers_its_caller():
+    cancelled = threading.Event()
+    started = threading.Event()
+
+    async def head(x):
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    r = Router(pipeline.loads(PLAN.replace("timeout_ms: 50", "timeout_ms: 600000")), {"backbone": {"gpu0": head}})
+    outcome: list = []
+
+    def client():
+        try:
+            outcome.append(r.submit_sync("jpeg"))
+        except Rejected as exc:
+            outcome.append(exc)
+
+    with r:
+        caller = threading.Thread(target=client)
+        caller.start()
+        assert started.wait(60)
+    caller.join(60)
+    assert cancelled.is_set() and not caller.is_alive()
+    assert isinstance(outcome[0], Rejected) and outcome[0].reason == "closed"
+    assert str(outcome[0]) == "rejected (closed) at stage 'backbone' on engine 'gpu0': the router closed while it ran"
+    counts = r.metrics()["requests"]
+    assert counts["rejected"] == 1 and counts["failed"] == 0 and counts["in_flight"] == 0

@@ -244,17 +244,21 @@ class Router:
 
     async def _close_on_loop(self) -> None:
         await self.__aexit__(None, None, None)
-        # The loop stops next, and submit_sync() callers wait on its tasks: let them end first. Closing
-        # ended every request waiting or running on an engine; one in an inline async executor ends by
-        # its stage's timeout at the latest. Past that, a task is cancelled (the caller gets "closed").
-        tasks = self._sync_tasks | {task for engine in self._engines.values() for task in engine.tasks}
-        if tasks:
-            bound = max(stage.timeout_s for stage in self._stages)
-            _, pending = await asyncio.wait(tasks, timeout=bound)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending, timeout=bound)
+        # The loop stops next, and submit_sync() callers wait on its tasks. Closing answered every
+        # request waiting or running on an engine: give those turns of the loop to hand the answer
+        # over while any still ends, then cancel the rest (requests inside an inline async executor,
+        # whose callers get Rejected("closed")), as close cancels every async execution.
+        pending = self._sync_tasks | {task for engine in self._engines.values() for task in engine.tasks}
+        while pending:
+            await asyncio.sleep(0)
+            still = {task for task in pending if not task.done()}
+            if len(still) == len(pending):
+                break
+            pending = still
+        for task in pending:
+            task.cancel()
+        if pending:  # bounded: an executor that ignores cancellation must not keep close() waiting
+            await asyncio.wait(pending, timeout=max(stage.timeout_s for stage in self._stages))
 
     def __enter__(self) -> Router:
         return self.start()
@@ -290,6 +294,9 @@ class Router:
                 result = await self._through(payload, priority, shape, precision)
         except Rejected:
             counts["rejected"] += 1
+            raise
+        except asyncio.CancelledError:
+            counts["rejected" if self._closed else "failed"] += 1  # cut off by close(): its caller gets "closed"
             raise
         except BaseException:
             counts["failed"] += 1
@@ -378,7 +385,7 @@ class Router:
             task = loop.create_task(self.submit(payload, priority, shape, precision=precision))
             self._sync_tasks.add(task)
             task.add_done_callback(self._sync_tasks.discard)
-            task.add_done_callback(lambda t: _settle(done, t))
+            task.add_done_callback(lambda t: _settle(done, t, where))
 
         loop.call_soon_threadsafe(begin, context=contextvars.copy_context())
         if not concurrent.futures.wait([done], timeout).done:
@@ -469,9 +476,10 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-def _settle(done: concurrent.futures.Future, task: asyncio.Task) -> None:
+def _settle(done: concurrent.futures.Future, task: asyncio.Task, where: list) -> None:
     if task.cancelled():  # only close() cancels these tasks
-        done.set_exception(Rejected("closed", detail="the router closed while the request ran"))
+        stage, engine = where or (None, None)
+        done.set_exception(Rejected("closed", stage=stage, engine=engine, detail="the router closed while it ran"))
     elif task.exception() is not None:
         done.set_exception(task.exception())
     else:
