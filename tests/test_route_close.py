@@ -255,3 +255,19 @@ def test_a_thread_router_closing_under_an_inline_async_call_cancels_it_and_answe
     assert str(outcome[0]) == "rejected (closed) at stage 'backbone' on engine 'gpu0': the router closed while it ran"
     counts = r.metrics()["requests"]
     assert counts["rejected"] == 1 and counts["failed"] == 0 and counts["in_flight"] == 0
+
+
+def test_the_docs_closing_example_runs_and_prints_what_the_page_says():
+    import re
+
+    from .conftest import REPO
+
+    section = (REPO / "docs" / "route.md").read_text(encoding="utf-8").split("## Timeouts, errors and closing", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    printed = re.search(r"```text\n(.*?)```", section, re.S).group(1)
+    logged = " ".join(re.search(r"and logs, once: `(.*?)`", section, re.S).group(1).split())
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    check_clean_exit(done)
+    assert done.stdout == printed
+    assert done.stderr.strip() == logged

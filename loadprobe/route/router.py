@@ -273,7 +273,8 @@ class Router:
         """Run ``payload`` through every stage; the last stage's result.
 
         Raises ``Rejected`` (fast, with ``reason`` and ``retry_after_ms``), ``TimeoutError`` when
-        a stage's last attempt passed its ``timeout_ms``, or the executor's own exception.
+        a stage's last attempt passed its ``timeout_ms`` (its message names the stage, engine and
+        limit), or the executor's own exception (given a message if it had none).
         Higher ``priority`` is served first and shed last. ``shape`` (the request's input shape)
         and ``precision`` (the lowest it accepts, e.g. "fp16") send a stage whose engine does not
         take them to its fallback engine -- routing, not overflow: the failover cap does not apply.
