@@ -1,6 +1,7 @@
 """One engine of a pipeline at run time: its slots, its bounded priority queue and its batches.
 
-An ``Engine`` belongs to one event loop and is only touched from it, so it needs no lock.
+An ``Engine`` belongs to one event loop and is only touched from it, so it needs no lock
+(its worker threads hand results over with ``call_soon_threadsafe``).
 Each stage that runs on the engine has a ``Lane`` (its executor, batch size and window,
 and its own concurrency limit within the engine's); all lanes share the engine's
 ``max_concurrency`` slots and its ``max_queue``. ``Engine.run`` is one attempt of one
@@ -23,25 +24,34 @@ import inspect
 import sys
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter_ns
 from typing import Any, Callable
 
 from .._probe import record_span, status_of
 from ..pipeline import EngineConfig, StageConfig
-from .errors import Rejected
+from .errors import Rejected, explain, timed_out
 from .policy import Admission, SlidingWindow, admission
+from .workers import Workers
 
 __all__ = ["Engine", "Lane", "is_async_callable"]
 
 if sys.version_info >= (3, 11):
-    async def within(awaitable, timeout_s: float):
-        """``await awaitable``, failing with TimeoutError after ``timeout_s``."""
-        async with asyncio.timeout(timeout_s):
-            return await awaitable
+    async def within(awaitable, timeout_s: float, on_timeout: Callable[[], TimeoutError]):
+        """``await awaitable``; past ``timeout_s``, raise ``on_timeout()`` instead of asyncio's blank TimeoutError."""
+        scope = asyncio.timeout(timeout_s)
+        try:
+            async with scope:
+                return await awaitable
+        except TimeoutError:
+            if not scope.expired():
+                raise  # the awaitable's own TimeoutError (an executor's, or a batch's deadline): it says what it is
+            raise on_timeout() from None
 else:  # pragma: no cover - Python 3.10
-    async def within(awaitable, timeout_s: float):
-        return await asyncio.wait_for(awaitable, timeout_s)
+    async def within(awaitable, timeout_s: float, on_timeout: Callable[[], TimeoutError]):
+        try:
+            return await asyncio.wait_for(awaitable, timeout_s)
+        except asyncio.TimeoutError:  # not the builtin TimeoutError before 3.11
+            raise on_timeout() from None
 
 
 def is_async_callable(fn: Callable) -> bool:
@@ -141,18 +151,20 @@ class Engine:
         self._window = SlidingWindow(window_s, 5, clock)
         self.totals = {"requests": 0, "errors": 0, "timeouts": 0, "executions": 0}
         self.rejected: dict[str, int] = {}
-        self._pool: ThreadPoolExecutor | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._workers: Workers | None = None
+        self.tasks: set[asyncio.Task] = set()  # async executions in progress
+        self._running: dict[int, tuple[Lane, list[_Item]]] = {}  # executions in progress, by id(items)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
+        self.abandoned: dict[str, int] = {}  # stage -> sync calls still running when the engine closed
 
     def add_lane(self, stage: StageConfig, fn: Callable) -> Lane:
-        """The lane of ``stage`` on this engine; sync executors get the engine's worker pool."""
+        """The lane of ``stage`` on this engine; sync executors get the engine's worker threads."""
         limit = min(stage.max_concurrency or self.max_concurrency, self.max_concurrency)
         lane = Lane(stage, self.name, fn, limit)
-        if not lane.is_async and self._pool is None:
+        if not lane.is_async and self._workers is None:
             # one thread per slot: a sync executor never waits for a thread, only for a slot
-            self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix=f"loadprobe-route-{self.name}")
+            self._workers = Workers(self.max_concurrency, f"loadprobe-route-{self.name}")
         self.lanes.append(lane)
         return lane
 
@@ -175,7 +187,7 @@ class Engine:
     async def run(self, lane: Lane, payload: Any, priority: int, timeout_s: float) -> Any:
         """One attempt of ``payload`` at ``lane``'s stage; raises Rejected, TimeoutError or the executor's error."""
         if self.closed:  # a request that was between stages when the router closed
-            raise self.reject("closed", lane)
+            raise self.reject("closed", lane, "the router closed while the request was between stages")
         t0 = perf_counter_ns()
         if lane.inline and self._starts_now(lane):
             return await self._run_inline(lane, payload, timeout_s, t0)
@@ -193,7 +205,7 @@ class Engine:
             self.peak_waiting = self.waiting
         self._pump()
         try:
-            result = await within(item.future, timeout_s)
+            result = await within(item.future, timeout_s, lambda: self.timed_out(lane, item))
         except Rejected:
             raise  # shed while waiting, or the router closed: it never ran
         except BaseException as exc:
@@ -218,19 +230,33 @@ class Engine:
         self._running_since += start
         status = "ok"
         try:
-            return await within(lane.fn(payload), timeout_s)
+            return await within(lane.fn(payload), timeout_s, lambda: self.timed_out(lane))
         except BaseException as exc:
             status = status_of(exc)
+            explain(exc, lane.stage, self.name)
             raise
         finally:
             t1 = perf_counter_ns()
             self._release(lane, start, 1, status)
             record_span(lane.stage, t0, t1, status=status, engine=self.name, queue_ns=0)
 
-    def reject(self, reason: str, lane: Lane) -> Rejected:
+    def timed_out(self, lane: Lane, item: _Item | None = None) -> TimeoutError:
+        """The TimeoutError of an attempt at ``lane``'s stage that passed its ``timeout_ms``."""
+        if item is not None and item.queued:
+            state = "it was still waiting in the engine's queue"
+        elif item is not None and item.batch:
+            state = f"it was running in a batch of {item.batch}"
+        else:
+            state = "it was running"
+        return timed_out(lane.stage, self.name, lane.timeout_ms, state)
+
+    def reject(self, reason: str, lane: Lane, detail: str | None = None) -> Rejected:
         """A Rejected for ``lane``'s stage here, counted, with a hint of when a slot may be free."""
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
-        return Rejected(reason, stage=lane.stage, engine=self.name, retry_after_ms=self.retry_after_ms(lane))
+        if reason == "closed":  # no slot will ever be free here
+            return Rejected(reason, stage=lane.stage, engine=self.name, detail=detail)
+        return Rejected(reason, stage=lane.stage, engine=self.name, retry_after_ms=self.retry_after_ms(lane),
+                        detail=detail)
 
     def retry_after_ms(self, lane: Lane) -> float:
         """About when the queue ahead will have drained: mean service time x (waiting / slots + 1).
@@ -311,21 +337,26 @@ class Engine:
             item.start_ns, item.batch = t0, (len(items) if lane.batched else None)
         arg = [item.payload for item in items] if lane.batched else items[0].payload
         context = items[0].context  # the executor's own probes attach to the first member's request
+        self._running[id(items)] = (lane, items)
         if lane.is_async:
             deadline = max(item.deadline for item in items)
             # the task copies the context current at its creation: the first member's
             task = context.run(self._loop.create_task, self._execute(lane, items, arg, deadline, start))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
         else:
             loop = self._loop
-            future = self._pool.submit(context.run, lane.fn, arg)
-            future.add_done_callback(lambda f: loop.call_soon_threadsafe(self._finish_thread, lane, items, f, start))
+
+            def deliver(result: Any, exc: BaseException | None) -> None:  # on the worker thread
+                loop.call_soon_threadsafe(self._finish_thread, lane, items, result, exc, start)
+
+            self._workers.submit(lane.fn, arg, context, deliver)
 
     async def _execute(self, lane: Lane, items: list, arg: Any, deadline: float, start: float) -> None:
         # Past the last member's deadline nobody waits for the result: stop the executor, free the slot.
         try:
-            result = await within(lane.fn(arg), deadline - self._loop.time())
+            result = await within(lane.fn(arg), deadline - self._loop.time(),
+                                  lambda: self.timed_out(lane, items[0]))
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting requests
             self._finish(lane, items, None, exc, start)
             if isinstance(exc, asyncio.CancelledError):
@@ -333,19 +364,21 @@ class Engine:
             return
         self._finish(lane, items, result, None, start)
 
-    def _finish_thread(self, lane: Lane, items: list, future, start: float) -> None:
-        if future.cancelled():
-            self._finish(lane, items, None, asyncio.CancelledError(), start)
-        else:
-            exc = future.exception()
-            self._finish(lane, items, None if exc else future.result(), exc, start)
+    def _finish_thread(self, lane: Lane, items: list, result: Any, exc: BaseException | None, start: float) -> None:
+        if self.closed:  # close() already ended its requests: nobody waits for this result
+            self._workers.drop_late()
+            return
+        self._finish(lane, items, result, exc, start)
 
     def _finish(self, lane: Lane, items: list, result: Any, exc: BaseException | None, start: float) -> None:
         end_ns = perf_counter_ns()
+        self._running.pop(id(items), None)
         if exc is None and lane.batched and (not isinstance(result, (list, tuple)) or len(result) != len(items)):
             got = f"{len(result)} results" if isinstance(result, (list, tuple)) else type(result).__name__
             exc = TypeError(f"the executor of batched stage {lane.stage!r} on engine {self.name!r} must return a "
                             f"list of {len(items)} results, one per payload, in order; it returned {got}")
+        if exc is not None:
+            explain(exc, lane.stage, self.name)
         delivered = 0
         for i, item in enumerate(items):
             item.end_ns = end_ns
@@ -417,10 +450,17 @@ class Engine:
             "timeouts": self.totals["timeouts"],
             "executions": self.totals["executions"],
             "rejected": dict(self.rejected),
+            "abandoned_at_close": dict(self.abandoned),
+            "late_results": self._workers.late if self._workers else 0,
         }
 
     def close(self) -> None:
-        """Turn away what is still waiting, stop async executions, let worker threads end on their own."""
+        """End every request still here with ``Rejected("closed")``; stop async executions; abandon sync ones.
+
+        A sync call still running on a worker thread cannot be stopped: it is counted in
+        ``abandoned`` (per stage) and left to its daemon thread, which nothing joins, so the
+        process can exit; its result, if it ever comes, is dropped and counted as late.
+        """
         self.closed = True
         for lane in self.lanes:
             if lane.timer is not None:
@@ -429,8 +469,15 @@ class Engine:
             for item in lane.take(lane.waiting):
                 self.waiting -= 1
                 if not item.future.done():
-                    item.future.set_exception(self.reject("closed", lane))
-        for task in list(self._tasks):
+                    item.future.set_exception(self.reject("closed", lane, "the router closed while it waited"))
+            if not lane.is_async and lane.busy:
+                self.abandoned[lane.stage] = lane.busy
+        for lane, items in self._running.values():
+            for item in items:
+                if not item.future.done():
+                    item.future.set_exception(self.reject("closed", lane, "the router closed while it ran"))
+        self._running.clear()
+        for task in list(self.tasks):
             task.cancel()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._workers is not None:
+            self._workers.close()

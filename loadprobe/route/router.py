@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import logging
 import os
 import threading
 import time
@@ -49,8 +50,19 @@ from .policy import Breaker, FailoverCap, RetryBudget, steer
 
 __all__ = ["Router"]
 
+log = logging.getLogger("loadprobe.route")
+
 Executors = Mapping[str, Mapping[str, Callable]]
 _RANK = {"int8": 0, "fp8": 1, "fp16": 2, "bf16": 2, "fp32": 3}  # precisions, coarsest first
+
+# Where a submit_sync() request is, [stage, engine], so that its caller's timeout can say so.
+_where: contextvars.ContextVar[list | None] = contextvars.ContextVar("loadprobe_route_where", default=None)
+
+
+def _note(stage: str, engine: str) -> None:
+    where = _where.get()
+    if where is not None:
+        where[:] = (stage, engine)
 
 
 @dataclass
@@ -121,6 +133,7 @@ class Router:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._sync_tasks: set[asyncio.Task] = set()  # submit_sync() requests in progress
         self._counts = {"submitted": 0, "ok": 0, "rejected": 0, "failed": 0}
 
     @classmethod
@@ -172,19 +185,42 @@ class Router:
             await self.canary.__aexit__(*exc_info)
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._loop is not None:
-            raise RuntimeError("this Router is already running; a Router runs once, on one event loop")
+        self._check_unused()
         self._loop = loop
         for engine in self._engines.values():
             engine.bind(loop)
 
     def _shut(self) -> None:
+        if self._closed:
+            return
         self._closed = True
         for engine in self._engines.values():
             engine.close()
+        abandoned = [(stage, engine.name, n) for engine in self._engines.values()
+                     for stage, n in engine.abandoned.items()]
+        if abandoned:  # once per router: the calls are not waited for, so this is the only trace of them
+            where = ", ".join(f"stage {stage!r} on engine {engine!r}: {n}" for stage, engine, n in abandoned)
+            log.warning("%s: the router closed with %d executor call(s) still running on its worker threads (%s); "
+                        "they are abandoned, not waited for, and a result that comes later is dropped",
+                        self.config.service, sum(n for *_, n in abandoned), where)
+
+    def _check_unused(self) -> None:
+        """A Router runs once, on one event loop: say so to a second ``async with`` or ``start()``."""
+        if self._closed:
+            raise RuntimeError("this Router is closed, and a Router runs only once: create a new one "
+                               "(Router.load(...) or Router(config, executors)) to route again")
+        if self._loop is not None:
+            raise RuntimeError("this Router is already running; a Router runs once, on one event loop")
+
+    def _not_running(self) -> Rejected:
+        if self._closed:
+            return Rejected("closed", detail="this Router is closed; create a new Router to send more requests")
+        return Rejected("closed", detail="this Router is not running yet: use `async with router:`, "
+                                         "`with router:` or router.start() first")
 
     def start(self) -> Router:
         """Run the router on an event loop of its own, in a background thread (for ``submit_sync``)."""
+        self._check_unused()  # before the thread exists, so that a refusal leaves nothing running
         loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=loop.run_forever, name="loadprobe-route", daemon=True)
         self._thread.start()
@@ -192,16 +228,37 @@ class Router:
         return self
 
     def close(self) -> None:
-        """Stop a router started with ``start()``: waiting requests are rejected (``closed``)."""
+        """Stop the router; every request still in it ends with ``Rejected("closed")`` (docs/route.md).
+
+        With ``start()``, also stops its loop once the ``submit_sync()`` callers have their answers.
+        """
         loop, thread = self._loop, self._thread
         if loop is None or thread is None:
             self._shut()
             return
-        asyncio.run_coroutine_threadsafe(self.__aexit__(None, None, None), loop).result()
+        asyncio.run_coroutine_threadsafe(self._close_on_loop(), loop).result()
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()
         self._thread = None
+
+    async def _close_on_loop(self) -> None:
+        await self.__aexit__(None, None, None)
+        # The loop stops next, and submit_sync() callers wait on its tasks. Closing answered every
+        # request waiting or running on an engine: give those turns of the loop to hand the answer
+        # over while any still ends, then cancel the rest (requests inside an inline async executor,
+        # whose callers get Rejected("closed")), as close cancels every async execution.
+        pending = self._sync_tasks | {task for engine in self._engines.values() for task in engine.tasks}
+        while pending:
+            await asyncio.sleep(0)
+            still = {task for task in pending if not task.done()}
+            if len(still) == len(pending):
+                break
+            pending = still
+        for task in pending:
+            task.cancel()
+        if pending:  # bounded: an executor that ignores cancellation must not keep close() waiting
+            await asyncio.wait(pending, timeout=max(stage.timeout_s for stage in self._stages))
 
     def __enter__(self) -> Router:
         return self.start()
@@ -216,13 +273,14 @@ class Router:
         """Run ``payload`` through every stage; the last stage's result.
 
         Raises ``Rejected`` (fast, with ``reason`` and ``retry_after_ms``), ``TimeoutError`` when
-        a stage's last attempt passed its ``timeout_ms``, or the executor's own exception.
+        a stage's last attempt passed its ``timeout_ms`` (its message names the stage, engine and
+        limit), or the executor's own exception (given a message if it had none).
         Higher ``priority`` is served first and shed last. ``shape`` (the request's input shape)
         and ``precision`` (the lowest it accepts, e.g. "fp16") send a stage whose engine does not
         take them to its fallback engine -- routing, not overflow: the failover cap does not apply.
         """
         if self._loop is None or self._closed:
-            raise Rejected("closed")
+            raise self._not_running()
         if self._canary is not None and self._canary.take():
             return await self.canary.submit(payload, priority, shape, precision=precision)
         counts = self._counts
@@ -237,6 +295,9 @@ class Router:
                 result = await self._through(payload, priority, shape, precision)
         except Rejected:
             counts["rejected"] += 1
+            raise
+        except asyncio.CancelledError:
+            counts["rejected" if self._closed else "failed"] += 1  # cut off by close(): its caller gets "closed"
             raise
         except BaseException:
             counts["failed"] += 1
@@ -254,11 +315,13 @@ class Router:
         routed = (shape is not None or precision is not None) and not stage.fits(shape, precision)
         if routed and stage.fallback_engine is None:
             raise stage.engine.reject("unsupported", stage.lane)
+        _note(stage.config.name, stage.engine.name)
         attempt = 1
         while True:
             try:
                 if routed:
                     stage.routed += 1
+                    _note(stage.config.name, stage.fallback_engine.name)
                     return await stage.fallback_engine.run(stage.fallback_lane, payload, priority, stage.timeout_s)
                 return await self._attempt(stage, payload, priority)
             except Rejected:
@@ -298,6 +361,7 @@ class Router:
     async def _move(self, stage: _Stage, payload: Any, priority: int) -> Any:
         # One hop: the fallback engine runs it or it fails; it is never moved again.
         stage.failovers += 1
+        _note(stage.config.name, stage.fallback_engine.name)
         return await stage.fallback_engine.run(stage.fallback_lane, payload, priority, stage.timeout_s)
 
     def submit_sync(self, payload: Any, priority: int = 0, shape: Any = None, timeout: float | None = None, *,
@@ -306,21 +370,31 @@ class Router:
 
         The router must be running (``with router:``, ``router.start()``, or ``async with`` on a
         loop in another thread). The caller's loadprobe request, if one is open, is carried over.
-        ``timeout`` (seconds) stops waiting, not the request.
+        ``timeout`` (seconds) stops waiting, not the request: a TimeoutError that names the
+        stage and engine the request was at.
         """
         loop = self._loop
         if loop is None or self._closed:
-            raise Rejected("closed")
+            raise self._not_running()
         if _running_loop() is loop:
             raise RuntimeError("submit_sync() would block the router's own event loop; use await router.submit()")
         done: concurrent.futures.Future = concurrent.futures.Future()
+        where: list = []
 
         def begin() -> None:
+            _where.set(where)  # in the copied context below: the task sees it, the caller's thread does not
             task = loop.create_task(self.submit(payload, priority, shape, precision=precision))
-            task.add_done_callback(lambda t: _settle(done, t))
+            self._sync_tasks.add(task)
+            task.add_done_callback(self._sync_tasks.discard)
+            task.add_done_callback(lambda t: _settle(done, t, where))
 
         loop.call_soon_threadsafe(begin, context=contextvars.copy_context())
-        return done.result(timeout)
+        if not concurrent.futures.wait([done], timeout).done:
+            at = (f"it was at stage {where[0]!r} on engine {where[1]!r}" if where
+                  else "it had not reached its first stage")
+            raise TimeoutError(f"submit_sync() stopped waiting after its {timeout:g} s timeout; {at}, and goes on "
+                               f"in the router")
+        return done.result()
 
     # -- observability -------------------------------------------------------------------------------------
 
@@ -351,6 +425,8 @@ class Router:
         for engine in engines.values():
             for reason, n in engine["rejected"].items():
                 rejects[reason] = rejects.get(reason, 0) + n
+        abandoned = sum(n for engine in engines.values() for n in engine["abandoned_at_close"].values())
+        late = sum(engine["late_results"] for engine in engines.values())
         counts = dict(self._counts)
         counts["in_flight"] = counts["submitted"] - counts["ok"] - counts["rejected"] - counts["failed"]
         out = {
@@ -358,6 +434,8 @@ class Router:
             "engines": engines,
             "stages": stages,
             "failovers": sum(s["failovers"] for s in stages.values()),
+            "abandoned_at_close": abandoned,  # sync executor calls still running when the router closed
+            "late_results": late,  # results of those that came afterwards, dropped
             "rejects": rejects,
             "retries": {"allowed": self._budget.retries_total, "denied": self._budget.denied_total}
             if self._budget else {"allowed": sum(s["retries"] for s in stages.values()), "denied": 0},
@@ -399,9 +477,10 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-def _settle(done: concurrent.futures.Future, task: asyncio.Task) -> None:
-    if task.cancelled():
-        done.cancel()
+def _settle(done: concurrent.futures.Future, task: asyncio.Task, where: list) -> None:
+    if task.cancelled():  # only close() cancels these tasks
+        stage, engine = where or (None, None)
+        done.set_exception(Rejected("closed", stage=stage, engine=engine, detail="the router closed while it ran"))
     elif task.exception() is not None:
         done.set_exception(task.exception())
     else:
