@@ -21,3 +21,17 @@ def read_json(path, label: str, hint: str):
         raise LoadprobeError(f"{label}: cannot read it ({exc.strerror or exc})") from None
     except ValueError as exc:
         raise LoadprobeError(f"{label}: not valid JSON ({exc}); {hint}") from None
+
+
+def shape_problem(document, schema: dict) -> str | None:
+    """Where and how ``document`` breaks the JSON Schema ``schema`` (``field a.b[0]: 'x' is not of
+    type 'integer'``), or None: what a message about a JSON file the user gave says."""
+    from jsonschema import Draft202012Validator  # here: only the commands reading such files load it
+    from jsonschema.exceptions import best_match
+
+    error = best_match(Draft202012Validator(schema).iter_errors(document))
+    if error is None:
+        return None
+    where = "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in error.absolute_path).lstrip(".")
+    message = error.message if len(error.message) <= 120 else error.message[:100] + "..." + error.message[-20:]
+    return f"field {where}: {message}" if where else message
