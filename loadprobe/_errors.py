@@ -19,8 +19,10 @@ def read_json(path, label: str, hint: str):
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise LoadprobeError(f"{label}: cannot read it ({exc.strerror or exc})") from None
-    except ValueError as exc:
+    except ValueError as exc:  # UnicodeDecodeError too
         raise LoadprobeError(f"{label}: not valid JSON ({exc}); {hint}") from None
+    except RecursionError:
+        raise LoadprobeError(f"{label}: nested too deeply to be the file expected; {hint}") from None
 
 
 def shape_problem(document, schema: dict) -> str | None:
