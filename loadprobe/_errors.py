@@ -19,8 +19,24 @@ def read_json(path, label: str, hint: str):
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise LoadprobeError(f"{label}: cannot read it ({exc.strerror or exc})") from None
-    except ValueError as exc:
+    except ValueError as exc:  # UnicodeDecodeError too
         raise LoadprobeError(f"{label}: not valid JSON ({exc}); {hint}") from None
+    except RecursionError:
+        raise LoadprobeError(f"{label}: nested too deeply to be the file expected; {hint}") from None
+
+
+def shape_problem(document, schema: dict) -> str | None:
+    """Where and how ``document`` breaks the JSON Schema ``schema`` (``field a.b[0]: 'x' is not of
+    type 'integer'``), or None: what a message about a JSON file the user gave says."""
+    from jsonschema import Draft202012Validator  # here: only the commands reading such files load it
+    from jsonschema.exceptions import best_match
+
+    error = best_match(Draft202012Validator(schema).iter_errors(document))
+    if error is None:
+        return None
+    where = "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in error.absolute_path).lstrip(".")
+    message = error.message if len(error.message) <= 120 else error.message[:100] + "..." + error.message[-20:]
+    return f"field {where}: {message}" if where else message
 
 
 def listed(items, shown: int = 3) -> str:

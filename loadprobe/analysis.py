@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from ._errors import LoadprobeError
-from .dataset import discover, file_refs
+from .dataset import describe_skipped, discover, file_refs
 from .engines import run_map
 from .finalize import build_portrait
 from .partials import KERNELS, Filters, hosts_may_share_request_ids, kernel_available
@@ -73,11 +73,13 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
                for r in runs if isinstance(r.info.get("started_ns"), int) and r.info.get("role") != "imported"}
     part = run_map(refs, filters, windows, engine=engine, workers=workers, scheduler=scheduler,
                    progress=progress)
-    if not part.files:
+    if not {ref.path for ref in refs if ref.kind == "spans"} & set(part.files):
+        # Device samples alone make no portrait: without spans there is nothing to analyse.
         reasons = {**skipped, **part.skipped}
-        first = next(iter(reasons.items()), ("", "no files"))
-        raise LoadprobeError(f"{', '.join(map(str, paths))}: no readable data ({len(reasons)} file(s) skipped; "
-                             f"first: {first[0]}: {first[1]})")
+        why = (f"{len(reasons):,} file(s) skipped: {describe_skipped(reasons)}" if reasons else
+               "only device samples (samples-*.parquet), no spans-*.parquet")
+        raise LoadprobeError(f"{', '.join(map(str, paths))}: no readable span data ({why}); fix or replace those "
+                             "files, or record again with 'loadprobe record'")
     return build_portrait(part, runs, inputs=list(paths), device=_roofline_device(device, runs, catalog),
                           precision=precision, dataset_skipped=skipped)
 

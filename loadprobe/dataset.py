@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ._errors import LoadprobeError, listed
+from ._errors import LoadprobeError, listed, shape_problem
 from .schema import SchemaVersionError, check_version
 
 _DATA_FILE = re.compile(r"^(\.)?(spans|samples)-(\d{5,})\.(parquet|arrows)$")
@@ -122,7 +122,7 @@ def discover(paths, *, service: str | None = None, host: str | None = None):
             if name == "run.json":
                 run = _run_for(runs, path)
                 try:
-                    run.info = _read_run_json(path, skipped)
+                    run.info = _checked_run_info(_read_run_json(path, skipped), path, skipped)
                 except SchemaVersionError as exc:
                     run.refused = skipped[path] = str(exc)
                 continue
@@ -197,6 +197,32 @@ def _read_run_json(path: str, skipped: dict[str, str]) -> dict:
     return info
 
 
+_NS = {"type": ["integer", "null"], "minimum": 0, "maximum": 2**63 - 1}
+_TEXT = {"type": ["string", "null"]}
+_RUN_JSON = {  # the fields of run.json that analysis reads, in the types it reads them as; others are free
+    "type": "object",
+    "properties": {
+        "host": _TEXT, "service": _TEXT, "role": _TEXT, "started_ns": _NS, "stopped_ns": _NS,
+        "counters": {"type": ["object", "null"]},
+        "hardware": {"type": ["object", "null"], "properties": {
+            "cpu": {"type": ["object", "null"], "properties": {
+                "model": _TEXT, "logical_cores": {"type": ["integer", "null"], "minimum": 1, "maximum": 2**20}}},
+            "memory_bytes": {"type": ["integer", "null"], "minimum": 0, "maximum": 2**63 - 1},
+            "gpus": {"type": ["array", "null"], "items": {"type": "object", "properties": {"name": _TEXT}}}}},
+    },
+}
+
+
+def _checked_run_info(info: dict, path: str, skipped: dict[str, str]) -> dict:
+    """``info``, or {} (its run analysed without it, like an unreadable one) when a field that
+    analysis reads has the wrong type; checked here, once, so nothing later meets it."""
+    problem = shape_problem(info, _RUN_JSON) if info else None
+    if problem is None:
+        return info
+    skipped[path] = f"run.json {problem}; its run is analysed without it"
+    return {}
+
+
 def _open_text(path: str) -> str:
     if _is_uri(path):
         fs, inner = filesystem_for(path)
@@ -220,6 +246,13 @@ def _drop_converted_streams(files: list[str]) -> list[str]:
             continue
         out.append(f)
     return sorted(out)
+
+
+def describe_skipped(skipped: dict[str, str], shown: int = 3) -> str:
+    """``path: reason; path: reason; ... and N more``: the files a message names, span files first."""
+    order = sorted(skipped, key=lambda path: (_DATA_FILE.match(path.rsplit("/", 1)[-1]) is None, path))
+    text = "; ".join(f"{path}: {skipped[path]}" for path in order[:shown])
+    return text + (f"; and {len(order) - shown:,} more" if len(order) > shown else "")
 
 
 def file_refs(runs: list[Run]) -> list[FileRef]:

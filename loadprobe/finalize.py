@@ -11,6 +11,7 @@ import numpy as np
 from . import roofline as rl
 from ._errors import listed
 from .bottlenecks import find_bottlenecks
+from .dataset import describe_skipped
 from .histogram import Histogram
 from .partials import Partial
 from .portrait import (PORTRAIT_VERSION, Batch, BatchFit, DataQuality, DeviceMetric, Devices, Percentiles,
@@ -230,7 +231,7 @@ def _quality(part: Partial, runs: list, dataset_skipped: dict) -> DataQuality:
     skipped = {**dataset_skipped, **part.skipped}
     warnings = []
     if skipped:
-        warnings.append(f"{len(skipped)} file(s) skipped; see files_skipped")
+        warnings.append(f"{len(skipped)} file(s) skipped: {describe_skipped(skipped)} (all in files_skipped)")
     if part.negative_durations:
         warnings.append(f"{part.negative_durations} span(s) with negative durations ignored")
     if part.null_durations:

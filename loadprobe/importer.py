@@ -65,8 +65,9 @@ _OPTIONS = {"ts": "--ts-col", "latency": "--latency-col", "stage": "--stage-col"
             "status": "--status-col"}
 _TS_NAMES = ("timestamp", "ts", "time")  # used without --ts-col when exactly one column is so named
 _FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
-# Numbers below 10^9 s after the epoch (2001-09-09) cannot be dates of a real log: they are offsets.
-# What counts as a number, checked in one vectorised pass; NaN is read as "no value".
+MAX_COUNT = 2**53
+"""The largest batch size or token count imported: counts are parsed as float64, exact up to 2^53."""
+_END_NS = 2.0**63  # spans end before this, in int64 epoch nanoseconds (2262-04-11)
 
 
 @dataclass(frozen=True)
@@ -240,7 +241,8 @@ def _read_records(handle, fmt: str, where: str):
     JSONL column names are the fields of the first object.
     """
     if fmt in ("csv", "tsv"):
-        reader = csv.reader(_guarded(handle, where), delimiter="\t" if fmt == "tsv" else ",")
+        # strict: a quote left open would otherwise swallow every row after it without a word
+        reader = csv.reader(_guarded(handle, where), delimiter="\t" if fmt == "tsv" else ",", strict=True)
         header = next(reader, None)
         if not header:
             raise LoadprobeError(f"{where}: empty; expected a header row naming the columns")
@@ -253,15 +255,18 @@ def _read_records(handle, fmt: str, where: str):
 
 
 def _csv_records(reader, width: int, where: str):
+    start = reader.line_num + 1  # where the record being read begins: a quoted field may span lines
     try:
         for row in reader:
+            start = reader.line_num + 1
             if len(row) < width:
                 if not row:
                     continue  # a blank line is no request
                 row += [None] * (width - len(row))  # a short row: the missing fields are empty
             yield reader.line_num, row
     except csv.Error as exc:
-        raise LoadprobeError(f"{where}, line {reader.line_num}: cannot read it as CSV ({exc}); "
+        why = "a quote opened there is never closed" if "end of data" in str(exc) else exc
+        raise LoadprobeError(f"{where}, line {start}: cannot read it as CSV ({why}); "
                              "check the quoting on that line") from None
 
 
@@ -335,11 +340,16 @@ def _spans(values: dict, lines: list[int], start: int, run_id: str, clock: Clock
     duration = pa.nulls(n, pa.int64())
     if "latency" in text:
         latency = numbers(text["latency"], lines, where, columns["latency"], "a number (a duration)")
-        raw = latency.to_numpy(zero_copy_only=False)  # null -> NaN
-        negative = raw < 0
+        ns = latency.to_numpy(zero_copy_only=False) * latency_ns  # null -> NaN
+        negative = ns < 0
         skipped["negative latency"] = int((negative & keep).sum())
-        keep &= ~negative
-        duration = pa.array(np.round(np.nan_to_num(raw) * latency_ns).astype(np.int64), mask=np.isnan(raw))
+        # A span must end where int64 nanoseconds still count (2262): a longer latency is a broken value.
+        starts = ts.fill_null(0).to_numpy(zero_copy_only=False).astype(np.float64)
+        too_long = ns >= _END_NS - starts
+        skipped["latency out of range"] = int((too_long & keep & ~negative).sum())
+        keep &= ~negative & ~too_long
+        ns = np.where(keep, ns, np.nan)
+        duration = pa.array(np.round(np.nan_to_num(ns)).astype(np.int64), mask=np.isnan(ns))
 
     span_ids = np.arange(start + 1, start + n + 1, dtype=np.int64)  # the row's number among the data rows
     generated = pc.binary_join_element_wise(f"{run_id}-", pa.array(span_ids).cast(pa.string()), "")
@@ -370,11 +380,11 @@ def _text(raw: list) -> pa.Array:
 
 
 def _counts(text: pa.Array, lines: list[int], where: str, column: str) -> pa.Array:
-    """Batch sizes and token counts: whole numbers >= 0."""
-    expected = "a whole number >= 0"
+    """Batch sizes and token counts: whole numbers from 0 to MAX_COUNT."""
+    expected = f"a whole number from 0 to {MAX_COUNT:,}"
     values = numbers(text, lines, where, column, expected)
     floats = values.to_numpy(zero_copy_only=False)
-    bad = ~np.isnan(floats) & ((floats < 0) | (floats != np.floor(floats)))
+    bad = ~np.isnan(floats) & ((floats < 0) | (floats > MAX_COUNT) | (floats != np.floor(floats)))
     if bad.any():
         at = int(np.argmax(bad))
         raise LoadprobeError(f"{where}, line {lines[at]}: column {column!r} = {text[at].as_py()!r}, "

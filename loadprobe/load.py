@@ -47,6 +47,9 @@ __all__ = ["LoadReport", "arrivals", "bursty", "constant", "diurnal", "poisson",
 DEFAULT_DURATION_S = 10.0
 """How long a rate-driven schedule runs when neither a duration nor a request count is given."""
 
+MAX_ARRIVALS = 10_000_000
+"""The most arrivals one schedule holds (80 MB of offsets, minutes to simulate): refused before drawing."""
+
 _MAX_PEAK_TO_MEAN = 20.0  # the diurnal curve's exp(k) / I0(k) reaches 20 at k ~ 64; numpy's i0 is exact there
 
 
@@ -57,6 +60,7 @@ def constant(rate: float, *, duration: float | None = None, requests: int | None
     """One request every ``1 / rate`` seconds: ``constant(100, duration=10)`` -> 1,000 offsets."""
     _positive("--rate", rate)
     horizon = _horizon(duration, requests)
+    _bounded("--rate", rate, horizon, requests)
     count = requests if horizon == math.inf else math.ceil(horizon * rate - 1e-9)
     return _cut(np.arange(count) / rate, duration, requests)
 
@@ -67,6 +71,7 @@ def poisson(rate: float, *, duration: float | None = None, requests: int | None 
     _positive("--rate", rate)
     rng = np.random.default_rng(seed)
     horizon = _horizon(duration, requests)
+    _bounded("--rate", rate, horizon, requests)
     if horizon == math.inf:
         return np.cumsum(rng.exponential(1 / rate, _count(requests)))
     return _cut(_homogeneous(rng, rate, 0.0, horizon), duration, requests)
@@ -92,6 +97,7 @@ def diurnal(rate: float, *, duration: float | None = None, peak_to_mean: float =
     k = _solve_k(peak_to_mean)
     scale = rate / float(np.i0(k))
     peak = scale * math.exp(k)
+    _bounded("--rate", rate, horizon, requests, drawn=peak * horizon)  # thinning draws at the peak rate
     offsets, end = np.zeros(0), 0.0
     while end < horizon and (requests is None or len(offsets) < requests):
         start, end = end, min(horizon, end + day)
@@ -116,6 +122,10 @@ def bursty(burst_rate: float, *, rate: float = 0.0, on_s: float = 1.0, off_s: fl
         raise LoadprobeError(f"--rate {rate:g} is negative; with --bursty it is the rate between bursts (>= 0)")
     rng = np.random.default_rng(seed)
     horizon = _horizon(duration, requests)
+    _bounded("--burst-rate", burst_rate, horizon, requests, drawn=max(burst_rate, rate) * horizon)
+    if horizon != math.inf and 2 * horizon / (on_s + off_s) > MAX_ARRIVALS:  # a Python loop per spell
+        raise LoadprobeError(f"--on-s {on_s:g} and --off-s {off_s:g} make ~{2 * horizon / (on_s + off_s):.3g} "
+                             f"bursts and gaps in {horizon:g} s, more than {MAX_ARRIVALS:,}; give longer ones")
     on = rng.random() < on_s / (on_s + off_s)  # start in each state as often as the process is in it
     parts, t, count = [], 0.0, 0
     while t < horizon and (requests is None or count < requests):
@@ -193,6 +203,21 @@ def _horizon(duration: float | None, requests: int | None) -> float:
         _positive("--duration", duration)
         return float(duration)
     return DEFAULT_DURATION_S if requests is None else math.inf
+
+
+def _bounded(option: str, rate: float, horizon: float, requests: int | None, drawn: float | None = None) -> None:
+    """Refuse a schedule that would draw more than MAX_ARRIVALS arrivals (``drawn``, by default
+    ``rate`` over ``horizon``, or ``requests`` when only they end it) before drawing it."""
+    if horizon == math.inf:
+        if _count(requests) > MAX_ARRIVALS:
+            raise LoadprobeError(f"--requests {requests:,} is more than the {MAX_ARRIVALS:,} arrivals one schedule "
+                                 "holds; give fewer, or run it in parts")
+        return
+    drawn = rate * horizon if drawn is None else drawn
+    if drawn > MAX_ARRIVALS:
+        raise LoadprobeError(f"{option} {rate:g}/s for {horizon:g} s is about {drawn:.3g} arrivals, more than the "
+                             f"{MAX_ARRIVALS:,} one schedule holds; lower {option} or --duration (rate x duration "
+                             f"<= {MAX_ARRIVALS:,})")
 
 
 def _count(requests: int | None) -> int:

@@ -321,8 +321,36 @@ def _read_table(ref: FileRef, filters: Filters = Filters()) -> tuple[pa.Table, b
     required = _REQUIRED_SPAN_COLUMNS if ref.kind == "spans" else set(_SAMPLE_COLUMNS)
     missing = sorted(required - set(table.column_names) - ({"request_id"} if known is not None else set()))
     if missing:
-        raise KeyError(f"missing column(s) {', '.join(missing)}")
-    return table, known
+        raise ValueError(f"missing column(s) {', '.join(missing)}; not a loadprobe {ref.kind} file")
+    return _conformed(table, SCHEMAS[ref.kind]), known
+
+
+def _conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with its numeric columns in the data format's types; ValueError naming the first
+    column that cannot be (text where a number belongs, fractions or values out of range).
+
+    Other integer and float widths are cast exactly; text columns may be plain or dictionary
+    strings, or integers (``_codes`` names them by their text). Checked once here, as a file is
+    read, so that the map step only ever sees the types it expects.
+    """
+    for i, name in enumerate(table.column_names):
+        expected, actual = schema.field(name).type, table.schema.field(i).type
+        if actual == expected:
+            continue
+        numeric = pa.types.is_integer(expected) or pa.types.is_floating(expected)
+        if not numeric:
+            if not (pa.types.is_dictionary(actual) or pa.types.is_string(actual) or pa.types.is_large_string(actual)
+                    or pa.types.is_integer(actual)):
+                raise ValueError(f"column {name!r} holds {actual}, expected strings")
+            continue
+        if not (pa.types.is_integer(actual) or pa.types.is_floating(actual) or pa.types.is_null(actual)):
+            raise ValueError(f"column {name!r} holds {actual}, expected {expected}")
+        try:
+            table = table.set_column(i, name, table.column(i).cast(expected))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise ValueError(f"column {name!r} holds {actual} values that are not {expected} "
+                             "(fractions, NaN or out of range)") from None
+    return table
 
 
 def _all_null(meta: pq.FileMetaData, schema: pa.Schema, column: str) -> bool:

@@ -15,11 +15,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._errors import LoadprobeError
+from ._errors import LoadprobeError, read_json
 from .schema import SchemaVersionError, check_version
 
 PORTRAIT_VERSION = "1.6"
@@ -51,15 +52,15 @@ class Traffic:
     requests: int
     duration_s: float
     bucket_s: int
-    series: list  # [[bucket start, epoch seconds], requests in the bucket]
+    series: list[tuple[float, float]]  # [[bucket start, epoch seconds], requests in the bucket]
     mean_rps: float
     peak_rps: float
     peak_to_mean: float | None
     peak_window: Window | None
     valley_window: Window | None
-    hour_of_day: list | None  # 24 mean rates (UTC), when the data spans a day or more
+    hour_of_day: list[float | None] | None  # 24 mean rates (UTC), when the data spans a day or more
     interarrival_cv: float | None
-    dispersion_index: dict  # {"1s": ..., "60s": ...}: variance / mean of counts per window
+    dispersion_index: dict[str, float | None]  # {"1s": ..., "60s": ...}: variance / mean of counts per window
 
 
 @dataclass
@@ -76,7 +77,7 @@ class Batch:
     p50: int
     p99: int
     max: int
-    distribution: dict  # batch size -> spans (the 64 most frequent)
+    distribution: dict[str, int]  # batch size -> spans (the 64 most frequent)
     fit: BatchFit | None
     other: int = 0  # spans whose batch size is not among the 64 in ``distribution`` (1.5)
     other_sizes: int = 0  # how many distinct sizes those are (1.5)
@@ -88,7 +89,7 @@ class Shapes:
     top: str
     top_share: float
     dynamic_shape: bool
-    top_shapes: list  # [[shape, spans], ...] up to 10
+    top_shapes: list[tuple[str, int]]  # [[shape, spans], ...] up to 10
 
 
 @dataclass
@@ -124,14 +125,14 @@ class Stage:
     error_rate: float
     timeout_rate: float
     cancelled_rate: float
-    engines: dict
+    engines: dict[str, int]  # engine -> spans
     batch: Batch | None
     shapes: Shapes | None
     intensity: Intensity | None
     tokens_in: Percentiles | None = None
     tokens_out: Percentiles | None = None
     start_offset_ms: float | None = None  # mean start after its request's (root span's) start (1.1; 1.4: root)
-    latency_cdf: list | None = None  # [[ms, fraction of spans <= ms], ...], at most 200 points (1.2)
+    latency_cdf: list[tuple[float, float]] | None = None  # [[ms, fraction of spans <= ms], ...], at most 200 points (1.2)
 
 
 @dataclass
@@ -141,7 +142,7 @@ class Requests:
     error_rate: float
     timeout_rate: float
     unattributed_share: float | None  # request time inside no probed stage
-    latency_cdf: list | None = None  # [[ms, fraction of requests <= ms], ...], at most 200 points (1.2)
+    latency_cdf: list[tuple[float, float]] | None = None  # [[ms, fraction of requests <= ms], ...], at most 200 points (1.2)
     queued_share: float | None = None  # request time its stages spent queued (recorded queue_ns) (1.5)
 
 
@@ -166,10 +167,10 @@ class StageUtilisation:
 
 @dataclass
 class Devices:
-    metrics: list = field(default_factory=list)  # DeviceMetric
-    utilisation_by_stage: list = field(default_factory=list)  # StageUtilisation
-    idle_share: dict = field(default_factory=dict)  # "host/device" -> share of seconds under 5% util
-    energy_per_request_j: dict = field(default_factory=dict)  # "host/device" -> joules per request
+    metrics: list[DeviceMetric] = field(default_factory=list)
+    utilisation_by_stage: list[StageUtilisation] = field(default_factory=list)
+    idle_share: dict[str, float | None] = field(default_factory=dict)  # "host/device" -> share of seconds under 5% util
+    energy_per_request_j: dict[str, float | None] = field(default_factory=dict)  # "host/device" -> joules per request
 
 
 @dataclass
@@ -179,7 +180,7 @@ class Roofs:
     device: str
     name: str
     precision: str  # the precision stages were placed against
-    peak_flops_per_s: dict  # precision -> dense peak FLOP/s (OP/s for integers)
+    peak_flops_per_s: dict[str, float | None]  # precision -> dense peak FLOP/s (OP/s for integers)
     memory_bandwidth_bytes_per_s: float
 
 
@@ -188,13 +189,13 @@ class DeviceSeries:
     host: str
     device: str
     metric: str
-    values: list  # per timeline bucket: mean of the per-second means, null where not sampled
+    values: list[float | None]  # per timeline bucket: mean of the per-second means, null where not sampled
 
 
 @dataclass
 class StageSeries:
     stage: str
-    busy: list  # per timeline bucket: Σ span time started in it ÷ its length = mean spans in progress
+    busy: list[float | None]  # per timeline bucket: Σ span time started in it ÷ its length = mean spans in progress
 
 
 @dataclass
@@ -204,8 +205,8 @@ class Timeline:
     start: int  # epoch seconds of the first bucket
     bucket_s: int
     buckets: int
-    device_series: list = field(default_factory=list)  # DeviceSeries
-    stage_series: list = field(default_factory=list)  # StageSeries
+    device_series: list[DeviceSeries] = field(default_factory=list)
+    stage_series: list[StageSeries] = field(default_factory=list)
 
 
 @dataclass
@@ -217,10 +218,22 @@ class Verdict:
     advice: str
 
 
+class SkippedFile(typing.TypedDict):
+    path: str
+    reason: str
+
+
+class HostHardware(typing.TypedDict, total=False):
+    cpu_model: str | None
+    logical_cores: int | None
+    memory_bytes: int | None
+    gpus: list[str | None]
+
+
 @dataclass
 class DataQuality:
     files_read: int
-    files_skipped: list  # [{"path", "reason"}]
+    files_skipped: list[SkippedFile]
     rows: int
     rows_filtered: int
     null_durations: int
@@ -230,13 +243,13 @@ class DataQuality:
     start: str | None
     end: str | None
     span_s: float
-    hosts: list
-    services: list
+    hosts: list[str]
+    services: list[str]
     processes: int
-    clock_warnings: list
-    warnings: list
-    host_hardware: dict = field(default_factory=dict)  # host -> {cpu_model, logical_cores, ...} (1.3)
-    counters_unknown: list = field(default_factory=list)  # run dirs without final recorder counters (1.6)
+    clock_warnings: list[str]
+    warnings: list[str]
+    host_hardware: dict[str, HostHardware] = field(default_factory=dict)  # host -> what it is (1.3)
+    counters_unknown: list[str] = field(default_factory=list)  # run dirs without final recorder counters (1.6)
 
 
 @dataclass
@@ -244,13 +257,13 @@ class Portrait:
     version: str
     loadprobe_version: str
     generated_at: str
-    inputs: list
+    inputs: list[str]
     roofline_device: str | None
     traffic: Traffic | None
-    stages: list  # Stage, by share of request time
+    stages: list[Stage]  # by share of request time
     requests: Requests | None
     devices: Devices
-    bottlenecks: list  # Verdict, most important first
+    bottlenecks: list[Verdict]  # most important first
     data_quality: DataQuality
     roofline_roofs: Roofs | None = None  # (1.2)
     timeline: Timeline | None = None  # (1.2)
@@ -275,19 +288,25 @@ class Portrait:
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "portrait") -> Portrait:
-        version = str(data.get("version", ""))
+        """The portrait in ``data`` (portrait.json's content); a LoadprobeError naming ``where`` and the
+        first field that is missing or of the wrong type, checked against the type hints below."""
+        if not isinstance(data, dict):
+            raise LoadprobeError(f"{where}: holds {_shown(data)}, not a loadprobe portrait (a JSON object); "
+                                 "make one with 'loadprobe analyze'")
         try:
-            check_version(f"portrait/{version}", where)
+            check_version(f"portrait/{data.get('version', '')}", where)
         except SchemaVersionError as exc:
             raise LoadprobeError(str(exc)) from None
-        return _build(cls, data, where)
+        try:
+            return _build(cls, data, "")
+        except _Wrong as exc:
+            field_, why = exc.args
+            raise LoadprobeError(f"{where}: {'field ' + field_ + ': ' if field_ else ''}{why}; the file is not a "
+                                 "portrait loadprobe wrote: make it again with 'loadprobe analyze'") from None
 
     @classmethod
     def load(cls, path) -> Portrait:
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise LoadprobeError(f"{path}: cannot read portrait.json ({exc}); run 'loadprobe analyze' to make one") from None
+        data = read_json(path, str(path), "run 'loadprobe analyze' to make one")
         return cls.from_dict(data, str(path))
 
 
@@ -318,32 +337,64 @@ def _indented(value, depth: int = 0) -> str:
     return json.dumps(value, allow_nan=False)
 
 
+class _Wrong(Exception):
+    """A value of portrait.json that is not what its field holds: (field path, what was expected)."""
+
+
 def _build(cls, data, where: str):
-    """Rebuild a dataclass tree from JSON, following the type hints."""
+    """Rebuild a dataclass tree from JSON, checking each value against its field's type hint."""
+    if not isinstance(data, dict):
+        raise _Wrong(where, f"expected an object, got {_shown(data)}")
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue
-        kwargs[f.name] = _convert(hints[f.name], data[f.name], f"{where}.{f.name}")
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:
-        raise LoadprobeError(f"{where}: {exc}; the file is not a loadprobe portrait") from None
+        if f.name in data:
+            kwargs[f.name] = _convert(hints[f.name], data[f.name], f"{where}.{f.name}".lstrip("."))
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise _Wrong(where, f"missing {f.name!r}")
+    return cls(**kwargs)
 
 
-_NESTED = {"stages": "Stage", "metrics": "DeviceMetric", "utilisation_by_stage": "StageUtilisation",
-           "bottlenecks": "Verdict", "device_series": "DeviceSeries", "stage_series": "StageSeries"}
+_EXPECTED = {str: "text", int: "a whole number", float: "a finite number", bool: "true or false"}
 
 
-def _convert(hint, value, where):
-    if value is None:
-        return None
-    for arg in typing.get_args(hint) or (hint,):
-        if dataclasses.is_dataclass(arg) and isinstance(value, dict):
-            return _build(arg, value, where)
-    name = where.rsplit(".", 1)[-1]
-    if name in _NESTED and isinstance(value, list):
-        cls = globals()[_NESTED[name]]
-        return [_build(cls, v, f"{where}[{i}]") for i, v in enumerate(value)]
+def _convert(hint, value, where: str):
+    """``value`` as the type ``hint`` says (a dataclass, list[...], dict[str, ...], tuple[...],
+    a TypedDict, a scalar, X | None), or _Wrong naming ``where``. Lists and dicts stay as read."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (hint,) = [a for a in args if a is not type(None)]  # every optional field has one other type
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, where)
+    if typing.is_typeddict(hint):
+        if not isinstance(value, dict):
+            raise _Wrong(where, f"expected an object, got {_shown(value)}")
+        for key, item_hint in typing.get_type_hints(hint).items():
+            if key in value:
+                _convert(item_hint, value[key], f"{where}.{key}")
+        return value
+    if (origin or hint) is list:
+        if not isinstance(value, list):
+            raise _Wrong(where, f"expected a list, got {_shown(value)}")
+        return [_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)] if args else value
+    if origin is tuple:
+        if not isinstance(value, list) or len(value) != len(args):
+            raise _Wrong(where, f"expected a list of {len(args)}, got {_shown(value)}")
+        return [_convert(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value))]
+    if (origin or hint) is dict:
+        if not isinstance(value, dict):
+            raise _Wrong(where, f"expected an object, got {_shown(value)}")
+        return {k: _convert(args[1], v, f"{where}.{k}") for k, v in value.items()} if args else value
+    ok = (isinstance(value, hint) and not (isinstance(value, bool) and hint is not bool)) or \
+        (hint is float and isinstance(value, int) and not isinstance(value, bool))
+    if not ok or (hint is float and not math.isfinite(value)):
+        raise _Wrong(where, f"expected {_EXPECTED[hint]}, got {_shown(value)}")
     return value
+
+
+def _shown(value) -> str:
+    text = json.dumps(value, allow_nan=True, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:30] + "..." + text[-6:]

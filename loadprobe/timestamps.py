@@ -114,6 +114,9 @@ class Clock:
                         "is not a time; expected ISO-8601 (2023-11-16 18:17:03.98) or epoch s/ms/us/ns; "
                         "give --ts-format (a strptime format) for other forms")
                 raise LoadprobeError(f"{self.where}, line {line}: timestamp column {self.column!r} = {value!r} {hint}")
+            if ns is not None and not -2**63 <= ns < 2**63:
+                raise LoadprobeError(f"{self.where}, line {line}: timestamp column {self.column!r} = {value!r} is "
+                                     "out of range; times from 1677-09-22 to 2262-04-11 (int64 nanoseconds) are read")
             out.append(ns)
         return pa.array(out, pa.int64())
 

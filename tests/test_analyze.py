@@ -281,7 +281,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
     cases = [
         ([str(tmp_path / "empty")], "no loadprobe data"),
         ([str(tmp_path / "missing")], "no such file"),
-        ([str(tmp_path / "junk")], "no readable data"),
+        ([str(tmp_path / "junk")], "no readable span data"),
         ([str(tmp_path / "junk"), "--since", "yesterday"], "--since"),
         ([str(tmp_path / "junk"), "--device", "nvidia-l5"], None),
     ]
@@ -291,6 +291,71 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
         if expected:
             assert expected in done.stderr
+
+
+VISION_RUN = next((REPO / "samples" / "data" / "vision").glob("*/*/*"))
+
+
+def test_a_spans_file_with_text_durations_is_skipped_naming_it_and_the_column(tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(VISION_RUN, data / "vm" / "vision" / "1")
+    bad = data / "vm" / "vision" / "2" / "spans-00001.parquet"
+    bad.parent.mkdir(parents=True)
+    table = pq.read_table(VISION_RUN / "spans-00001.parquet")
+    texts = pa.array([f"{n}ms" for n in table.column("dur_ns").to_pylist()])
+    pq.write_table(table.set_column(table.schema.get_field_index("dur_ns"), "dur_ns", texts), bad)
+    done = cli("analyze", str(data), "-o", str(tmp_path / "out"), "--no-html")
+    assert done.returncode == 0, done.stderr
+    assert f"{bad}: column 'dur_ns' holds string, expected int64" in done.stdout
+    quality = json.loads((tmp_path / "out" / "portrait.json").read_text())["data_quality"]
+    assert quality["files_skipped"] == [{"path": str(bad), "reason": "column 'dur_ns' holds string, expected int64"}]
+    assert quality["rows"] == table.num_rows  # the good file is analysed
+
+
+@pytest.mark.parametrize("damage, why", [
+    ("truncate", "truncated or not a Parquet file"),
+    ("schema", "missing column(s)"),
+    ("newer", "written with data format 2.0, newer than this loadprobe reads (1.0); upgrade loadprobe"),
+])
+def test_a_run_whose_only_spans_file_is_unusable_exits_2_naming_it(tmp_path, damage, why):
+    run = tmp_path / "data" / "vm" / "vision" / "1"
+    shutil.copytree(VISION_RUN, run)  # its run.json and device samples stay readable
+    spans = run / "spans-00001.parquet"
+    if damage == "truncate":
+        spans.write_bytes(spans.read_bytes()[:5000])
+    elif damage == "schema":
+        pq.write_table(pa.table({"a": [1, 2]}), spans)
+    else:
+        table = pq.read_table(spans)
+        pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"loadprobe.schema": b"spans/2.0"}),
+                       spans)
+    done = cli("analyze", str(tmp_path / "data"), "-o", str(tmp_path / "out"))
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert "no readable span data" in done.stderr and f"{spans}: {why}" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_many_unusable_files_are_named_a_few_then_counted(tmp_path):
+    for n in range(1, 6):
+        run = tmp_path / "data" / "h" / "s" / str(n)
+        run.mkdir(parents=True)
+        (run / "spans-00001.parquet").write_text("nope")
+    done = cli("analyze", str(tmp_path / "data"), "-o", str(tmp_path / "out"))
+    assert done.returncode == 2 and "5 file(s) skipped" in done.stderr
+    assert done.stderr.count("truncated or not a Parquet file") == 3 and "and 2 more" in done.stderr
+
+
+def test_a_run_json_with_fields_of_the_wrong_type_is_set_aside(tmp_path):
+    run = tmp_path / "data" / "vm" / "vision" / "1"
+    shutil.copytree(VISION_RUN, run)
+    info = json.loads((run / "run.json").read_text())
+    info["counters"], info["hardware"]["cpu"]["logical_cores"] = [1], "2"
+    (run / "run.json").write_text(json.dumps(info))
+    p = loadprobe.analyze([tmp_path / "data"])
+    [skipped] = p.data_quality.files_skipped
+    assert skipped["path"].endswith("run.json") and "field counters" in skipped["reason"]
+    assert p.requests.count > 0 and p.data_quality.host_hardware == {}
 
 
 SHARED_TRACES = REPO.parent / "shared" / "traces"

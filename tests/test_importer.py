@@ -224,6 +224,49 @@ def test_rows_without_timestamp_or_with_negative_latency_are_skipped_and_counted
     assert info["source"]["rows"] == 7 and info["source"]["rows_skipped"] == result.skipped
 
 
+def test_latencies_past_int64_nanoseconds_are_skipped_and_counted(tmp_path):
+    log = write(tmp_path / "huge.csv", "ts,latency_ms\n2026-01-01 00:00:00,5\n2026-01-01 00:00:01,1e13\n"
+                                       "2026-01-01 00:00:02,1e400\n2026-01-01 00:00:03,7\n")
+    done = loadprobe("import", str(log), "-o", str(tmp_path / "out"), "--latency-col", "latency_ms")
+    assert done.exit_code == 0, done.output
+    assert "2 requests, 2 skipped (latency out of range: 2)" in done.stdout
+    spans, info = read_run(next((tmp_path / "out").glob("*/*/*")))
+    assert spans["dur_ns"].to_pylist() == [5_000_000, 7_000_000]
+    assert info["source"]["rows_skipped"] == {"latency out of range": 2}
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999999", "1e300", "9007199254740994"])
+def test_a_batch_size_too_large_to_count_is_refused_naming_the_line(tmp_path, value):
+    log = write(tmp_path / "b.csv", f"ts,batch\n2026-01-01 00:00:00,4\n2026-01-01 00:00:01,{value}\n")
+    done = loadprobe("import", str(log), "-o", str(tmp_path / "out"), "--batch-col", "batch")
+    assert done.exit_code == 2 and "Traceback" not in done.output
+    assert done.stderr.splitlines() == [f"loadprobe: error: {log}, line 3: column 'batch' = {value!r}, expected a "
+                                        "whole number from 0 to 9,007,199,254,740,992"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unterminated_quote_is_reported_at_its_line_not_swallowed(tmp_path):
+    log = write(tmp_path / "q.csv", 'ts,route\n2026-01-01 00:00:00,/a\n2026-01-01 00:00:01,"/b\n'
+                                    '2026-01-01 00:00:02,/c\n2026-01-01 00:00:03,/d\n')
+    done = loadprobe("import", str(log), "-o", str(tmp_path / "out"), "--stage-col", "route")
+    assert done.exit_code == 2
+    assert done.stderr.splitlines() == [f"loadprobe: error: {log}, line 3: cannot read it as CSV (a quote opened "
+                                        "there is never closed); check the quoting on that line"]
+
+
+def test_a_quoted_field_over_several_lines_is_still_one_row(tmp_path):
+    log = write(tmp_path / "m.csv", 'ts,route\n2026-01-01 00:00:00,"/a\nb"\n2026-01-01 00:00:01,/c\n')
+    spans, _ = read_run(import_log(log, tmp_path, stage_col="route").run_dir)
+    assert spans["stage"].to_pylist() == ["/a\nb", "/c"]
+
+
+@pytest.mark.parametrize("value", ["9999-12-31T23:59:59Z", "0001-01-01", "2262-04-12"])
+def test_a_time_outside_int64_nanoseconds_is_refused_naming_the_line(tmp_path, value):
+    log = write(tmp_path / "t.csv", f"ts\n2026-01-01 00:00:00\n{value}\n")
+    with pytest.raises(LoadprobeError, match=f"t.csv, line 3: timestamp column 'ts' = '{value}' is out of range"):
+        import_log(log, tmp_path / "out")
+
+
 @pytest.mark.parametrize("value, status", [
     ("200", "ok"), ("404", "ok"), ("500", "error"), ("504", "timeout"), ("408", "timeout"), ("499", "cancelled"),
     ("OK", "ok"), ("success", "ok"), ("Internal Error", "error"), ("failed", "error"), ("read timed out", "timeout"),

@@ -308,3 +308,47 @@ def test_alternatives_are_simulated_and_the_plan_is_tuned_by_simulation(tmp_path
         if d.fallback and best["failover_max_ratio"] is not None:
             assert d.fallback["max_ratio"] == best["failover_max_ratio"]
     assert "simulated estimate" in plan.to_dict()["estimates_are"]
+
+
+def _sample_portrait() -> dict:
+    return loadprobe.analyze([str(REPO / "samples" / "data" / "vision")]).to_dict()
+
+
+def _stage_latency(document: dict, value) -> dict:
+    document["stages"][1]["latency_ms"]["p50"] = value
+    return document
+
+
+@pytest.mark.parametrize("content, message", [
+    ([1, 2, 3], "holds [1, 2, 3], not a loadprobe portrait (a JSON object)"),
+    (lambda d: {**d, "stages": "oops"}, 'field stages: expected a list, got "oops"'),
+    (lambda d: _stage_latency(d, "fast"), 'field stages[1].latency_ms.p50: expected a finite number, got "fast"'),
+    (lambda d: {k: v for k, v in d.items() if k != "data_quality"}, "missing 'data_quality'"),
+])
+def test_a_malformed_portrait_is_refused_naming_the_file_and_field(tmp_path, content, message):
+    path = tmp_path / "portrait.json"
+    path.write_text(json.dumps(content(_sample_portrait()) if callable(content) else content))
+    for command in (["recommend", str(path), "-o", str(tmp_path / "plan" / "pipeline.yaml")],
+                    ["report", str(path), "-o", str(tmp_path / "r.html")]):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code == 2, result.output
+        [line] = result.output.strip().splitlines()
+        assert line.startswith(f"loadprobe: error: {path}: {message}"), line
+
+
+def test_a_malformed_plans_json_is_refused_by_report_and_simulate(tmp_path):
+    portrait = tmp_path / "portrait.json"
+    portrait.write_text(json.dumps(_sample_portrait()))
+    out = tmp_path / "plan" / "pipeline.yaml"
+    assert CliRunner().invoke(main, ["recommend", str(portrait), "-o", str(out)]).exit_code == 0
+    plans = json.loads((out.parent / "plans.json").read_text())
+    plans["recommended"]["stages"][0]["batch"] = "x"
+    bad = tmp_path / "bad-plans.json"
+    bad.write_text(json.dumps(plans))
+    message = "field recommended.stages[0].batch: 'x' is not of type 'integer', 'null'"
+    for command in (["report", str(portrait), "--plans", str(bad), "-o", str(tmp_path / "r.html")],
+                    ["simulate", str(bad), "--rate", "5", "-o", str(tmp_path / "sim")]):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code == 2, result.output
+        assert len(result.output.strip().splitlines()) == 1 and f"{bad}: not a plans.json" in result.output
+        assert message in result.output

@@ -588,3 +588,23 @@ def test_utilisation_stays_within_the_slots_with_sync_executors():
     result = simulate(config, load.constant(100, duration=2), {"work": constant(50)}, executors="sync")
     assert result.outcomes["timeout"] == result.requests
     assert 0.9 < result.engines["a"]["utilisation"] <= 1.0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rate", "1e12", "--duration", "1"], "--rate 1e+12/s for 1 s is about 1e+12 arrivals, more than the "
+                                            "10,000,000 one schedule holds; lower --rate or --duration"),
+    (["--poisson", "--rate", "1e300"], "--rate 1e+300/s for 10 s is about 1e+301 arrivals"),
+    (["--rate", "10", "--requests", "1000000000000"], "--requests 1,000,000,000,000 is more than the 10,000,000"),
+    (["--bursty", "--burst-rate", "10", "--on-s", "1e-9", "--off-s", "1e-9"], "bursts and gaps in 10 s"),
+])
+def test_a_schedule_too_large_to_hold_is_refused_before_it_is_drawn(tmp_path, args, message):
+    from click.testing import CliRunner
+
+    from loadprobe.cli import main
+
+    path = tmp_path / "pipeline.yaml"
+    pipeline.save(with_stage(plan(), service_time_ms=pipeline.ServiceTimeConfig(p50=2.0, p95=4.0, source="user")),
+                  path)
+    result = CliRunner().invoke(main, ["simulate", str(path), *args, "-o", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and message in result.output

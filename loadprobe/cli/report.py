@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -120,18 +119,18 @@ def _plan(portrait_file: Path | None, plans_path, pipeline_path):
         if pipeline_path:
             raise LoadprobeError("--pipeline needs the plan it belongs to: pass --plans plans.json too")
         return None, None, ""
+    from ..plan_files import read_plans_json
+
     plans_path = Path(plans_path)
-    try:
-        plans = json.loads(plans_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise LoadprobeError(f"{plans_path}: cannot read plans.json ({exc}); "
-                             "run loadprobe recommend to make one") from None
-    if not isinstance(plans, dict) or "recommended" not in plans:
-        raise LoadprobeError(f"{plans_path}: not a plans.json from loadprobe recommend (no 'recommended' plan)")
+    plans = read_plans_json(plans_path)
     pipeline_file = Path(pipeline_path) if pipeline_path else plans_path.with_name("pipeline.yaml")
     pipeline = None
     if pipeline_file.is_file():
-        pipeline = pipeline_file.read_text(encoding="utf-8")
+        try:  # shown as it is: only its text matters here (loadprobe validate checks the plan)
+            pipeline = pipeline_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LoadprobeError(f"{pipeline_file}: cannot read it as UTF-8 text ({exc}); give the pipeline.yaml "
+                                 "of loadprobe recommend with --pipeline, or --no-plan") from None
     elif pipeline_path:
         raise LoadprobeError(f"{pipeline_file}: no such file")
     shown = f" and {pipeline_file}" if pipeline else ""

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._errors import LoadprobeError, read_json
+from .._errors import LoadprobeError
 from ..pipeline import PipelineConfig
-from ..plan_files import text_table as _table
+from ..plan_files import read_plans_json, text_table as _table
 from .result import SimulationResult
 
 __all__ = ["Comparison", "read_plans", "simulate_plans"]
@@ -36,10 +36,7 @@ def read_plans(path: str | Path) -> list[tuple[str, PipelineConfig]]:
     if path.suffix != ".json":
         config = pipeline.load(path)
         return [(config.service if path.name == "pipeline.yaml" else path.stem, config)]
-    document = read_json(path, str(path), "give a pipeline.yaml or the plans.json of loadprobe recommend")
-    if not isinstance(document, dict) or "recommended" not in document:
-        raise LoadprobeError(f"{path}: not a plans.json (no 'recommended' option); give a pipeline.yaml or the "
-                             "plans.json that loadprobe recommend writes")
+    document = read_plans_json(path)
     plans = []
     for option in [document["recommended"], *document.get("alternatives", [])]:
         if not isinstance(option, dict) or not option.get("pipeline"):
