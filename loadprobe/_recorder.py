@@ -35,7 +35,13 @@ from ._version import __version__
 log = logging.getLogger("loadprobe")
 
 RUN_SCHEMA = "run/1.0"
-_CONVERT_ROWS = 1 << 16  # spans converted at a time: bounds the flusher's temporary memory
+_CONVERT_ROWS = 1 << 14  # spans per Arrow batch: bounds the flusher's temporary memory
+_YIELD_S = 50e-6  # the flusher sleeps this long between conversion slices (_tables.SLICE_ROWS)
+
+
+def _yield_gil() -> None:
+    """Let a host thread waiting for the GIL take it now (sleep(0) would take it straight back)."""
+    time.sleep(_YIELD_S)
 _FLUSH_POLL_S = 0.05
 
 
@@ -273,7 +279,7 @@ class Recorder:
                 for at in range(0, len(rows), _CONVERT_ROWS):
                     chunk = rows[at:at + _CONVERT_ROWS]
                     try:
-                        self._pending["spans"].append(self._converter.batch(chunk, offset))
+                        self._pending["spans"].append(self._converter.batch(chunk, offset, _yield_gil))
                     except Exception as exc:  # a value the converter cannot take: count the loss, go on
                         self._invalid_spans += len(chunk)
                         self._warn_once("convert", f"loadprobe: could not convert {len(chunk)} spans ({exc!r}); "

@@ -14,6 +14,11 @@ from . import _probe
 from .schema import SAMPLES, SPANS
 
 _NO_EXTRAS = (None, None, None, None, None, None)
+SLICE_ROWS = 128  # records read per slice of per-row Python work; the flusher yields the GIL between slices
+
+
+def _no_pause() -> None:
+    pass
 
 
 class SpanConverter:
@@ -27,73 +32,125 @@ class SpanConverter:
         self.invalid_values = 0  # extras of the wrong type, written as null
         self._shapes: dict = {}
 
-    def batch(self, rows: list[tuple], epoch_offset_ns: int) -> pa.RecordBatch:
+    def batch(self, rows: list[tuple], epoch_offset_ns: int, pause=None) -> pa.RecordBatch:
         """``epoch_offset_ns`` = time.time_ns() - perf_counter_ns(), read at flush time.
 
-        Plain records -- ``(t0, t1, span_id, parent_frame, stage_id)`` -- go first and take
-        only C-level conversions; records with a status or extras follow and get per-value
-        checks, which only they need.
+        Records are ``(t0, t1, span_id, parent_frame, stage_id)``, plus ``status`` and an
+        extras tuple when a span has them. The per-row Python work -- reading the tuples,
+        formatting user request ids, statuses and extras -- runs in slices of at most
+        ``SLICE_ROWS`` rows with ``pause()`` called between slices (the recorder passes a
+        short sleep), so the flusher never holds the GIL for long in one go: a host thread
+        that wants it waits one slice at most, not the interpreter's 5 ms switch interval.
+        What follows the slices works on whole numpy/Arrow columns, no per-row Python.
         """
-        plain = [r for r in rows if len(r) == 5]
-        full = [r for r in rows if len(r) != 5]
-        columns = list(zip(*plain)) if plain else [(), (), (), (), ()]
-        if full:
-            f = list(zip(*full))
-            columns = [a + b for a, b in zip(columns, f[:5])]
-        t0, t1, sid, parent, stage = columns
-        n, n_plain = len(t0), len(plain)
-        request, parent_sid = zip(*parent) if parent else ((), ())
-        start = np.array(t0, dtype=np.int64)
-        parents = np.array(parent_sid, dtype=np.int64)
-        if full:
-            status = _dictionary(["ok"] * n_plain + [s if type(s) is str else str(s) for s in f[5]])
-            extras = [e or _NO_EXTRAS for e in f[6]]
-            batch, shape, engine, flops, nbytes, queue = zip(*extras)
-            has_extras = any(e is not _NO_EXTRAS for e in extras)
-        else:
-            status = _dictionary(["ok"]) if n == 0 else pa.DictionaryArray.from_arrays(
-                _int64(np.zeros(n, dtype=np.int32), None, pa.int32(), np.int32), _strings(["ok"]))
-            has_extras = False
-
-        def extra(build, values, convert, kind):
-            if not has_extras:
-                return pa.nulls(n, kind)
-            tail = build([convert(v) for v in values])
-            return pa.concat_arrays([pa.nulls(n_plain, tail.type), tail]) if n_plain else tail
-
-        columns = [
-            _int64(start + epoch_offset_ns),
-            _int64(np.array(t1, dtype=np.int64) - start),
-            _stages(np.array(stage, dtype=np.int32)),
-            _int64(np.array(sid, dtype=np.int64)),
-            _int64(parents, parents != 0),
-            self._request_ids(request),
-            extra(_ints, batch if full else (), lambda v: self._number(v, int), pa.int64()),
-            extra(_dictionary, shape if full else (), self._shape, SPANS.field("shape").type),
-            extra(_dictionary, engine if full else (), lambda v: None if v is None else str(v),
-                  SPANS.field("engine").type),
-            status,
-            extra(_ints, queue if full else (), lambda v: self._number(v, int), pa.int64()),
-            extra(_floats, flops if full else (), lambda v: self._number(v, float), pa.float64()),
-            extra(_floats, nbytes if full else (), lambda v: self._number(v, float), pa.float64()),
-            pa.nulls(n, pa.int64()),
-            pa.nulls(n, pa.int64()),
-        ]
+        n = len(rows)
+        pause = pause or _no_pause
+        t0, t1, sid, parents = (np.empty(n, dtype=np.int64) for _ in range(4))
+        stage = np.empty(n, dtype=np.int32)
+        request: list = []
+        generated = np.zeros(n, dtype=np.int64)  # -request id where all are generated (the common case)
+        all_generated = True
+        status = _Codes()
+        extra_at: list[int] = []  # rows with extras, and their converted values
+        extra_values: list[tuple] = []
+        for at in range(0, n, SLICE_ROWS):
+            if at:
+                pause()
+            chunk = rows[at:at + SLICE_ROWS]
+            end = at + len(chunk)
+            columns = list(zip(*chunk))  # the first five fields of every record (zip stops at the shortest)
+            t0[at:end], t1[at:end], sid[at:end], stage[at:end] = columns[0], columns[1], columns[2], columns[4]
+            req, parents[at:end] = zip(*columns[3])
+            request += req
+            if all_generated:
+                all_generated = self._generated(req, generated[at:end])
+            if set(map(len, chunk)) == {5}:
+                status.repeat("ok", len(chunk))
+                continue
+            status.add(["ok" if len(r) == 5 else r[5] if type(r[5]) is str else str(r[5]) for r in chunk])
+            for i, r in enumerate(chunk, at):
+                if len(r) != 5 and r[6]:
+                    extra_at.append(i)
+                    extra_values.append(self._extras(r[6]))
+        pause()
+        start = t0
+        columns = [_int64(start + epoch_offset_ns), _int64(t1 - start), _stages(stage)]
+        pause()
+        columns += [_int64(sid), _int64(parents, parents != 0)]
+        columns.append(self._request_ids(request, generated if all_generated else None, pause))
+        pause()
+        columns += self._extra_columns(n, extra_at, extra_values, pause)
+        columns.insert(9, status.array())
+        columns += [pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64())]
         return pa.RecordBatch.from_arrays(columns, schema=SPANS)
 
-    def _request_ids(self, request: tuple) -> pa.Array:
+    @staticmethod
+    def _generated(request: tuple, out: np.ndarray) -> bool:
+        """Whether every id of a slice is generated (negative int) or absent; fills ``out`` with -id."""
+        if not set(map(type, request)) <= {int, type(None)}:
+            return False
+        try:
+            ints = np.array([0 if r is None else r for r in request], dtype=np.int64)
+        except OverflowError:
+            return False
+        if not (ints <= 0).all():
+            return False
+        out[:] = -ints
+        return True
+
+    def _extras(self, extras: tuple) -> tuple:
+        batch, shape, engine, flops, nbytes, queue = extras
+        return (self._number(batch, int), self._shape(shape), None if engine is None else str(engine),
+                self._number(queue, int), self._number(flops, float), self._number(nbytes, float))
+
+    def _extra_columns(self, n: int, at: list, values: list, pause) -> list:
+        """batch, shape, engine, (status goes here), queue_ns, flops, bytes: null but where a row has extras."""
+        kinds = (pa.int64(), SPANS.field("shape").type, SPANS.field("engine").type, pa.int64(), pa.float64(),
+                 pa.float64())
+        if not at:
+            return [pa.nulls(n, kind) for kind in kinds]
+        where = np.array(at, dtype=np.int64)
+        out = []
+        for column, kind in enumerate(kinds):
+            pause()
+            vals = [v[column] for v in values]
+            if column in (1, 2):
+                codes = _Codes()
+                for i in range(0, len(vals), SLICE_ROWS):
+                    codes.add(vals[i:i + SLICE_ROWS])
+                    pause()
+                out.append(codes.array(n, where))
+            else:
+                dtype = np.int64 if column in (0, 3) else np.float64
+                valid = np.array([v is not None for v in vals], dtype=bool)
+                data = np.zeros(n, dtype=dtype)
+                data[where] = np.array([0 if v is None else v for v in vals], dtype=dtype)
+                mask = np.zeros(n, dtype=bool)
+                mask[where] = valid
+                out.append(_int64(data, mask, kind, dtype))
+        return out
+
+    def _request_ids(self, request: list, generated: np.ndarray | None, pause=None) -> pa.Array:
         """Generated ids (negative span ids) become ``<run_tag>-<n>`` in one vectorised step;
-        ids the user gave are written as they are (``str()`` of them)."""
-        kinds = set(map(type, request))
-        if kinds <= {int, type(None)}:
-            try:
-                ints = np.array([0 if r is None else r for r in request], dtype=np.int64)
-            except OverflowError:
-                ints = None
-            if ints is not None and (ints <= 0).all():  # all generated (or absent): the common case
-                prefix, separator = _strings([self.run_tag + "-", ""])  # pa.scalar() would import pandas
-                return pc.binary_join_element_wise(prefix, pc.cast(_int64(-ints, ints < 0), pa.string()), separator)
-        return _strings([self._request_id(r) for r in request])
+        ids the user gave are written as they are (``str()`` of them), formatted a slice at a time."""
+        if generated is not None:
+            pause = pause or _no_pause
+            prefix, separator = _strings([self.run_tag + "-", ""])  # pa.scalar() would import pandas
+            ids = pc.cast(_int64(generated, generated > 0), pa.string())
+            pause()
+            return pc.binary_join_element_wise(prefix, ids, separator)
+        pause = pause or _no_pause
+        encoded: list = []
+        lengths, valid = [], []
+        for at in range(0, len(request), SLICE_ROWS):
+            pause()
+            text = [self._request_id(r) for r in request[at:at + SLICE_ROWS]]
+            part = [b"" if t is None else t.encode("utf-8") for t in text]
+            encoded += part
+            lengths.append(np.fromiter(map(len, part), dtype=np.int32, count=len(part)))
+            valid.append(np.array([t is not None for t in text], dtype=bool))
+        pause()
+        return _strings_from(encoded, lengths, valid)
 
     def _request_id(self, value) -> str | None:
         if value is None or isinstance(value, str):
@@ -187,6 +244,42 @@ def _strings(values: list) -> pa.Array:
     bitmap, nulls = _validity(valid)
     return pa.Array.from_buffers(pa.string(), len(encoded),
                                  [bitmap, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))], null_count=nulls)
+
+
+def _strings_from(encoded: list, lengths: list, valid: list) -> pa.Array:
+    """A string column from its values already encoded (b"" for null), with per-slice lengths and validity."""
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    if encoded:
+        np.cumsum(np.concatenate(lengths), out=offsets[1:])
+    bitmap, nulls = _validity(np.concatenate(valid)) if valid else (None, 0)
+    return pa.Array.from_buffers(pa.string(), len(encoded),
+                                 [bitmap, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))], null_count=nulls)
+
+
+class _Codes:
+    """A dictionary column built a slice at a time: codes shared across slices, indices per slice."""
+
+    def __init__(self) -> None:
+        self.codes: dict = {}
+        self.parts: list[np.ndarray] = []
+
+    def add(self, values) -> None:
+        codes = self.codes
+        self.parts.append(np.array([-1 if v is None else codes.setdefault(v, len(codes)) for v in values],
+                                   dtype=np.int32))
+
+    def repeat(self, value, count: int) -> None:
+        self.parts.append(np.full(count, self.codes.setdefault(value, len(self.codes)), dtype=np.int32))
+
+    def array(self, n: int | None = None, where: np.ndarray | None = None) -> pa.DictionaryArray:
+        indices = np.concatenate(self.parts) if self.parts else np.empty(0, dtype=np.int32)
+        if where is not None:  # values of some rows only: the others are null
+            full = np.full(n, -1, dtype=np.int32)
+            full[where] = indices
+            indices = full
+        valid = indices >= 0
+        return pa.DictionaryArray.from_arrays(_int64(np.maximum(indices, 0), valid, pa.int32(), np.int32),
+                                              _strings(list(self.codes)))
 
 
 def _stages(ids: np.ndarray) -> pa.DictionaryArray:
