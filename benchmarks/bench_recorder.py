@@ -121,8 +121,8 @@ def main() -> None:
     print(f"1M spans/s offered for {s:.0f} s (achieved {flood['offered_per_s']:,.0f}/s): peak RSS "
           f"{flood['peak_rss_mb']:.0f} MiB (start {flood['baseline_rss_mb']:.0f}) vs "
           f"{idle['peak_rss_mb']:.0f} MiB with no recorder; written {flood['written']:,}, "
-          f"dropped {flood['dropped']:,}; recorded + dropped = offered: "
-          f"{flood['recorded'] + flood['dropped'] == flood['offered']}")
+          f"dropped {flood['dropped']:,}; recorded = offered = written + dropped: "
+          f"{flood['recorded'] == flood['offered'] == flood['written'] + flood['dropped']}")
     print(json.dumps({"sustained": sustained, "fast_floor": fast_floor, "fast_probe": fast_probe, "paced_100k": paced,
                       "flood_1m": flood, "flood_no_recorder": idle}))
 

@@ -37,6 +37,11 @@ log = logging.getLogger("loadprobe")
 RUN_SCHEMA = "run/1.0"
 _CONVERT_ROWS = 1 << 14  # spans per Arrow batch: bounds the flusher's temporary memory
 _YIELD_S = 50e-6  # the flusher sleeps this long between conversion slices (_tables.SLICE_ROWS)
+# Up to this many spans per flush the flusher yields the GIL between slices, so a service's
+# threads never wait behind it; above it (a flood far beyond any service's request rate) it
+# converts at full speed instead, since each yield costs up to a 5 ms switch interval to win
+# the GIL back from busy threads, and yielding would turn the flood into dropped spans.
+_YIELD_BELOW_ROWS = 1 << 16
 
 
 def _yield_gil() -> None:
@@ -276,10 +281,11 @@ class Recorder:
             if self.record_spans:
                 rows = _probe.drain()
                 self._spans_drained += len(rows)
+                pause = _yield_gil if len(rows) <= _YIELD_BELOW_ROWS else None
                 for at in range(0, len(rows), _CONVERT_ROWS):
                     chunk = rows[at:at + _CONVERT_ROWS]
                     try:
-                        self._pending["spans"].append(self._converter.batch(chunk, offset, _yield_gil))
+                        self._pending["spans"].append(self._converter.batch(chunk, offset, pause))
                     except Exception as exc:  # a value the converter cannot take: count the loss, go on
                         self._invalid_spans += len(chunk)
                         self._warn_once("convert", f"loadprobe: could not convert {len(chunk)} spans ({exc!r}); "
