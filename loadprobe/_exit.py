@@ -9,7 +9,9 @@ common ends skip it, and each loses the spans of the last flush interval:
   the handler it found, so a server that stopped cleanly still dies by the signal. Where the
   disposition is SIG_DFL we install a handler that stops the recorder (bounded in time) and
   re-raises the signal with SIG_DFL, so the exit status the host's supervisor sees is unchanged.
-  A handler the host installed is never replaced.
+  A handler the host installed is never replaced. A signal that lands while this thread is
+  already stopping (atexit, a finalizer) cannot wait for that stop -- it runs on top of it --
+  so it is held back and delivered when the stop ends.
 - **multiprocessing's children** (fork and forkserver) leave through ``os._exit`` after running
   ``multiprocessing.util``'s finalizers; ``Pool.terminate()`` (and ``with Pool()``) ends its
   workers with SIGTERM. A finalizer stops the recorder; the inherited signal handler covers
@@ -33,6 +35,7 @@ SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT"
 STOP_TIMEOUT_S = 10.0  # a signal's stop must end well inside gunicorn's and Kubernetes' 30 s grace
 
 _finalizer_pid = 0  # the process in which the multiprocessing finalizer is registered
+_deferred: int | None = None  # a fatal signal held back until the stop it interrupted ends
 
 
 def install_signal_handlers() -> None:
@@ -49,24 +52,46 @@ def install_signal_handlers() -> None:
 
 def _on_fatal_signal(signum, frame) -> None:
     """Finish the recording, then die of the signal as if we had never been here."""
+    global _deferred
     try:
-        stop_recorder(STOP_TIMEOUT_S)
+        if not stop_recorder(STOP_TIMEOUT_S):
+            # The signal interrupted a stop on this thread, which cannot go on until we return:
+            # let it finish; its end delivers the signal (deliver_deferred_signal).
+            if _deferred is None:
+                _deferred = signum
+            return
+    except BaseException:
+        pass
+    _die(signum)
+
+
+def _die(signum: int) -> None:
+    try:
+        signal.signal(signum, signal.SIG_DFL)
     finally:
-        try:
-            signal.signal(signum, signal.SIG_DFL)
-        finally:
-            signal.raise_signal(signum)
+        signal.raise_signal(signum)
 
 
-def stop_recorder(timeout: float = STOP_TIMEOUT_S) -> None:
-    """Stop the process's recorder if one runs; never raises (the process is ending)."""
+def deliver_deferred_signal() -> None:
+    """At the end of a stop: die of the fatal signal that landed during it, if one did."""
+    global _deferred
+    signum, _deferred = _deferred, None
+    if signum is not None:
+        _die(signum)
+
+
+def stop_recorder(timeout: float = STOP_TIMEOUT_S) -> bool:
+    """Stop the process's recorder if one runs; never raises (the process is ending).
+
+    False when a stop this call interrupted (a signal handler's) is still under way.
+    """
     recorder = sys.modules.get("loadprobe._recorder")
     if recorder is None:  # never imported: nothing was recorded in this process
-        return
+        return True
     try:
-        recorder.stop_for_exit(timeout)
+        return recorder.stop_for_exit(timeout)
     except Exception:
-        pass
+        return True
 
 
 def register_multiprocessing_finalizer() -> None:
@@ -101,8 +126,9 @@ _after_fork_token = _AfterFork()
 def after_fork_in_child() -> None:
     """From our ``os.register_at_fork`` hook: if multiprocessing is forking, register its finalizer
     once multiprocessing has cleared the inherited ones (its after-fork callbacks run after that)."""
-    global _finalizer_pid
+    global _finalizer_pid, _deferred
     _finalizer_pid = 0
+    _deferred = None  # the parent's to deliver
     util = sys.modules.get("multiprocessing.util")
     if util is not None:
         try:

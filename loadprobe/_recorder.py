@@ -19,6 +19,7 @@ Usage::
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -201,6 +202,10 @@ class Recorder:
 
     def stop(self, timeout: float = 10.0) -> RecorderStats:
         """Stop sampling and recording, write what is left, finish the files as Parquet."""
+        with _stopping():
+            return self._stop(timeout)
+
+    def _stop(self, timeout: float) -> RecorderStats:
         global _current
         if _current is self:  # stopped directly: the next loadprobe.start() makes a new recorder
             _current = None
@@ -480,10 +485,12 @@ def _safe_name(name: str) -> str:
 # -- the process-wide recorder ---------------------------------------------------------
 
 _current: Recorder | None = None
-_last_stopped: Recorder | None = None
 _lock = threading.Lock()
 _hooks_installed = False
 _inherited: list = []  # a forked child's copy of the parent's recorder: kept, never closed
+_stopping_threads: dict[int, int] = {}  # thread -> how deep inside a stop it is now
+_stops_done = threading.Event()  # set while no stop runs
+_stops_done.set()
 
 
 def start(output_dir: str | os.PathLike = "loadprobe-data", **options) -> Recorder:
@@ -508,37 +515,54 @@ def start(output_dir: str | os.PathLike = "loadprobe-data", **options) -> Record
 def stop() -> RecorderStats | None:
     global _current
     _env_start_done.wait(30)  # a recorder starting from the environment finishes first
-    with _lock:
-        recorder, _current = _current, None
-    return _stop(recorder) if recorder is not None else None
+    with _stopping():
+        with _lock:
+            recorder, _current = _current, None
+        return recorder.stop() if recorder is not None else None
 
 
-def _stop(recorder: Recorder, timeout: float = 10.0) -> RecorderStats:
-    global _last_stopped
-    _last_stopped = recorder  # a signal landing during this stop waits for it (stop_for_exit)
-    return recorder.stop(timeout)
-
-
-def stop_for_exit(timeout: float) -> RecorderStats | None:
-    """``stop()`` from a signal handler or a process's last finalizer: bounded, and safe even if
-    the interrupted code held ``_lock`` (the handler runs on that same thread)."""
-    global _current
-    _env_start_done.wait(timeout)
-    locked = _lock.acquire(timeout=1.0)
+@contextlib.contextmanager
+def _stopping():
+    """Mark this thread as stopping: a fatal signal landing meanwhile lets the stop finish
+    (see ``stop_for_exit``), and is delivered when it has."""
+    me = threading.get_ident()
+    _stopping_threads[me] = _stopping_threads.get(me, 0) + 1
+    _stops_done.clear()
     try:
-        recorder, _current = _current, None
+        yield
     finally:
-        if locked:
-            _lock.release()
-    if recorder is not None:
-        return _stop(recorder, timeout)
-    # A stop is perhaps under way below us (the signal interrupted multiprocessing's finalizer
-    # or atexit): dying now would cut it short, so let its flusher finish first.
-    stopping = _last_stopped
-    thread = stopping._thread if stopping is not None else None
-    if thread is not None and thread is not threading.current_thread():
-        thread.join(timeout)
-    return None
+        depth = _stopping_threads.pop(me, 1) - 1
+        if depth:
+            _stopping_threads[me] = depth
+        else:
+            if not _stopping_threads:
+                _stops_done.set()
+            _exit.deliver_deferred_signal()
+
+
+def stop_for_exit(timeout: float) -> bool:
+    """``stop()`` from a signal handler or a process's last finalizer, bounded in time.
+
+    Returns False when the signal interrupted a stop on this very thread: that stop cannot go
+    on until the handler returns, so the handler must defer the signal rather than wait. A stop
+    under way on another thread is waited for; the interrupted code may hold ``_lock``.
+    """
+    global _current
+    if threading.get_ident() in _stopping_threads:
+        return False
+    _env_start_done.wait(timeout)
+    if _stopping_threads:  # another thread is stopping: dying now would cut its last flush short
+        _stops_done.wait(timeout)
+    with _stopping():
+        locked = _lock.acquire(timeout=1.0)
+        try:
+            recorder, _current = _current, None
+        finally:
+            if locked:
+                _lock.release()
+        if recorder is not None:
+            recorder.stop(timeout)
+    return True
 
 
 def stop_if_started_from_env() -> RecorderStats | None:
@@ -626,9 +650,10 @@ def _before_fork() -> None:
 
 def _after_fork_in_child() -> None:
     """Each forked worker records into a run directory of its own."""
-    global _current, _lock, _env_start_done, _last_stopped
+    global _current, _lock, _env_start_done
     _lock = threading.Lock()
-    _last_stopped = None
+    _stopping_threads.clear()  # the threads that were stopping did not survive the fork
+    _stops_done.set()
     parent = _current
     starting = not _env_start_done.is_set()  # the parent was still starting from the environment
     _env_start_done = threading.Event()

@@ -119,6 +119,40 @@ def test_sigterm_without_a_handler_still_writes_the_last_interval(tmp_path):
     assert info["stopped_ns"] is not None and info["counters"]["spans_written"] == 20_000
 
 
+@pytest.mark.parametrize("where", ["atexit", "finalizer"])
+def test_a_signal_during_the_last_stop_lets_it_finish(tmp_path, where):
+    """The CI failure behind Pool.terminate(): a worker leaving normally was in its finalizer's
+    stop when the pool's SIGTERM came; the handler, running on top of that stop, waited 10 s for
+    a flusher nobody had told to stop, then died with the spans in memory. The signal is placed
+    at the start of the stop here, the worst moment, by the hook the stop calls first."""
+    code = textwrap.dedent(f"""
+        import os, signal, sys, loadprobe
+        from loadprobe import _probe, probe
+        @probe("tick")
+        def tick(i):
+            return i
+        loadprobe.start({str(tmp_path)!r}, service="late", sample_devices=False, flush_interval_s=3600)
+        for i in range(20_000):
+            tick(i)
+        deactivate = _probe.deactivate
+        def signalled_deactivate():
+            os.kill(os.getpid(), signal.SIGTERM)  # its handler runs before the next line
+            deactivate()
+        _probe.deactivate = signalled_deactivate
+        if {where!r} == "finalizer":
+            from loadprobe import _exit
+            _exit.stop_recorder()  # what multiprocessing's last finalizer calls
+            print("survived the signal", flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    assert "survived" not in done.stdout  # the signal is delivered when the stop ends
+    assert len(spans_in(tmp_path)) == 20_000
+    (run_json,) = tmp_path.glob("*/late/*/run.json")
+    info = json.loads(run_json.read_text())
+    assert info["stopped_ns"] is not None and info["counters"]["spans_written"] == 20_000
+
+
 def test_a_handler_the_host_installed_is_kept(tmp_path):
     code = textwrap.dedent(f"""
         import signal, loadprobe
