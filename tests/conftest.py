@@ -11,6 +11,7 @@ Python the tests start (an editable install maps the package to the source anywa
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,6 +20,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO]
 os.environ["PYTHONSAFEPATH"] = "1"
+# A run started in the background (`&` in a script, nohup) inherits SIGINT ignored, and every
+# process the tests start would too: Ctrl-C tests need it as an interactive shell leaves it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
