@@ -329,6 +329,7 @@ def test_metrics_are_served_for_prometheus():
     assert 'loadprobe_route_engine_queue_len{engine="cpu"} 0.0' in text
     assert 'loadprobe_route_requests_total{outcome="ok"} 1.0' in text
     assert 'loadprobe_route_engine_utilisation{engine="cpu"}' in text
+    assert 'loadprobe_route_late_results_total{engine="cpu"} 0.0' in text  # published from the start, at 0
 
 
 def test_shapes_and_precisions_the_engine_does_not_take_go_to_the_fallback_uncapped():

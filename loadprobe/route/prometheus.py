@@ -39,6 +39,18 @@ def _collector(router) -> Any:
                 for reason, n in engine["rejected"].items():
                     rejects.add_metric([name, reason], n)
             yield rejects
+            abandoned = CounterMetricFamily(
+                "loadprobe_route_abandoned_at_close",
+                "plain-function executor calls still running when the router closed", labels=["engine", "stage"])
+            late = CounterMetricFamily("loadprobe_route_late_results",
+                                       "results of abandoned calls that came after the close, dropped",
+                                       labels=["engine"])
+            for name, engine in m["engines"].items():
+                for stage, n in engine["abandoned_at_close"].items():
+                    abandoned.add_metric([name, stage], n)
+                late.add_metric([name], engine["late_results"])
+            yield abandoned
+            yield late
             failovers = CounterMetricFamily("loadprobe_route_failovers", "requests moved to the fallback",
                                             labels=["stage"])
             breaker = GaugeMetricFamily("loadprobe_route_breaker_open", "1 while the stage's breaker is not closed",
