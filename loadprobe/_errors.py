@@ -16,7 +16,7 @@ def read_json(path, label: str, hint: str):
     from pathlib import Path
 
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"), parse_int=_int64)
     except OSError as exc:
         raise LoadprobeError(f"{label}: cannot read it ({exc.strerror or exc})") from None
     except ValueError as exc:  # UnicodeDecodeError too
@@ -45,3 +45,12 @@ def listed(items, shown: int = 3) -> str:
     items = [str(item) for item in items]
     head = ", ".join(items[:shown])
     return f"{head} and {len(items) - shown:,} more" if len(items) > shown else head
+
+
+def _int64(text: str) -> int:
+    """A JSON integer, if int64 (or uint64) holds it: none of loadprobe's files has larger ones, and
+    a larger one would overflow where it is used as a float."""
+    value = int(text) if len(text) <= 21 else None
+    if value is None or not -2**63 <= value < 2**64:
+        raise ValueError(f"the integer {text[:24]}{'...' if len(text) > 24 else ''} is out of range")
+    return value

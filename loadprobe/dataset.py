@@ -153,6 +153,10 @@ def discover(paths, *, service: str | None = None, host: str | None = None):
             unwritten.append(run)
     if not selected:
         where = ", ".join(map(str, paths))
+        refused = [run for run in runs.values() if run.refused]
+        if refused:
+            raise LoadprobeError(f"{where}: no run could be read: {refused[0].refused}"
+                                 + (f" (and {len(refused) - 1:,} more run(s) like it)" if len(refused) > 1 else ""))
         if unwritten:  # a recorder ran but nothing reached the disk: say so, not "no data"
             counters = [run.info["counters"] for run in unwritten]
             recorded = sum(c.get("spans_recorded") or 0 for c in counters)
@@ -193,8 +197,15 @@ def _read_run_json(path: str, skipped: dict[str, str]) -> dict:
     except (OSError, ValueError) as exc:
         skipped[path] = f"unreadable run.json ({exc}); its run is analysed without it"
         return {}
-    check_version(str(info.get("schema", "run/1.0")), path)
+    tag = info.get("schema", "run/1.0")
+    if not isinstance(tag, str) or not _RUN_TAG.match(tag):  # damaged, not newer: the spans carry their own tag
+        skipped[path] = f"run.json: schema {tag!r} is not like 'run/1.0'; its run is analysed without it"
+        return {}
+    check_version(tag, path)
     return info
+
+
+_RUN_TAG = re.compile(r"(run/)?\d+(\.\d+)*\Z")
 
 
 _NS = {"type": ["integer", "null"], "minimum": 0, "maximum": 2**63 - 1}

@@ -243,10 +243,11 @@ def _read_records(handle, fmt: str, where: str):
     if fmt in ("csv", "tsv"):
         # strict: a quote left open would otherwise swallow every row after it without a word
         reader = csv.reader(_guarded(handle, where), delimiter="\t" if fmt == "tsv" else ",", strict=True)
-        header = next(reader, None)
+        rows = _csv_records(reader, where)
+        header = next(rows, (0, None))[1]
         if not header:
             raise LoadprobeError(f"{where}: empty; expected a header row naming the columns")
-        return [name.strip() for name in header], _csv_records(reader, len(header), where)
+        return [name.strip() for name in header], _widened(rows, len(header))
     records = _json_records(handle, where)
     first = next(records, None)
     if first is None:
@@ -254,20 +255,27 @@ def _read_records(handle, fmt: str, where: str):
     return list(first[1]), chain([first], records)
 
 
-def _csv_records(reader, width: int, where: str):
+def _csv_records(reader, where: str):
+    """(line number, row) of each CSV record, the header first; a LoadprobeError at the line a bad one starts."""
     start = reader.line_num + 1  # where the record being read begins: a quoted field may span lines
     try:
         for row in reader:
-            start = reader.line_num + 1
-            if len(row) < width:
-                if not row:
-                    continue  # a blank line is no request
-                row += [None] * (width - len(row))  # a short row: the missing fields are empty
             yield reader.line_num, row
+            start = reader.line_num + 1
     except csv.Error as exc:
         why = "a quote opened there is never closed" if "end of data" in str(exc) else exc
         raise LoadprobeError(f"{where}, line {start}: cannot read it as CSV ({why}); "
                              "check the quoting on that line") from None
+
+
+def _widened(records, width: int):
+    """The data rows, each ``width`` fields long: a short row's missing fields are empty; blank lines are left out."""
+    for line, row in records:
+        if len(row) < width:
+            if not row:
+                continue  # a blank line is no request
+            row += [None] * (width - len(row))
+        yield line, row
 
 
 def _json_records(handle, where: str):
@@ -340,7 +348,8 @@ def _spans(values: dict, lines: list[int], start: int, run_id: str, clock: Clock
     duration = pa.nulls(n, pa.int64())
     if "latency" in text:
         latency = numbers(text["latency"], lines, where, columns["latency"], "a number (a duration)")
-        ns = latency.to_numpy(zero_copy_only=False) * latency_ns  # null -> NaN
+        with np.errstate(over="ignore"):  # an overflow is inf: out of range below
+            ns = latency.to_numpy(zero_copy_only=False) * latency_ns  # null -> NaN
         negative = ns < 0
         skipped["negative latency"] = int((negative & keep).sum())
         # A span must end where int64 nanoseconds still count (2262): a longer latency is a broken value.

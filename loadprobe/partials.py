@@ -330,11 +330,12 @@ def _conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
     column that cannot be (text where a number belongs, fractions or values out of range).
 
     Other integer and float widths are cast exactly; text columns may be plain or dictionary
-    strings, or integers (``_codes`` names them by their text). Checked once here, as a file is
-    read, so that the map step only ever sees the types it expects.
+    strings (UTF-8), or integers (``_codes`` names them by their text). Checked once here, as a
+    file is read, so that the map step only ever sees the types it expects.
     """
     for i, name in enumerate(table.column_names):
         expected, actual = schema.field(name).type, table.schema.field(i).type
+        _check_utf8(table.column(i), name)
         if actual == expected:
             continue
         numeric = pa.types.is_integer(expected) or pa.types.is_floating(expected)
@@ -351,6 +352,18 @@ def _conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
             raise ValueError(f"column {name!r} holds {actual} values that are not {expected} "
                              "(fractions, NaN or out of range)") from None
     return table
+
+
+def _check_utf8(column: pa.ChunkedArray, name: str) -> None:
+    """ValueError unless a text column's strings (a dictionary column's dictionaries) are UTF-8:
+    readers decode them later, far from the file. About 4 ms per million request ids."""
+    for chunk in column.chunks:
+        values = chunk.dictionary if pa.types.is_dictionary(chunk.type) else chunk
+        if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+            try:
+                values.validate(full=True)
+            except pa.ArrowInvalid:
+                raise ValueError(f"column {name!r} holds text that is not UTF-8") from None
 
 
 def _all_null(meta: pq.FileMetaData, schema: pa.Schema, column: str) -> bool:

@@ -38,6 +38,11 @@ class Percentiles:
     mean: float | None = None
     count: int = 0
 
+    def _problem(self) -> str | None:
+        """What a portrait.json's percentiles must obey beyond their types: all figures, or none."""
+        given = [getattr(self, f) is not None for f in ("p50", "p90", "p95", "p99", "p999", "max", "mean")]
+        return None if all(given) or not any(given) else "expected every percentile or none, got some null"
+
 
 @dataclass
 class Window:
@@ -352,10 +357,14 @@ def _build(cls, data, where: str):
             kwargs[f.name] = _convert(hints[f.name], data[f.name], f"{where}.{f.name}".lstrip("."))
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise _Wrong(where, f"missing {f.name!r}")
-    return cls(**kwargs)
+    built = cls(**kwargs)
+    problem = built._problem() if hasattr(built, "_problem") else None  # rules across fields, where a class has any
+    if problem:
+        raise _Wrong(where, problem)
+    return built
 
 
-_EXPECTED = {str: "text", int: "a whole number", float: "a finite number", bool: "true or false"}
+_EXPECTED = {str: "text", int: "a whole number (int64)", float: "a finite number", bool: "true or false"}
 
 
 def _convert(hint, value, where: str):
@@ -390,7 +399,9 @@ def _convert(hint, value, where: str):
         return {k: _convert(args[1], v, f"{where}.{k}") for k, v in value.items()} if args else value
     ok = (isinstance(value, hint) and not (isinstance(value, bool) and hint is not bool)) or \
         (hint is float and isinstance(value, int) and not isinstance(value, bool))
-    if not ok or (hint is float and not math.isfinite(value)):
+    if ok and hint in (int, float) and not isinstance(value, bool):
+        ok = -2**63 <= value < 2**64 if isinstance(value, int) else math.isfinite(value)  # no overflow later
+    if not ok:
         raise _Wrong(where, f"expected {_EXPECTED[hint]}, got {_shown(value)}")
     return value
 

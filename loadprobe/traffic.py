@@ -11,12 +11,12 @@ from .portrait import Traffic, Window
 
 
 def bucket_for(duration_s: float) -> int:
-    """Per second up to 3 hours, per minute up to 2 days, per hour beyond."""
+    """Per second up to 3 hours, per minute up to 2 days, per hour up to 90 days, per day beyond."""
     if duration_s <= 3 * 3600:
         return 1
     if duration_s <= 2 * 86400:
         return 60
-    return 3600
+    return 3600 if duration_s <= 90 * 86400 else 86400
 
 
 def iso(epoch_s: float) -> str:
@@ -24,19 +24,21 @@ def iso(epoch_s: float) -> str:
 
 
 def build_traffic(arrivals: dict, source: str, gaps: list) -> Traffic | None:
-    """``arrivals``: epoch second -> requests started; ``gaps``: [n, Σgap, Σgap²] per run and file."""
+    """``arrivals``: epoch second -> requests started; ``gaps``: [n, Σgap, Σgap²] per run and file.
+
+    Computed from the seconds that have arrivals, never an array over every second of the span:
+    spans far apart in time (two runs years apart, a stray timestamp) cost no more memory.
+    """
     if not arrivals:
         return None
-    first, last = min(arrivals), max(arrivals)
-    per_second = np.zeros(last - first + 1, dtype=np.int64)
-    for second, n in arrivals.items():
-        per_second[second - first] += n
-    duration = len(per_second)
+    seconds = np.fromiter(arrivals.keys(), dtype=np.int64, count=len(arrivals))
+    per_second = np.fromiter(arrivals.values(), dtype=np.int64, count=len(arrivals))
+    first, last = int(seconds.min()), int(seconds.max())
+    duration = last - first + 1
     bucket = bucket_for(duration)
-    n_buckets = math.ceil(duration / bucket)
-    padded = np.zeros(n_buckets * bucket, dtype=np.int64)
-    padded[:duration] = per_second
-    counts = padded.reshape(n_buckets, bucket).sum(axis=1)
+    n_buckets = -(-duration // bucket)
+    counts = np.zeros(n_buckets, dtype=np.int64)
+    np.add.at(counts, (seconds - first) // bucket, per_second)
     total = int(per_second.sum())
     mean_rps = total / duration
     # The last bucket may be partial: peaks and valleys are read over whole buckets when there are any.
@@ -50,10 +52,11 @@ def build_traffic(arrivals: dict, source: str, gaps: list) -> Traffic | None:
 
     hour_profile = None
     if duration >= 86400:
-        hours = ((first + np.arange(duration)) // 3600) % 24
-        sums = np.bincount(hours, weights=per_second, minlength=24)
-        seconds = np.bincount(hours, minlength=24)
-        hour_profile = [float(s / c) if c else None for s, c in zip(sums, seconds)]
+        sums = np.bincount((seconds // 3600) % 24, weights=per_second, minlength=24)
+        hours = np.arange(first // 3600, last // 3600 + 1, dtype=np.int64)  # the seconds of each UTC hour in the span
+        covered = np.minimum((hours + 1) * 3600, last + 1) - np.maximum(hours * 3600, first)
+        spanned = np.bincount(hours % 24, weights=covered, minlength=24)
+        hour_profile = [float(s / c) if c else None for s, c in zip(sums, spanned)]
     n = math.fsum(g[0] for g in gaps)
     cv = None
     if n > 1:
@@ -73,17 +76,20 @@ def build_traffic(arrivals: dict, source: str, gaps: list) -> Traffic | None:
         valley_window=window(valley_i),
         hour_of_day=hour_profile,
         interarrival_cv=cv,
-        dispersion_index={"1s": _dispersion(per_second), "60s": _dispersion(_rebucket(per_second, 60))},
+        dispersion_index={"1s": _dispersion(seconds - first, per_second, 1, duration),
+                          "60s": _dispersion(seconds - first, per_second, 60, duration)},
     )
 
 
-def _rebucket(per_second: np.ndarray, size: int) -> np.ndarray:
-    whole = len(per_second) // size
-    return per_second[: whole * size].reshape(whole, size).sum(axis=1) if whole else per_second[:0]
-
-
-def _dispersion(counts: np.ndarray) -> float | None:
-    """Index of dispersion (variance / mean) of counts per window: 1 for Poisson, above for bursts."""
-    if len(counts) < 2 or counts.mean() == 0:
+def _dispersion(offsets: np.ndarray, counts: np.ndarray, size: int, duration: int) -> float | None:
+    """Index of dispersion (variance / mean) of arrivals per whole ``size``-second window from the
+    first second: 1 for Poisson, above for bursts. The windows without arrivals add (0 - mean)² each."""
+    windows = duration // size
+    keep = offsets < windows * size
+    index, inverse = np.unique(offsets[keep] // size, return_inverse=True)
+    sums = np.bincount(inverse, weights=counts[keep], minlength=len(index))
+    if windows < 2 or not sums.sum():
         return None
-    return float(counts.var() / counts.mean())
+    mean = sums.sum() / windows
+    variance = (((sums - mean) ** 2).sum() + (windows - len(index)) * mean * mean) / windows
+    return float(variance / mean)

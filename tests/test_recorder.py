@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 import loadprobe
 from loadprobe import probe, request
@@ -224,6 +225,27 @@ def test_a_run_json_of_a_newer_major_refuses_its_run(tmp_path):
     reasons = {s["path"]: s["reason"] for s in portrait.data_quality.files_skipped}
     assert str(run_json) in reasons and all("upgrade loadprobe" in r for r in reasons.values())
     assert any(path.endswith(".parquet") for path in reasons)  # the run's spans too
+    with pytest.raises(loadprobe.LoadprobeError, match=r"no run could be read: .*run\.json.*upgrade loadprobe"):
+        loadprobe.analyze([tmp_path / "new"])  # nothing else to read: the reason, not "no data found"
+
+
+@pytest.mark.parametrize("tag", [None, 7, "", "run/x", "spans"])
+def test_a_run_json_with_a_damaged_schema_tag_is_set_aside_not_its_spans(tmp_path, tag):
+    """Found by the bad-input harness: a run.json whose schema was null refused its run, and the
+    analysis said "no loadprobe data found" beside a good spans file."""
+    @probe("step")
+    def step():
+        pass
+
+    loadprobe.start(tmp_path, sample_devices=False)
+    step()
+    loadprobe.stop()
+    run_json = next(tmp_path.rglob("run.json"))
+    run_json.write_text(json.dumps({**json.loads(run_json.read_text()), "schema": tag}))
+    portrait = loadprobe.analyze([tmp_path])
+    assert portrait.data_quality.rows == 1
+    (skipped,) = portrait.data_quality.files_skipped
+    assert skipped["path"] == str(run_json) and "is not like 'run/1.0'" in skipped["reason"]
 
 
 def test_the_cap_is_one_bound_for_the_process_whatever_the_thread_count(tmp_path):

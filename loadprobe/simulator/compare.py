@@ -68,10 +68,13 @@ def simulate_plans(plans: list, offsets, *, source: str, arrivals: str, seed: in
     results = {}
     for name, config in plans:
         given = _overrides_for(config, overrides)
-        times = from_recording(config, data, given, portrait=portrait, recorded=recorded) if recorded \
-            else given or None
-        results[name] = simulate(config, offsets, times, seed=seed, error_rates=error_rates,
-                                 outside=outside_sampler, **options)
+        try:
+            times = from_recording(config, data, given, portrait=portrait, recorded=recorded) if recorded \
+                else given or None
+            results[name] = simulate(config, offsets, times, seed=seed, error_rates=error_rates,
+                                     outside=outside_sampler, **options)
+        except LoadprobeError as exc:  # what a plan lacks (a service time, say) is said of its file
+            raise LoadprobeError(f"{source}" + (f", plan {name!r}" if len(plans) > 1 else "") + f": {exc}") from None
     described = (f"recorded in {data}" if recorded else "each stage's service_time_ms (lognormal through p50 and p95)")
     if overrides:
         described += f"; given for {', '.join(sorted({stage for stage, _, _ in overrides}))}"
