@@ -57,7 +57,7 @@ GLOB = "*/*/*/spans-*.parquet"
 POLL_S = 0.020
 TREE_EVERY = 5  # polls between listings of the process tree (RSS itself is read every poll)
 MIB = 1024 * 1024
-LOADPROBE_RELATIVE_ERROR = 1.0 / 1024  # loadprobe.histogram.RELATIVE_ERROR (3 significant digits)
+LOADPROBE_RELATIVE_ERROR = 1.0 / 1024  # loadprobe.analysis.histogram.RELATIVE_ERROR (3 significant digits)
 
 CONTENDERS = {
     "loadprobe-inprocess": "loadprobe analyze, engine=inprocess",
@@ -111,7 +111,7 @@ def run_loadprobe(data: str, engine: str, workers: int, src: str, kernel: str = 
             raise RuntimeError("traffic buckets are coarser than a minute")
         key = str(int(start_s) // 60)
         per_minute[key] = per_minute.get(key, 0) + int(n)
-    from loadprobe import partials
+    from loadprobe.analysis import partials
 
     compiled = kernel != "numpy" and partials.kernel_available()
     return {"compute_s": compute, "pcts": pcts, "per_minute": {k: v for k, v in per_minute.items() if v},

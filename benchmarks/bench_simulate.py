@@ -81,7 +81,7 @@ EPS_S = 1e-9  # SimPy's window timer may land an ulp before the window's end
 
 
 def plan():
-    from loadprobe.pipeline import BatchConfig, EngineConfig, PipelineConfig, StageConfig
+    from loadprobe.pipeline.config import BatchConfig, EngineConfig, PipelineConfig, StageConfig
 
     return PipelineConfig(
         service="bench-simulate",
@@ -138,7 +138,7 @@ def summary_ms(latencies_s) -> dict:
     """p50/p95/p99 the way loadprobe reports them (HdrHistogram, 3 significant digits), ms."""
     import numpy as np
 
-    from loadprobe.histogram import Histogram
+    from loadprobe.analysis.histogram import Histogram
 
     if not len(latencies_s):
         return {"p50": None, "p95": None, "p99": None}
@@ -320,7 +320,7 @@ LABEL = {"loadprobe": "**loadprobe.simulate**", "loadprobe-python": "loadprobe.s
 
 
 def child(tool: str, requests: int, seed: int, rate: float) -> dict:
-    from loadprobe.load import poisson
+    from loadprobe.load.generator import poisson
 
     config = plan()
     arrivals = poisson(rate, requests=requests, seed=seed)

@@ -168,14 +168,14 @@ def paired(samplers: dict, seed: int) -> dict:
 
 
 def poisson(rate: float, seconds: float, seed: int) -> np.ndarray:
-    from loadprobe import load
+    from loadprobe.load import generator as load
 
     return load.poisson(rate, duration=seconds, seed=seed)
 
 
 def azure(speed: float, seconds: float, start_s: float) -> np.ndarray:
     """The Azure LLM 2023 code trace from ``start_s`` seconds in, ``speed`` times faster, ``seconds`` long."""
-    from loadprobe import load
+    from loadprobe.load import generator as load
 
     times = load.arrivals(TRACE, preset="azure-llm-2023")
     return load.replay(times[times >= times[0] + int(start_s * 1e9)], speed=speed, duration=seconds)
@@ -247,8 +247,8 @@ def serve(plan_path: str, scale: float, seed: int, first_offset: float) -> None:
     import gc
     import threading
 
-    from loadprobe import pipeline
-    from loadprobe.load import _event_loop, _timer_slack  # the load client's precise timers: sleeps wake on time
+    from loadprobe.pipeline import config as pipeline
+    from loadprobe.load.generator import _event_loop, _timer_slack  # the load client's precise timers: sleeps wake on time
     from loadprobe.route import Rejected, Router
 
     config = pipeline.load(plan_path)
@@ -414,7 +414,7 @@ class Comparison:
 
 def measure(plan: str, offsets: np.ndarray, *, scale: float, seed: int) -> dict:
     """Serve the Router, send ``offsets`` with the loadprobe load client: what the server and the client saw."""
-    from loadprobe import load
+    from loadprobe.load import generator as load
 
     offsets = np.sort(np.asarray(offsets, dtype=float))
     with server_process(plan, scale, seed, float(offsets[0])) as port, \
@@ -441,7 +441,7 @@ def _client_ok_latencies(directory: str) -> list[float]:
 
 def _percentiles_ms(values_ms) -> dict:
     """p50 and p95 by the simulator's own method (loadprobe's HdrHistogram, to 0.1%)."""
-    from loadprobe.histogram import Histogram
+    from loadprobe.analysis.histogram import Histogram
 
     if not len(values_ms):
         return {50: None, 95: None}
@@ -454,7 +454,7 @@ def _percentiles_ms(values_ms) -> dict:
 def compare(name: str, offsets: np.ndarray, *, scale: float = 10.0, seed: int = 1, draws: str = "paired",
             plan: str | None = None) -> Comparison:
     """Measure ``offsets`` on the real Router, simulate the same, compare."""
-    from loadprobe import pipeline
+    from loadprobe.pipeline import config as pipeline
     from loadprobe.simulator import simulate
 
     plan = plan or plan_text(scale)

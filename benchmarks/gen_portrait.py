@@ -27,17 +27,17 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from loadprobe import roofline as rl  # noqa: E402
+from loadprobe.analysis import roofline as rl  # noqa: E402
 from loadprobe._version import __version__  # noqa: E402
-from loadprobe.bottlenecks import find_bottlenecks  # noqa: E402
+from loadprobe.analysis.bottlenecks import find_bottlenecks  # noqa: E402
 from loadprobe.catalog import load_catalog  # noqa: E402
-from loadprobe.finalize import latency_cdf, percentiles, roofs  # noqa: E402
-from loadprobe.histogram import Histogram  # noqa: E402
+from loadprobe.analysis.finalize import latency_cdf, percentiles, roofs  # noqa: E402
+from loadprobe.analysis.histogram import Histogram  # noqa: E402
 from loadprobe.portrait import (PORTRAIT_VERSION, Batch, BatchFit, DataQuality, DeviceMetric, Devices,  # noqa: E402
                                 DeviceSeries, Portrait, Requests, Shapes, Stage, StageSeries, StageUtilisation,
                                 Timeline)
-from loadprobe.timeline import bucket_seconds  # noqa: E402
-from loadprobe.traffic import build_traffic, iso  # noqa: E402
+from loadprobe.analysis.timeline import bucket_seconds  # noqa: E402
+from loadprobe.analysis.traffic import build_traffic, iso  # noqa: E402
 
 T0 = 1_796_198_400  # 2026-12-02T08:00:00Z
 STAGE_NAMES = ["decode", "resize", "normalize", "backbone", "neck", "head", "nms", "track", "postprocess",

@@ -4,7 +4,7 @@
 
 Analyses samples/data/vision against the NVIDIA L4 roofline, recommends a plan, renders the
 report and photographs it with the same browser set-up as the report's tests
-(tests/report_browser.py: Debian's chromium driven by Playwright).
+(tests/support/report_browser.py: Debian's chromium driven by Playwright).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import loadprobe  # noqa: E402
-from loadprobe.pipeline import dump  # noqa: E402
-from loadprobe.plan_files import plan_dict  # noqa: E402
+from loadprobe.pipeline.config import dump  # noqa: E402
+from loadprobe.plan.files import plan_dict  # noqa: E402
 from loadprobe.reports.html import render_report, write_html  # noqa: E402
 from tests import report_browser as browser  # noqa: E402
 

@@ -31,8 +31,8 @@ included). Nothing here imports Starlette: the middleware works on bare ASGI app
 
 from __future__ import annotations
 
-from .. import _probe
-from .._probe import Span
+from ..record import probe as _probe
+from ..record.probe import Span
 
 TARGET_VERSIONS = ("asgi >= 3.0", "starlette >= 0.27")
 
@@ -125,7 +125,7 @@ def _finish_recording_at_shutdown(send):
     async def lifespan_send(message):
         if message.get("type") in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
             try:
-                from .._recorder import stop_if_started_from_env
+                from ..record.recorder import stop_if_started_from_env
 
                 stop_if_started_from_env()  # a few ms of the loop at shutdown; no request is left
             except Exception:  # the app's shutdown must go on whatever happens here

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from loadprobe._errors import LoadprobeError
-from loadprobe.capture import CaptureWriter, samples_digest
+from loadprobe.align.capture import CaptureWriter, samples_digest
 
 from ._deps import require
 

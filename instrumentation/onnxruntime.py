@@ -23,8 +23,8 @@ import os
 import weakref
 from pathlib import Path
 
-from loadprobe import _probe
-from loadprobe._probe import Span
+from loadprobe.record import probe as _probe
+from loadprobe.record.probe import Span
 
 from ._deps import require
 

@@ -26,8 +26,8 @@ import sys
 import threading
 import weakref
 
-from loadprobe import _probe
-from loadprobe._probe import Span
+from loadprobe.record import probe as _probe
+from loadprobe.record.probe import Span
 
 from ._deps import require
 

@@ -23,8 +23,8 @@ Target versions: PEP 3333 WSGI; Flask >= 2.3 for :func:`instrument_flask`.
 
 from __future__ import annotations
 
-from .. import _probe
-from .._probe import Span
+from ..record import probe as _probe
+from ..record.probe import Span
 from ._deps import require
 from .asgi import http_status
 

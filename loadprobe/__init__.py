@@ -21,7 +21,7 @@ from __future__ import annotations
 import os as _os
 
 from ._errors import LoadprobeError
-from ._probe import Span, probe, record_span, request
+from .record.probe import Span, probe, record_span, request
 from ._version import __version__
 
 __all__ = [
@@ -61,7 +61,7 @@ def start(
     ``rotate_bytes`` (64 MiB) for segment rotation. Calling it again returns the running
     recorder. I/O problems never raise: they are counted in ``stats()`` and logged once.
     """
-    from . import _recorder
+    from .record import recorder as _recorder
 
     return _recorder.start(
         output_dir,
@@ -76,21 +76,21 @@ def start(
 
 def stop():
     """Flush, finish the files and stop recording; returns the final stats (None if not recording)."""
-    from . import _recorder
+    from .record import recorder as _recorder
 
     return _recorder.stop()
 
 
 def flush(timeout: float = 10.0) -> bool:
     """Write everything recorded so far; returns False if nothing is recording or it timed out."""
-    from . import _recorder
+    from .record import recorder as _recorder
 
     return _recorder.flush(timeout)
 
 
 def current():
     """The running :class:`Recorder`, or None."""
-    from . import _recorder
+    from .record import recorder as _recorder
 
     return _recorder.current()
 
@@ -102,7 +102,7 @@ def analyze(paths, **options):
     ``device``, ``precision``, ``catalog``, ``engine``, ``workers``, ``scheduler``.
     Analysis loads numpy and pyarrow only; call it outside the service's hot path.
     """
-    from .analysis import analyze as run
+    from .analysis.run import analyze as run
 
     return run(paths, **options)
 
@@ -110,11 +110,11 @@ def analyze(paths, **options):
 def recommend(portrait, constraints=None, **options):
     """A stage-to-engine plan for a Portrait: ``loadprobe.recommend(portrait, constraints) -> Plan``.
 
-    ``constraints`` is a ``loadprobe.constraints.Constraints`` (``Constraints.parse(engines=
+    ``constraints`` is a ``loadprobe.plan.constraints.Constraints`` (``Constraints.parse(engines=
     "cpu,gpu:nvidia-l4", slo_p95_ms=200)``), default the seeds' CPU + L4 + 310P line-up sized
     for the recorded peak. ``plan.to_pipeline()`` is the pipeline.yaml config; docs/recommend.md.
     """
-    from .planner import recommend as plan
+    from .plan.planner import recommend as plan
 
     return plan(portrait, constraints, **options)
 
@@ -132,7 +132,7 @@ def simulate(plan, arrivals_s, service_times=None, **options):
     from .simulator import simulate as run
 
     if isinstance(plan, (str, _os.PathLike)):
-        from .pipeline import load
+        from .pipeline.config import load
 
         plan = load(plan)
     return run(plan, arrivals_s, service_times, **options)
@@ -142,7 +142,7 @@ def __getattr__(name: str):
     # Recorder and RecorderStats live with the flusher; importing them on demand keeps
     # ``import loadprobe`` free of anything but the standard library.
     if name in ("Recorder", "RecorderStats"):
-        from . import _recorder
+        from .record import recorder as _recorder
 
         return getattr(_recorder, name)
     if name == "Portrait":

@@ -36,7 +36,7 @@ from urllib.request import urlopen
 import numpy as np
 
 from ._errors import LoadprobeError
-from .plan_sim import STRESS
+from .plan.simulation import STRESS
 
 SERVICE = "vision"
 BURST_AT, BURST_S, BURST_X = 0.62, 0.08, 2.5  # burst start and length (fractions of the run), rate multiple
@@ -50,7 +50,7 @@ PRODUCTION_X = 2
 
 def schedule(seconds: float, rate: float, *, seed: int = 0) -> np.ndarray:
     """Arrival offsets: a compressed day (peak 2x the mean mid-run) plus a 2.5x burst near 62%."""
-    from . import load
+    from .load import generator as load
 
     day = load.diurnal(rate, duration=seconds, peak_to_mean=2.0, seed=seed)
     start, length = BURST_AT * seconds, max(1.0, BURST_S * seconds)
@@ -67,7 +67,7 @@ def run_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 60.0
     except ImportError as exc:
         raise LoadprobeError(f"the demo needs the sample's dependencies ({exc.name} is missing): "
                              "run pip install 'loadprobe[demo]'") from None
-    from . import load
+    from .load import generator as load
 
     run_dir = _new_run_dir(Path(out))
     data, client = run_dir / "data", run_dir / "client"
@@ -99,7 +99,7 @@ def _interrupt(signum, frame):
 
 def analyse(data: Path, run_dir: Path, *, echo=print) -> dict[str, Path]:
     """Every analysis step that exists, on the recording; returns the outputs' paths."""
-    from .analysis import analyze
+    from .analysis.run import analyze
     from .reports.summary import render
 
     portrait = analyze([str(data)], device=ROOFLINE_DEVICE)
@@ -135,7 +135,7 @@ def _html(portrait, report: Path, outputs: dict) -> Path:
 def production_rate(portrait) -> tuple[float, str]:
     """The rate the demo's plan is sized for, ``PRODUCTION_X`` times what the host CPU alone carries
     (never below the recorded peak), and why."""
-    from .planner import host_cpu_capacity
+    from .plan.planner import host_cpu_capacity
 
     if portrait.traffic is None or not portrait.traffic.peak_rps:
         raise LoadprobeError("the demo's recording has no request rate: the server answered no request")
@@ -159,7 +159,7 @@ def _simulate(sent: Path, data: Path, portrait, report: Path, plans: Path, speed
     recorded in ``data``."""
     import json
 
-    from .load import arrivals, replay
+    from .load.generator import arrivals, replay
     from .simulator.compare import read_plans, simulate_plans
 
     offsets = replay(arrivals(str(sent)), speed=speed)
@@ -178,7 +178,7 @@ def _align(report: Path, echo) -> dict[str, Path]:
         from .samples.vision.model import calibration_batch, ensure_models
     except ImportError:  # analysing without the sample's dependencies: no check, the plan stays FP16
         return {}
-    from .align import align, write_align
+    from .align.compare import align, write_align
     from .cli.align import render
 
     fp32, int8 = ensure_models()
@@ -195,10 +195,10 @@ def _recommend(portrait, report: Path, echo, align: Path | None = None) -> dict[
     production rate, with the backbone's precision from its INT8 check."""
     import json
 
-    from .constraints import Constraints
-    from .pipeline import save
-    from .plan_files import plan_dict, render
-    from .planner import recommend
+    from .plan.constraints import Constraints
+    from .pipeline.config import save
+    from .plan.files import plan_dict, render
+    from .plan.planner import recommend
 
     rate, why = production_rate(portrait)
     constraints = Constraints.parse(engines=LINEUP, min_rps=rate, align=[align] if align else ())

@@ -30,8 +30,8 @@ import pyarrow.parquet as pq  # noqa: E402
 import pytest  # noqa: E402
 
 import loadprobe  # noqa: E402
-from loadprobe import _probe  # noqa: E402
-from loadprobe._segments import read_stream  # noqa: E402
+from loadprobe.record import probe as _probe  # noqa: E402
+from loadprobe.record.segments import read_stream  # noqa: E402
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import loadprobe
-from loadprobe._segments import iter_stream
+from loadprobe.record.segments import iter_stream
 from loadprobe.cli import main
 
 from .conftest import record_and_crash

@@ -72,7 +72,7 @@ def test_the_c_map_kernel_is_built_wherever_a_compiler_is():
 
     import pytest
 
-    from loadprobe import partials
+    from loadprobe.analysis import partials
 
     if not any(shutil.which(cc) for cc in ("cc", "gcc", "clang")):
         pytest.skip("no C compiler here: the install skips the optional kernel and analysis uses numpy")

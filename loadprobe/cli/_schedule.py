@@ -67,7 +67,7 @@ def build_schedule(*, rate, process, peak_to_mean, burst_rate, on_s, off_s, repl
     ``other`` is ``loadprobe load``'s closed loop: ``"--concurrency"`` when chosen (then
     ``offsets`` is None), ``None`` when it could have been; ``False`` where there is none.
     """
-    from .. import load as lg
+    from ..load import generator as lg
 
     ways = [name for name, given in ((f"--{process}", process), ("--replay", replay), (other, other)) if given]
     if len(ways) > 1:

@@ -38,7 +38,7 @@ def analyze(data, output, as_json, no_html, since, until, service, host, device,
         loadprobe analyze loadprobe-data/ --device nvidia-l4
     """
     from .._errors import LoadprobeError
-    from ..analysis import analyze as run_analysis
+    from ..analysis.run import analyze as run_analysis
     from ..reports.summary import render
 
     html_path = Path(output) / "portrait.html"

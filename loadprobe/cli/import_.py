@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 # Kept literal so that ``loadprobe --help`` does not load pyarrow; tests check them
-# against loadprobe.importer.PRESETS and UNITS.
+# against loadprobe.record.importer.PRESETS and UNITS.
 _PRESETS = ["azure-llm-2023", "mooncake"]
 _UNITS = ["s", "ms", "us", "ns"]
 
@@ -44,7 +44,7 @@ def import_command(files, output, preset, ts_col, latency_col, stage_col, batch_
         loadprobe import --preset azure-llm-2023 AzureLLMInferenceTrace_code.csv
         loadprobe import requests.csv --ts-col start --latency-col latency_ms --stage-col route
     """
-    from ..importer import import_log
+    from ..record.importer import import_log
 
     for path in files:
         result = import_log(

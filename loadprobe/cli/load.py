@@ -43,7 +43,7 @@ def load(url, concurrency, method, body, body_file, headers, timeout, connection
         loadprobe load http://127.0.0.1:8000/ --replay AzureLLMInferenceTrace_code.csv --speed 1.5
         loadprobe load http://127.0.0.1:8000/ --concurrency 16 --duration 30
     """
-    from .. import load as lg
+    from ..load import generator as lg
 
     if body is not None and body_file:
         raise LoadprobeError("give --body or --body-file, not both")

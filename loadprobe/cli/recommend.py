@@ -48,10 +48,10 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_bu
     """
     from .._errors import LoadprobeError
     from ..catalog import load_catalog
-    from ..constraints import Constraints
-    from ..pipeline import save
-    from ..plan_files import plan_dict, render
-    from ..planner import recommend as make_plan
+    from ..plan.constraints import Constraints
+    from ..pipeline.config import save
+    from ..plan.files import plan_dict, render
+    from ..plan.planner import recommend as make_plan
 
     path = Path(output)
     plans_path = path.with_name("plans.json")
@@ -87,6 +87,6 @@ def _portrait(source: list[str], catalogs):
 
     if len(source) == 1 and source[0].endswith(".json") and Path(source[0]).is_file():
         return Portrait.load(source[0])
-    from ..analysis import analyze
+    from ..analysis.run import analyze
 
     return analyze(source, catalog=catalogs)

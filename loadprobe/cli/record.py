@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from .. import _env
+from ..record import env as _env
 from .._errors import LoadprobeError
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -62,7 +62,7 @@ def record(output, service, tags, sample_interval, no_devices, command):
     supervisor = None
     try:
         if not no_devices:
-            from .._recorder import Recorder
+            from ..record.recorder import Recorder
 
             supervisor = Recorder(out, service=service, tags=_env.parse_tags(",".join(tags)),
                                   sample_interval_s=sample_interval, record_spans=False,
@@ -111,9 +111,9 @@ def service_name(command) -> str:
 
 def recover_finished_runs(out: Path) -> int:
     """Finish the segment files of every run under ``out`` whose process has ended."""
-    from .._inventory import host_name
-    from .._recorder import run_is_dead
-    from .._segments import recover_run
+    from ..record.inventory import host_name
+    from ..record.recorder import run_is_dead
+    from ..record.segments import recover_run
 
     written = 0
     for run_json in sorted((out / host_name()).glob("*/*/run.json")):

@@ -61,7 +61,7 @@ def report(sources, output, force, plans_path, pipeline_path, no_plan, simulatio
     simulation = _simulation(simulation_path) if simulation_path else None
     if aligns and len(sources) == 2:
         raise LoadprobeError("--align applies to a single-run report; give one SOURCE")
-    from ..align import load_evidence
+    from ..align.compare import load_evidence
 
     checks = [load_evidence(a) for a in aligns]  # before any analysis: a bad file fails fast
     portraits = [_portrait(s, device, precision, catalogs) for s in sources]
@@ -87,7 +87,7 @@ def _simulation(path: str) -> dict:
 
 def _portrait(source: str, device, precision, catalogs):
     """(Portrait, the portrait.json it came from or None when analysed now)."""
-    from ..analysis import analyze
+    from ..analysis.run import analyze
     from ..portrait import Portrait
 
     candidate = Path(source)
@@ -119,7 +119,7 @@ def _plan(portrait_file: Path | None, plans_path, pipeline_path):
         if pipeline_path:
             raise LoadprobeError("--pipeline needs the plan it belongs to: pass --plans plans.json too")
         return None, None, ""
-    from ..plan_files import read_plans_json
+    from ..plan.files import read_plans_json
 
     plans_path = Path(plans_path)
     plans = read_plans_json(plans_path)

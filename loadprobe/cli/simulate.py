@@ -48,7 +48,7 @@ def simulate(plan, service_times, service_time_overrides, errors, outside, sync,
         loadprobe simulate pipeline.yaml --poisson --rate 300 --service-time backbone@npu0=lognormal:3:5
     """
     # Imported here so that ``loadprobe --help`` stays light.
-    from ..constraints import parse_prices
+    from ..plan.constraints import parse_prices
     from ..simulator import parse_override
     from ..simulator.compare import read_plans, simulate_plans
 
@@ -59,7 +59,7 @@ def simulate(plan, service_times, service_time_overrides, errors, outside, sync,
 
     @functools.lru_cache(maxsize=1)
     def portrait():  # analysed once, and only when a plan moves a stage off its recorded engine
-        from ..analysis import analyze
+        from ..analysis.run import analyze
 
         return analyze([service_times])
 

@@ -27,8 +27,8 @@ from collections import deque
 from time import perf_counter_ns
 from typing import Any, Callable
 
-from .._probe import record_span, status_of
-from ..pipeline import EngineConfig, StageConfig
+from ..record.probe import record_span, status_of
+from ..pipeline.config import EngineConfig, StageConfig
 from .errors import Rejected, explain, timed_out
 from .policy import Admission, SlidingWindow, admission
 from .workers import Workers

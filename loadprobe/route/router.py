@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import _probe
+from ..record import probe as _probe
 from .._errors import LoadprobeError
-from ..pipeline import PipelineConfig, StageConfig
-from ..pipeline import load as load_pipeline
+from ..pipeline.config import PipelineConfig, StageConfig
+from ..pipeline.config import load as load_pipeline
 from .canary import CanarySplit
 from .engine import Engine, Lane
 from .errors import Rejected

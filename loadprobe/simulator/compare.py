@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import LoadprobeError
-from ..pipeline import PipelineConfig
-from ..plan_files import read_plans_json, text_table as _table
+from ..pipeline.config import PipelineConfig
+from ..plan.files import read_plans_json, text_table as _table
 from .result import SimulationResult
 
 __all__ = ["Comparison", "read_plans", "simulate_plans"]
@@ -30,7 +30,7 @@ VERSION = "1.0"
 
 def read_plans(path: str | Path) -> list[tuple[str, PipelineConfig]]:
     """``[(name, config)]``: one plan for a pipeline.yaml, every feasible option of a plans.json."""
-    from .. import pipeline
+    from ..pipeline import config as pipeline
 
     path = Path(path)
     if path.suffix != ".json":

@@ -10,7 +10,7 @@ Why it exists: speed. ``events.Simulation`` spends ~3 us of CPython per stage vi
 object, a heap tuple, half a dozen method calls); this loop runs the very same algorithm over
 numpy arrays in compiled code, ~0.2 us a visit. events.py is the reference: every rule here
 mirrors a method there (the names match: ``_run``, ``_pump``, ``_ready_lane``, ``_take``,
-``_start``, ``_on_done``, ``_failed``, ...), and tests/test_simulate_compiled.py checks over
+``_start``, ``_on_done``, ``_failed``, ...), and tests/simulator/test_simulate_compiled.py checks over
 many generated plans that the two give identical ``SimulationResult``s. Change one, change both.
 
 What is mirrored, exactly:

@@ -36,7 +36,7 @@ from array import array
 from collections import deque
 from collections.abc import Mapping, Sequence
 
-from ..pipeline import PipelineConfig
+from ..pipeline.config import PipelineConfig
 from ..route.policy import Admission, Breaker, FailoverCap, RetryBudget, admission, steer
 from .servicetimes import ServiceTime
 

@@ -20,7 +20,7 @@ the recorded tails, modes and outliers carry over unchanged.
   whatever its batch column says (a per-request batch counts boxes or tokens, not requests).
 - **Engine.** On the engine the stage was recorded on (same kind, and the same catalog device
   when both are named), times are used as they are. On another engine every time is multiplied
-  by the ratio of the roofline estimate (``loadprobe.servicetime``, the same estimate
+  by the ratio of the roofline estimate (``loadprobe.plan.servicetime``, the same estimate
   ``loadprobe recommend`` uses) to the measured median at the plan's batch size, so the
   recorded shape of the distribution is kept and only its level moves. ``how`` says which.
 - Stages of the plan that were not recorded fall back to their ``service_time_ms``
@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..pipeline import PipelineConfig
+from ..pipeline.config import PipelineConfig
 from .servicetimes import Overrides, ServiceTime, from_config
 
 __all__ = ["Recorded", "RecordedTimes", "from_recording", "outside_stages", "read_self_times"]
@@ -131,8 +131,8 @@ def read_self_times(data) -> Recorded:
     ``data``: a directory, file or list of them, as ``loadprobe analyze`` takes. Spans without an
     engine count as ``cpu``; without a batch as 1. Children are subtracted within their run.
     """
-    from ..dataset import discover, file_refs
-    from ..partials import _read  # analysis's reader: Parquet and unfinished streams, version-checked
+    from ..analysis.dataset import discover, file_refs
+    from ..analysis.partials import _read  # analysis's reader: Parquet and unfinished streams, version-checked
 
     runs, _skipped = discover(data if isinstance(data, (list, tuple)) else [data])
     groups: dict[tuple[str, str, int], list[np.ndarray]] = {}
@@ -222,7 +222,7 @@ def from_recording(config: PipelineConfig, data, overrides: Overrides | None = N
     ``recorded`` is ``read_self_times(data)`` when already read (several plans, one recording).
     """
     from ..catalog import load_catalog
-    from ..servicetime import StageProfile, _kind_of_engine, service_time
+    from ..plan.servicetime import StageProfile, _kind_of_engine, service_time
 
     recorded = (recorded or read_self_times(data)).times
     catalog = catalog or load_catalog()
@@ -250,7 +250,7 @@ def from_recording(config: PipelineConfig, data, overrides: Overrides | None = N
             sampler.how = f"measured: {recorded_at}"
             return sampler
         if found["portrait"] is None:
-            from ..analysis import analyze
+            from ..analysis.run import analyze
 
             found["portrait"] = analyze(data if isinstance(data, (list, tuple)) else [data])
         elif callable(found["portrait"]):

@@ -29,8 +29,8 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from .._errors import LoadprobeError
-from ..pipeline import PipelineConfig
-from ..queueing import Z95
+from ..pipeline.config import PipelineConfig
+from ..plan.queueing import Z95
 
 __all__ = ["ServiceTime", "constant", "draw_block", "exponential", "from_config", "lognormal", "parse_override"]
 

@@ -1,0 +1,107 @@
+"""``loadprobe.analyze``, implemented: from recorded data to a Portrait (discover -> map -> merge -> finalize).
+
+Usage::
+
+    import loadprobe
+    portrait = loadprobe.analyze(["data/"], device="nvidia-l4")
+    portrait.save("loadprobe-report/portrait.json")
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from .._errors import LoadprobeError
+from .dataset import describe_skipped, discover, file_refs
+from .executors import run_map
+from .finalize import build_portrait
+from .partials import KERNELS, Filters, hosts_may_share_request_ids, kernel_available
+from ..portrait import Portrait
+
+
+def parse_time(value, option: str) -> int | None:
+    """Epoch ns from an ISO-8601 time (UTC when naive), epoch seconds, or a datetime."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        moment = value
+    else:
+        text = str(value).strip()
+        try:
+            return int(float(text) * 1e9)
+        except ValueError:
+            pass
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise LoadprobeError(f"{option} {text!r}: expected an ISO time like 2026-12-02T10:00:00Z "
+                                 "or epoch seconds") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1e9)
+
+
+def analyze(paths, *, since=None, until=None, service: str | None = None, host: str | None = None,
+            device: str | None = None, precision: str | None = None, catalog=(), engine: str = "inprocess",
+            workers: int = 1, scheduler: str | None = None, progress=None, kernel: str = "auto") -> Portrait:
+    """The load portrait of the data under ``paths`` (directories, globs or URIs).
+
+    ``device`` names a catalog entry for the roofline (default: the recorded GPU or CPU
+    when the catalog knows it); ``catalog`` adds device files. ``engine``: "inprocess",
+    "process" (``workers`` processes) or "dask" (a local cluster, or ``scheduler``).
+    ``kernel``: how each file is aggregated: "auto" (the compiled C kernel when it was built at
+    install, else numpy), "compiled" or "numpy"; all give identical portraits.
+    """
+    if isinstance(paths, str):
+        paths = [paths]
+    if kernel not in KERNELS:
+        raise LoadprobeError(f"kernel {kernel!r} is not one of {', '.join(KERNELS)}")
+    if kernel == "compiled" and not kernel_available():
+        raise LoadprobeError("kernel 'compiled' needs loadprobe's C kernel, built at install when a C compiler "
+                             "is present (reinstall with one); kernel 'auto' uses numpy without it")
+    since_ns, until_ns = parse_time(since, "--since"), parse_time(until, "--until")
+    if since_ns is not None and until_ns is not None and since_ns >= until_ns:
+        raise LoadprobeError(f"--since {since} is not before --until {until}")
+    runs, skipped = discover(paths, service=service, host=host)
+    refs = file_refs(runs)
+    # The cross-host clock check compares requests seen on several hosts, so it needs the request
+    # ids; with one host, or when the files' footers prove that no two hosts share an id (each
+    # host's id ranges are disjoint from every other's), it can find nothing and they are not decoded.
+    sample_skew = len({r.host for r in runs}) > 1 and hosts_may_share_request_ids(refs)
+    filters = Filters(since_ns, until_ns, sample_skew=sample_skew, kernel=kernel)
+    windows = {r.run_id: (r.info["started_ns"], r.info.get("stopped_ns"))
+               for r in runs if isinstance(r.info.get("started_ns"), int) and r.info.get("role") != "imported"}
+    part = run_map(refs, filters, windows, engine=engine, workers=workers, scheduler=scheduler,
+                   progress=progress)
+    if not {ref.path for ref in refs if ref.kind == "spans"} & set(part.files):
+        # Device samples alone make no portrait: without spans there is nothing to analyse.
+        reasons = {**skipped, **part.skipped}
+        why = (f"{len(reasons):,} file(s) skipped: {describe_skipped(reasons)}" if reasons else
+               "only device samples (samples-*.parquet), no spans-*.parquet")
+        raise LoadprobeError(f"{', '.join(map(str, paths))}: no readable span data ({why}); fix or replace those "
+                             "files, or record again with 'loadprobe record'")
+    return build_portrait(part, runs, inputs=list(paths), device=_roofline_device(device, runs, catalog),
+                          precision=precision, dataset_skipped=skipped)
+
+
+def _roofline_device(device: str | None, runs, catalog_files):
+    try:
+        from ..catalog import load_catalog
+    except ImportError:  # pragma: no cover - the catalog ships with the package
+        return None
+    catalog = load_catalog(*catalog_files)
+    if device:
+        return catalog.get(device)
+    for run in runs:
+        hardware = run.info.get("hardware") or {}
+        for gpu in hardware.get("gpus") or []:
+            match = catalog.match(str(gpu.get("name", "")))
+            if match is not None:
+                return match
+    for run in runs:
+        model = ((run.info.get("hardware") or {}).get("cpu") or {}).get("model")
+        if model:
+            match = catalog.match(str(model))
+            if match is not None:
+                return match
+    return None

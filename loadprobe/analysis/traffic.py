@@ -1,0 +1,95 @@
+"""The arrival curve: request-rate series, peaks and valleys, burstiness, hour-of-day profile."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+
+import numpy as np
+
+from ..portrait import Traffic, Window
+
+
+def bucket_for(duration_s: float) -> int:
+    """Per second up to 3 hours, per minute up to 2 days, per hour up to 90 days, per day beyond."""
+    if duration_s <= 3 * 3600:
+        return 1
+    if duration_s <= 2 * 86400:
+        return 60
+    return 3600 if duration_s <= 90 * 86400 else 86400
+
+
+def iso(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def build_traffic(arrivals: dict, source: str, gaps: list) -> Traffic | None:
+    """``arrivals``: epoch second -> requests started; ``gaps``: [n, Σgap, Σgap²] per run and file.
+
+    Computed from the seconds that have arrivals, never an array over every second of the span:
+    spans far apart in time (two runs years apart, a stray timestamp) cost no more memory.
+    """
+    if not arrivals:
+        return None
+    seconds = np.fromiter(arrivals.keys(), dtype=np.int64, count=len(arrivals))
+    per_second = np.fromiter(arrivals.values(), dtype=np.int64, count=len(arrivals))
+    first, last = int(seconds.min()), int(seconds.max())
+    duration = last - first + 1
+    bucket = bucket_for(duration)
+    n_buckets = -(-duration // bucket)
+    counts = np.zeros(n_buckets, dtype=np.int64)
+    np.add.at(counts, (seconds - first) // bucket, per_second)
+    total = int(per_second.sum())
+    mean_rps = total / duration
+    # The last bucket may be partial: peaks and valleys are read over whole buckets when there are any.
+    whole = counts[:-1] if n_buckets > 1 and duration % bucket else counts
+    peak_i, valley_i = int(np.argmax(whole)), int(np.argmin(whole))
+    peak_rps = float(whole[peak_i]) / bucket
+
+    def window(i: int) -> Window:
+        start = first + i * bucket
+        return Window(iso(start), iso(start + bucket), float(whole[i]) / bucket)
+
+    hour_profile = None
+    if duration >= 86400:
+        sums = np.bincount((seconds // 3600) % 24, weights=per_second, minlength=24)
+        hours = np.arange(first // 3600, last // 3600 + 1, dtype=np.int64)  # the seconds of each UTC hour in the span
+        covered = np.minimum((hours + 1) * 3600, last + 1) - np.maximum(hours * 3600, first)
+        spanned = np.bincount(hours % 24, weights=covered, minlength=24)
+        hour_profile = [float(s / c) if c else None for s, c in zip(sums, spanned)]
+    n = math.fsum(g[0] for g in gaps)
+    cv = None
+    if n > 1:
+        mean_gap = math.fsum(g[1] for g in gaps) / n
+        var = max(0.0, math.fsum(g[2] for g in gaps) / n - mean_gap * mean_gap)
+        cv = math.sqrt(var) / mean_gap if mean_gap > 0 else None
+    return Traffic(
+        source=source,
+        requests=total,
+        duration_s=float(duration),
+        bucket_s=bucket,
+        series=[[first + i * bucket, int(c)] for i, c in enumerate(counts)],
+        mean_rps=mean_rps,
+        peak_rps=peak_rps,
+        peak_to_mean=peak_rps / mean_rps if mean_rps else None,
+        peak_window=window(peak_i),
+        valley_window=window(valley_i),
+        hour_of_day=hour_profile,
+        interarrival_cv=cv,
+        dispersion_index={"1s": _dispersion(seconds - first, per_second, 1, duration),
+                          "60s": _dispersion(seconds - first, per_second, 60, duration)},
+    )
+
+
+def _dispersion(offsets: np.ndarray, counts: np.ndarray, size: int, duration: int) -> float | None:
+    """Index of dispersion (variance / mean) of arrivals per whole ``size``-second window from the
+    first second: 1 for Poisson, above for bursts. The windows without arrivals add (0 - mean)² each."""
+    windows = duration // size
+    keep = offsets < windows * size
+    index, inverse = np.unique(offsets[keep] // size, return_inverse=True)
+    sums = np.bincount(inverse, weights=counts[keep], minlength=len(index))
+    if windows < 2 or not sums.sum():
+        return None
+    mean = sums.sum() / windows
+    variance = (((sums - mean) ** 2).sum() + (windows - len(index)) * mean * mean) / windows
+    return float(variance / mean)

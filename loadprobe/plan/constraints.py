@@ -1,0 +1,189 @@
+"""What the team has and needs: engines, latency SLO, throughput, power budget, precision policy.
+
+Usage::
+
+    c = Constraints.parse(engines="cpu,gpu:nvidia-l4x2,npu:ascend-310p", slo_p95_ms=200,
+                          precision=["int8-ok", "head=fp16-only"])
+    c.engines[1]          # EngineSpec(kind="gpu", device="nvidia-l4", count=2, name="gpu0")
+    c.precision_for("backbone")   # "int8-ok"
+    Constraints.parse(align=["align.json"])     # a stage's precision from loadprobe align's verdict
+
+Every figure is optional: a plan made without an SLO keeps the recorded p95, without
+``min_rps`` sizes for the recorded peak rate, without a power budget ignores power.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .._errors import LoadprobeError
+
+DEFAULT_ENGINES = "cpu,gpu:nvidia-l4,npu:ascend-310p"
+"""The seeds' line-up, used when the team names none: a host CPU, a small GPU and an NPU."""
+
+POLICIES = ("fp16-only", "int8-ok")
+MAX_UNITS = 4096  # pipeline.yaml's limit on an engine's count
+_KIND = re.compile(r"(cpu|gpu|npu)(?:x(\d+))?")  # "gpu", "gpux2"
+_COUNTED = re.compile(r"(.+?)x(\d+)")  # "nvidia-l4x2"
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """An engine the team has: a kind, optionally a catalog device, and how many."""
+
+    kind: str
+    device: str | None = None
+    count: int = 1
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Constraints:
+    engines: tuple[EngineSpec, ...]
+    slo_p95_ms: float | None = None
+    slo_p99_ms: float | None = None
+    min_rps: float | None = None
+    power_budget_w: float | None = None
+    precision: str = "fp16-only"
+    precision_by_stage: dict = field(default_factory=dict)
+    years: float = 3.0
+    price_per_kwh: float = 0.15
+    prices: dict = field(default_factory=dict)  # catalog id -> purchase price per unit
+    changes_often: frozenset = frozenset()  # stages whose model is replaced often (kept off NPUs)
+    align: dict = field(default_factory=dict)  # stage -> align.AlignEvidence: the verdict of loadprobe align
+
+    def precision_for(self, stage: str) -> str:
+        evidence = self.align.get(stage)
+        if evidence is not None:
+            return evidence.policy
+        return self.precision_by_stage.get(stage, self.precision)
+
+    def keep_fp16_for(self, stage: str) -> tuple:
+        """The layers loadprobe align says to keep in FP16 when ``stage`` runs INT8."""
+        evidence = self.align.get(stage)
+        return tuple(evidence.keep_fp16) if evidence is not None else ()
+
+    @classmethod
+    def parse(cls, *, engines: str | None = None, slo_p95_ms=None, slo_p99_ms=None, min_rps=None,
+              power_budget_w=None, precision=(), years: float = 3.0, price_per_kwh: float = 0.15,
+              prices=(), changes_often=(), align=(), catalog=None) -> Constraints:
+        """Build from CLI-style strings; a LoadprobeError names the bad part and what is allowed.
+
+        ``align``: align.json files (or ``align.AlignEvidence``), one per stage.
+        """
+        specs = parse_engines(engines or DEFAULT_ENGINES, catalog)
+        default, by_stage = parse_precision(precision)
+        evidence = parse_align(align, by_stage)
+        for option, value in (("--slo-p95-ms", slo_p95_ms), ("--slo-p99-ms", slo_p99_ms), ("--min-rps", min_rps),
+                              ("--power-budget-w", power_budget_w), ("--years", years),
+                              ("--price-per-kwh", price_per_kwh)):
+            if value is not None and not value > 0:
+                raise LoadprobeError(f"{option} {value:g} must be a positive number")
+        changing = frozenset(n.strip() for v in changes_often for n in str(v).split(",") if n.strip())
+        return cls(specs, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, default, by_stage, float(years),
+                   float(price_per_kwh), parse_prices(prices, catalog), changing, evidence)
+
+
+def parse_engines(text: str, catalog=None) -> tuple[EngineSpec, ...]:
+    """``"cpu,gpu:nvidia-l4x2,npu:ascend-310p"`` -> engine specs named cpu, gpu0, npu0, ...
+
+    A device must be in the hardware catalog and of the stated kind.
+    """
+    if catalog is None:
+        from ..catalog import load_catalog
+
+        catalog = load_catalog()
+    known_ids = set(catalog.ids())
+    specs: list[EngineSpec] = []
+    per_kind: dict[str, int] = {}
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            continue
+        head, _, device = part.partition(":")
+        m = _KIND.fullmatch(head)
+        if m is None:
+            raise LoadprobeError(f"--engines: cannot read {part!r}; write KIND[:DEVICE][xN] with KIND cpu, gpu or "
+                                 "npu, e.g. cpu,gpu:nvidia-l4x2,npu:ascend-310p")
+        kind, count = m.group(1), int(m.group(2) or 1)
+        counted = _COUNTED.fullmatch(device)
+        if device and device not in known_ids and counted:
+            device, count = counted.group(1), int(counted.group(2))
+        device = device or None
+        if device is not None:
+            if device not in known_ids:
+                known = ", ".join(d.id for d in catalog if d.kind == kind)
+                raise LoadprobeError(f"--engines: {device!r} is not in the hardware catalog; known {kind}s: {known} "
+                                     "(add your own with --catalog, see docs/catalog.md)")
+            entry = catalog.get(device)
+            if entry.kind != kind:
+                raise LoadprobeError(f"--engines: {device} is a {entry.kind}, not a {kind}; write {entry.kind}:{device}")
+        if not 1 <= count <= MAX_UNITS:
+            raise LoadprobeError(f"--engines: {part!r} has a count of {count}; write x1 to x{MAX_UNITS}")
+        n = per_kind.get(kind, 0)
+        per_kind[kind] = n + 1
+        name = "cpu" if kind == "cpu" and n == 0 else f"{kind}{n}"
+        specs.append(EngineSpec(kind, device, count, name))
+    if not specs:
+        raise LoadprobeError("--engines is empty; name at least one engine, e.g. --engines cpu")
+    if not any(s.kind == "cpu" for s in specs):
+        specs.insert(0, EngineSpec("cpu", None, 1, "cpu"))  # every accelerator has a host CPU
+    return tuple(specs)
+
+
+def parse_precision(values) -> tuple[str, dict]:
+    """``["int8-ok", "head=fp16-only"]`` -> ("int8-ok", {"head": "fp16-only"})."""
+    default, by_stage = "fp16-only", {}
+    for value in values or ():
+        stage, _, policy = str(value).rpartition("=")
+        if policy not in POLICIES:
+            raise LoadprobeError(f"--precision {value!r}: the policy must be one of {', '.join(POLICIES)} "
+                                 "(per stage: --precision backbone=int8-ok)")
+        if stage:
+            by_stage[stage] = policy
+        else:
+            default = policy
+    return default, by_stage
+
+
+def parse_align(values, precision_by_stage: dict | None = None) -> dict:
+    """align.json files (or evidence already read) -> {stage: AlignEvidence}, one file per stage."""
+    if not values:
+        return {}
+    from ..align.compare import AlignEvidence, load_evidence
+
+    out: dict = {}
+    for value in values or ():
+        evidence = value if isinstance(value, AlignEvidence) else load_evidence(value)
+        if evidence.stage in out:
+            raise LoadprobeError(f"--align {evidence.source}: stage {evidence.stage!r} already has "
+                                 f"{out[evidence.stage].source}; give one align.json per stage")
+        if evidence.stage in (precision_by_stage or {}):
+            raise LoadprobeError(f"--precision {evidence.stage}={precision_by_stage[evidence.stage]} and --align "
+                                 f"{evidence.source} both set {evidence.stage!r}'s precision; give one of them")
+        out[evidence.stage] = evidence
+    return out
+
+
+def parse_prices(values, catalog=None) -> dict:
+    """``["nvidia-l4=2500"]`` -> {"nvidia-l4": 2500.0}: purchase prices per unit, any currency.
+
+    A device must be in the hardware catalog (default: the built-in one).
+    """
+    if values and catalog is None:
+        from ..catalog import load_catalog
+
+        catalog = load_catalog()
+    prices = {}
+    for value in values or ():
+        device, _, amount = str(value).partition("=")
+        if device.strip() not in set(catalog.ids()):
+            raise LoadprobeError(f"--price {value!r}: {device.strip()!r} is not in the hardware catalog; known "
+                                 f"devices: {', '.join(catalog.ids())} (add your own with --catalog)")
+        try:
+            prices[device.strip()] = float(amount)
+        except ValueError:
+            raise LoadprobeError(f"--price {value!r}: write DEVICE=AMOUNT, e.g. --price nvidia-l4=2500") from None
+        if not prices[device.strip()] >= 0:
+            raise LoadprobeError(f"--price {value!r}: the amount must be zero or more")
+    return prices

@@ -1,0 +1,240 @@
+"""A plan as files and tables: pipeline.yaml (through the schema), plans.json, the terminal summary.
+
+Usage::
+
+    config = to_pipeline(plan)                 # a validated PipelineConfig
+    json.dumps(plan_dict(plan))                # plans.json
+    print(render(plan))                        # the table ``loadprobe recommend`` prints
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+ESTIMATE_LABEL = ("simulated estimate: each plan's pipeline replayed by loadprobe simulate under Poisson arrivals at "
+                  "the sizing rate, service times drawn from the plan's estimates; capacity and power from the "
+                  "M/M/c model")
+
+
+_NUMBER = {"type": ["number", "null"]}
+_TEXT = {"type": ["string", "null"]}
+_TEXTS = {"type": ["array", "null"], "items": {"type": "string"}}
+_OPTION = {"type": "object", "properties": {
+    "name": {"type": "string"}, "feasible": {"type": "boolean"}, "meets_slo": {"type": ["boolean", "null"]},
+    "notes": _TEXTS, "pipeline": {"type": ["object", "null"]},
+    "estimate": {"type": ["object", "null"], "properties": {key: _NUMBER for key in (
+        "p50_ms", "p95_ms", "p99_ms", "max_rps", "power_w", "energy_per_request_j")}},
+    "tco": {"type": ["object", "null"], "properties": {"total": _NUMBER}},
+    "stages": {"type": ["array", "null"], "items": {"type": "object", "properties": {
+        "stage": _TEXT, "engine": {"type": "string"}, "device": _TEXT, "precision": {"type": "string"},
+        "batch": {"type": ["integer", "null"]}, "window_ms": _NUMBER, "timeout_ms": _NUMBER,
+        "max_concurrency": {"type": ["integer", "null"]}, "why": {"type": ["object", "null"]},
+        "fallback": {"type": ["object", "null"], "properties": {"engine": _TEXT, "max_ratio": _NUMBER}},
+        "service_time_ms": {"type": ["object", "null"], "properties": {"p50_ms": _NUMBER, "source": _TEXT}}}}}}}
+_ALIGN = {"type": "object", "required": ["stage"], "properties": {  # a stage's AlignEvidence, as the report shows it
+    "stage": {"type": "string"}, "text": _TEXT, "decision": _TEXT, "basis": _TEXT, "keep_fp16": _TEXTS,
+    "samples": {"type": ["integer", "null"]},
+    "output": {"type": ["object", "null"], "properties": {"layer": _TEXT, "sqnr_db": _NUMBER, "cosine": _NUMBER}},
+    "thresholds": {"type": ["object", "null"], "properties": {"min_sqnr_db": _NUMBER}},
+    "layers": {"type": ["array", "null"], "items": {"type": "object", "required": ["name"], "properties": {
+        "name": {"type": "string"}, "op": _TEXT, "rank": {"type": ["integer", "null"]}, "nodes": _TEXTS,
+        **{key: _NUMBER for key in ("sqnr_db", "cosine", "rel_l2", "error_share")}}}}}}
+PLANS_SCHEMA = {
+    "type": "object", "required": ["recommended"],
+    "properties": {
+        "recommended": _OPTION, "alternatives": {"type": "array", "items": _OPTION},
+        **{key: _TEXT for key in ("service", "scenario", "scenario_why", "sizing_why", "estimates_are", "verdict")},
+        "sizing_rate_rps": _NUMBER, "slo_p95_ms": _NUMBER,
+        "constraints": {"type": ["object", "null"], "properties": {
+            "years": _NUMBER, "align": {"type": ["object", "null"], "additionalProperties": _ALIGN}}},
+    },
+}
+"""What readers of plans.json (``loadprobe report``, ``loadprobe simulate``) use, in the types they use it."""
+
+
+def read_plans_json(path) -> dict:
+    """plans.json's content, checked against PLANS_SCHEMA: a LoadprobeError names the file and the field."""
+    from .._errors import LoadprobeError, read_json, shape_problem
+
+    hint = "give the plans.json that loadprobe recommend writes"
+    document = read_json(path, str(path), hint)
+    problem = shape_problem(document, PLANS_SCHEMA)
+    if problem is not None:
+        raise LoadprobeError(f"{path}: not a plans.json from loadprobe recommend ({problem}); {hint}")
+    return document
+
+
+def pipeline_dict(plan, option=None) -> dict:
+    """An option (default: the recommended one) in pipeline.yaml v1 form, every decision's why included."""
+    option = option or plan.recommended
+    slo = {}
+    if plan.constraints.slo_p95_ms or plan.slo_p95_ms:
+        slo["p95_ms"] = _num(plan.constraints.slo_p95_ms or plan.slo_p95_ms)
+    if plan.constraints.slo_p99_ms:
+        slo["p99_ms"] = _num(plan.constraints.slo_p99_ms)
+    slo["min_rps"] = _num(plan.rate_rps)
+    engines = {}
+    for name, e in option.engines.items():
+        entry = {"kind": e["kind"]}
+        if e["device"]:
+            entry["device"] = e["device"]
+        entry.update(count=e["count"], max_concurrency=e["max_concurrency"], max_queue=e["max_queue"])
+        if e["power_w"] is not None:  # the plan's figure is for all the devices; the file's is for one
+            entry["power_w"] = _num(e["power_w"] / e["count"])
+        entry["why"] = e["why"]
+        engines[name] = entry
+    stages = []
+    for d in option.decisions:
+        stage = {"name": d.stage, "engine": d.engine, "precision": d.precision}
+        if d.keep_fp16:  # from loadprobe align: only ever with int8
+            stage["keep_fp16"] = list(d.keep_fp16)
+        if d.shape is not None or d.dynamic_shape:
+            stage["input"] = {"shape": d.shape, "dynamic": d.dynamic_shape}
+        if d.batch > 1:
+            stage["batch"] = {"size": d.batch, "max_wait_ms": _num(d.window_ms)}
+        stage["timeout_ms"] = _num(d.timeout_ms)
+        stage["max_concurrency"] = d.max_concurrency
+        if d.fallback:
+            stage["fallback"] = {"engine": d.fallback["engine"], "when": {"queue_len_over": d.fallback["queue_len_over"]},
+                                 "max_ratio": d.fallback["max_ratio"], "otherwise": d.fallback["otherwise"]}
+        stage["service_time_ms"] = {"p50": _num(d.service.p50_ms), "p95": _num(d.service.p95_ms),
+                                    "source": "measured" if d.service.source in ("measured", "unscaled")
+                                    else "roofline-estimate"}
+        stage["why"] = dict(d.why)
+        stages.append(stage)
+    return {
+        "version": 1,
+        "service": plan.service,
+        "slo": slo,
+        "engines": engines,
+        "stages": stages,
+        "routing": {"retry": {"budget_ratio": 0.1, "max_attempts": 2}, "shed": {"by": "priority"}},
+        "why": {"scenario": f"{plan.scenario}: {plan.scenario_why}",
+                "estimate": _estimate_text(option.estimate, plan.slo_p95_ms),
+                "routing": "retries only inside a 10% budget of requests (retries amplify overload); under "
+                           "overload the lowest priority is shed first",
+                "verdict": plan.verdict if option is plan.recommended else f"alternative {option.name!r} to the "
+                           f"recommended {plan.recommended.name!r}"},
+    }
+
+
+def to_pipeline(plan, option=None):
+    """An option (default: the recommended one) as a PipelineConfig, validated against the pipeline.yaml schema."""
+    import yaml
+
+    from ..pipeline.config import loads
+
+    option = option or plan.recommended
+    return loads(yaml.safe_dump(pipeline_dict(plan, option), sort_keys=False, allow_unicode=True),
+                 source=f"{option.name} plan")
+
+
+def plan_dict(plan) -> dict:
+    """plans.json: the scenario, the recommended option and every alternative, side by side."""
+    return {
+        "version": "1.0",
+        "service": plan.service,
+        "scenario": plan.scenario,
+        "scenario_why": plan.scenario_why,
+        "sizing_rate_rps": plan.rate_rps,
+        "sizing_why": plan.rate_why,
+        "slo_p95_ms": plan.slo_p95_ms,
+        "constraints": _plain(plan.constraints),
+        "estimates_are": ESTIMATE_LABEL,
+        "verdict": plan.verdict,
+        "recommended": _option(plan, plan.recommended),
+        "alternatives": [_option(plan, o) for o in plan.alternatives],
+    }
+
+
+def render(plan) -> str:
+    """The stage table of the recommended plan and the alternatives table."""
+    lines = [f"scenario: {plan.scenario} -- {plan.scenario_why}", ""]
+    rows = [[d.stage, d.engine + (f" ({d.device})" if d.device else ""),
+             d.precision + (f" ({len(d.keep_fp16)} kept fp16)" if d.keep_fp16 else ""), str(d.batch),
+             f"{d.window_ms:g}", f"{d.timeout_ms:g}", str(d.max_concurrency),
+             f"{d.fallback['engine']} <= {d.fallback['max_ratio']:.0%}" if d.fallback else "-",
+             f"{d.service.p50_ms:.3g} ({d.service.source})"]
+            for d in plan.recommended.decisions]
+    lines += text_table(["stage", "engine", "precision", "batch", "window ms", "timeout ms", "concurrency", "fallback",
+                     "service ms"], rows)
+    lines += ["", f"alternatives at {plan.rate_rps:.3g} req/s ({plan.rate_why}; {ESTIMATE_LABEL}):"
+              if plan.rate_why else f"alternatives at {plan.rate_rps:.3g} req/s ({ESTIMATE_LABEL}):"]
+    rows = []
+    for o in [plan.recommended, *plan.alternatives]:
+        est = o.estimate
+        if not o.feasible or est is None:
+            rows.append([o.name, "infeasible", "", "", "", "", "", "", ""])
+            continue
+        rows.append([o.name + (" *" if o is plan.recommended else ""), _ms(est.p50_ms), _ms(est.p95_ms), _ms(est.p99_ms),
+                     f"{est.max_rps:.3g}", "-" if est.power_w is None else f"{est.power_w:.0f}",
+                     "-" if est.energy_per_request_j is None else f"{est.energy_per_request_j:.3g}",
+                     "-" if not o.tco else f"{o.tco['total']:,.0f}",
+                     {True: "yes", False: "no", None: "-"}[o.meets_slo]])
+    lines += text_table(["plan", "p50 ms", "p95 ms", "p99 ms", "max req/s", "power W", "J/request", f"{plan.constraints.years:g}y cost",
+                     "meets SLO"], rows)
+    lines += ["", plan.verdict]
+    return "\n".join(lines)
+
+
+def _option(plan, o) -> dict:
+    return {
+        "name": o.name,
+        "feasible": o.feasible,
+        "meets_slo": o.meets_slo,
+        "notes": o.notes,
+        "estimate": _plain(o.estimate),
+        "stress_1_5x": _plain(o.stress),
+        "tco": o.tco,
+        "engines": o.engines,
+        "stages": [{**{k: v for k, v in _plain(d).items() if k != "service"},
+                    "service_time_ms": _plain(d.service)} for d in o.decisions],
+        # what ``loadprobe simulate plans.json`` runs: the option as a pipeline.yaml would hold it
+        "pipeline": pipeline_dict(plan, o) if o.feasible and o.decisions else None,
+        "tuning": o.tuning,
+    }
+
+
+def _estimate_text(est, slo) -> str:
+    if est is None:
+        return "no estimate"
+    if est.p95_ms is None:
+        return f"cannot carry {est.rate_rps:.3g} req/s: capacity {est.max_rps:.3g} req/s ({est.bottleneck} saturates)"
+    text = (f"{ESTIMATE_LABEL}: p50 {est.p50_ms:.3g} ms, p95 {est.p95_ms:.3g} ms at {est.rate_rps:.3g} req/s; "
+            f"capacity {est.max_rps:.3g} req/s")
+    if est.power_w is not None:
+        text += f"; {est.power_w:.0f} W, {est.energy_per_request_j:.3g} J/request"
+    return text
+
+
+def _plain(value):
+    if value is None:
+        return None
+    if dataclasses.is_dataclass(value):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(_plain(v) for v in value)
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return None
+    return value
+
+
+def _num(x: float):
+    return round(float(x), 3)
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def text_table(headers, rows) -> list[str]:
+    """Left-aligned columns under a header and a rule, as the terminal summaries print them."""
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)] if rows else [len(h) for h in headers]
+    fmt = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return [fmt(headers), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)]

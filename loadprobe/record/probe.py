@@ -1,0 +1,655 @@
+"""Capture spans on the host's own threads: two clock reads and one append per probe.
+
+Everything in this module runs inside the user's service. It imports only the standard
+library, never raises into the caller and never blocks: a span is a tuple appended to a
+list owned by the current thread, and the recorder's flusher thread (``_recorder.py``)
+drains those lists in the background.
+
+Usage::
+
+    from loadprobe import probe, request
+
+    @probe("backbone", batch=lambda x: x.shape[0], engine="npu")
+    def backbone(x): ...
+
+    @request()
+    async def handle(payload):
+        with probe("nms") as span:
+            span.batch = len(boxes)
+
+Parents are tracked two ways, chosen for cost. A plain synchronous ``@probe`` keeps the
+open span in its thread's buffer (``ThreadBuffer.frame``): nothing else can run on that
+thread until the call returns, so a thread-local stack is exact and costs no allocation.
+Everything that can be suspended or cross threads -- requests, async functions, ``with``
+blocks, generators -- keeps it in a ContextVar, which asyncio tasks and
+``asyncio.to_thread`` copy. A new span attaches to whichever of the two is newer (span
+ids only grow), i.e. the innermost enclosing span.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import threading
+import weakref
+from contextvars import ContextVar
+from time import perf_counter_ns
+
+from .env import LOADPROBE_DIR
+
+__all__ = ["Span", "probe", "record_span", "request"]
+
+# A frame is (request_id, span_id) of the innermost open span; span_id 0 means "none".
+ROOT = (None, 0)
+_frame = ContextVar("loadprobe_frame", default=ROOT)
+_frame_get = _frame.get
+_frame_set = _frame.set
+_frame_reset = _frame.reset
+
+_span_ids = itertools.count(1)
+
+# Recording state, switched by the recorder through activate()/deactivate().
+_active = False
+_env_pending = bool(os.environ.get(LOADPROBE_DIR))
+
+_CO_GENERATOR, _CO_COROUTINE, _CO_ASYNC_GENERATOR = 0x20, 0x80, 0x200
+_CHUNK = 1024  # spans a thread reserves from the process's budget at a time
+DEFAULT_MAX_BUFFERED_SPANS = 1 << 17
+_NO_EXTRAS = (None, None, None, None, None, None)
+
+
+class _Alive:
+    """Lives in a thread's ``threading.local``; its death tells the flusher the thread ended."""
+
+    __slots__ = ("__weakref__",)
+
+
+class ThreadBuffer:
+    """Spans finished on one thread, waiting for the flusher, and that thread's open sync span."""
+
+    __slots__ = ("spans", "limit", "frame", "dropped", "extract_errors", "alive")
+
+    def __init__(self, alive: _Alive) -> None:
+        self.spans: list[tuple] = []
+        self.limit = 0  # spans it may hold without asking: its share reserved from _max_buffered
+        self.frame = ROOT
+        self.dropped = 0
+        self.extract_errors = 0
+        self.alive = weakref.ref(alive)
+
+
+# Stage names are registered once and recorded as small ints: the flusher turns them into a
+# dictionary column without looking at a string per span.
+_stage_ids: dict[str, int] = {}
+_stage_names: list[str] = []
+_stage_lock = threading.Lock()
+
+
+if _env_pending:
+    # Before the host's server installs its own handlers (gunicorn's uvicorn worker imports the
+    # app, then serves): see _exit.py. Standard library only, like this module.
+    from . import exits as _exit
+
+    _exit.install_signal_handlers()
+
+
+def stage_id(name: str) -> int:
+    """The registry number of a stage name (registering it on first use)."""
+    number = _stage_ids.get(name)
+    if number is None:
+        with _stage_lock:
+            number = _stage_ids.get(name)
+            if number is None:
+                _stage_names.append(name)
+                number = _stage_ids[name] = len(_stage_names) - 1
+    return number
+
+
+def stage_names() -> list[str]:
+    """Every registered stage name, indexed by ``stage_id`` (append-only)."""
+    return list(_stage_names)
+
+
+# One memory bound for the process. Each thread holds a reservation (``ThreadBuffer.limit``)
+# taken from ``_max_buffered`` a chunk at a time, so the hot path compares against its own
+# buffer and touches nothing shared; a thread that fills its reservation asks for another
+# chunk (``_grow``, under the lock, once per chunk). A drain empties buffers but leaves their
+# reservations, so a busy thread keeps writing without asking. When the budget is spent,
+# reservations other threads hold but do not use (an idle thread's chunk, a burst's leftover
+# after a drain) are taken back -- once per drain or grant, so a full process drops without
+# scanning every buffer each time -- and spans are dropped only when the spans actually held
+# reach the cap -- whatever the number of threads.
+_local = threading.local()
+_buffers: list[ThreadBuffer] = []
+_buffers_lock = threading.Lock()
+_max_buffered = 0
+_chunk = _CHUNK
+_reserved = 0  # sum of the buffers' limits; at most _max_buffered
+_changes = 0  # drains and grants so far: only after one can a reclaim find unused room
+_reclaimed_at = -1  # _changes at the last reclaim
+_retired = [0, 0]  # dropped, extract_errors of buffers whose threads have ended
+
+
+def _thread_buffer() -> ThreadBuffer:
+    """This thread's buffer, registering it on first use."""
+    try:
+        return _local.buf
+    except AttributeError:
+        return _attach()
+
+
+def _attach() -> ThreadBuffer:
+    alive = _Alive()
+    buf = ThreadBuffer(alive)
+    _local.alive, _local.buf = alive, buf
+    with _buffers_lock:
+        _buffers.append(buf)
+    return buf
+
+
+def _grow(buf: ThreadBuffer) -> bool:
+    """Room for one more span in ``buf``: reserve another chunk; False when the process is full."""
+    global _reserved, _reclaimed_at, _changes
+    if _reserved >= _max_buffered and _reclaimed_at == _changes and len(buf.spans) >= buf.limit:
+        return False  # full, and nothing drained or granted since the last reclaim: drop without the lock
+    with _buffers_lock:
+        if len(buf.spans) < buf.limit:  # drained meanwhile
+            return True
+        free = _max_buffered - _reserved
+        if free <= 0 and _reclaimed_at != _changes:
+            _reclaimed_at = _changes
+            for other in _buffers:
+                unused = other.limit - len(other.spans)
+                if unused > 0:
+                    other.limit -= unused
+                    _reserved -= unused
+            free = _max_buffered - _reserved
+        if free <= 0:
+            return False
+        grant = min(free, _chunk)
+        buf.limit += grant
+        _reserved += grant
+        _changes += 1  # the rest of this grant is room a later reclaim may take back
+        return True
+
+
+def activate(max_buffered_spans: int) -> None:
+    """Start accepting spans; the process buffers at most ``max_buffered_spans`` of them."""
+    global _active, _max_buffered, _chunk, _reserved
+    with _buffers_lock:
+        _max_buffered = max_buffered_spans
+        _chunk = max(1, min(_CHUNK, max_buffered_spans // 64))  # a small cap still spreads over threads
+        _reserved = 0
+        for buf in _buffers:  # reservations start afresh; what is held still counts
+            buf.limit = len(buf.spans)
+            _reserved += buf.limit
+    _active = True
+
+
+def rearm_env_start() -> None:
+    """After an app's shutdown ended the environment's run: the next probe starts a new one."""
+    global _env_pending
+    _env_pending = True
+
+
+def deactivate() -> None:
+    """Stop accepting spans; probes fall back to a plain call."""
+    global _active
+    _active = False
+
+
+def drain() -> list[tuple]:
+    """Take every finished span from every thread (flusher thread only)."""
+    global _changes, _reserved
+    rows: list[tuple] = []
+    # No lock to read the list (copying it is atomic under the GIL): a signal handler that
+    # stops the recorder may have interrupted the thread holding it.
+    buffers = list(_buffers)
+    ended = []
+    for buf in buffers:
+        spans = buf.spans
+        n = len(spans)
+        if n:
+            # Only the owner appends, and only at the end: the first n stay put while we copy.
+            rows += spans[:n]
+            del spans[:n]
+        if buf.alive() is None and not spans:
+            ended.append(buf)
+    _changes += 1
+    if ended and _buffers_lock.acquire(timeout=1.0):
+        try:
+            for buf in ended:
+                _buffers.remove(buf)
+                _retired[0] += buf.dropped
+                _retired[1] += buf.extract_errors
+                _reserved -= buf.limit  # an ended thread's reservation returns to the budget
+        finally:
+            _buffers_lock.release()
+    return rows
+
+
+def buffered() -> int:
+    """Spans waiting in buffers now."""
+    return sum(len(buf.spans) for buf in list(_buffers))
+
+
+def counters() -> tuple[int, int]:
+    """(spans dropped at the cap, extractor errors) since the process started recording."""
+    buffers = list(_buffers)  # lock-free, as in drain()
+    retired = list(_retired)
+    return (
+        retired[0] + sum(b.dropped for b in buffers),
+        retired[1] + sum(b.extract_errors for b in buffers),
+    )
+
+
+def reset_after_fork() -> None:
+    """In a forked child: forget the parent's unflushed spans (the parent writes them)."""
+    global _buffers_lock, _stage_lock, _reserved
+    _buffers_lock = threading.Lock()
+    _stage_lock = threading.Lock()  # another thread may have held either at the fork
+    _buffers.clear()
+    _retired[:] = [0, 0]
+    _reserved = 0
+    if getattr(_local, "buf", None) is not None:
+        buf = _local.buf
+        buf.spans.clear()
+        buf.limit = 0
+        buf.dropped = buf.extract_errors = 0
+        _buffers.append(buf)
+
+
+def _start_from_env() -> bool:
+    """First probe use with LOADPROBE_DIR set: start a recorder there. Returns whether recording."""
+    global _env_pending
+    _env_pending = False
+    try:
+        activate(DEFAULT_MAX_BUFFERED_SPANS)  # buffer at once: other threads' spans count from here
+        from .recorder import start_from_env
+
+        start_from_env()
+    except Exception:  # e.g. no new threads during interpreter shutdown: record nothing, raise nothing
+        deactivate()
+    return _active
+
+
+def _append(buf: ThreadBuffer, record: tuple) -> None:
+    if len(buf.spans) < buf.limit or _grow(buf):
+        buf.spans.append(record)
+    else:
+        buf.dropped += 1
+
+
+def status_of(exc: BaseException) -> str:
+    """Span status for an exception: ``timeout``, ``cancelled`` or ``error``."""
+    for cls in type(exc).__mro__:
+        # By name: asyncio's and concurrent.futures' TimeoutError are distinct classes before 3.11.
+        if cls.__name__ == "TimeoutError":
+            return "timeout"
+        if cls.__name__ in ("CancelledError", "GeneratorExit"):
+            return "cancelled"
+    return "error"
+
+
+def _evaluate(value, args, kwargs, buf: ThreadBuffer):
+    """A constant, or a callable applied to the probed call's arguments; never raises."""
+    if not callable(value):
+        return value
+    try:
+        return value(*args, **kwargs)
+    except Exception:
+        buf.extract_errors += 1
+        return None
+
+
+class Span:
+    """One timed stage. ``probe(...)`` and ``request(...)`` return one.
+
+    As a context manager it times its block; set ``batch``, ``shape``, ``engine``,
+    ``status``, ``flops``, ``bytes`` or ``queue_ns`` inside it. As a decorator it is a
+    template: every call of the decorated function records a span of its own. A Span
+    times one ``with`` block at a time: write ``with probe("nms")`` where the block is.
+    """
+
+    __slots__ = (
+        "stage", "batch", "shape", "engine", "status", "flops", "bytes", "queue_ns",
+        "_request", "_is_request", "_buf", "_t0", "_sid", "_parent", "_token", "_outer",
+    )
+
+    def __init__(
+        self,
+        stage: str | None = None,
+        *,
+        batch=None,
+        shape=None,
+        engine=None,
+        flops=None,
+        bytes=None,  # noqa: A002 - the public keyword is ``bytes``
+        request_id=None,
+        is_request: bool = False,
+    ) -> None:
+        self.stage = stage
+        self.batch, self.shape, self.engine = batch, shape, engine
+        self.flops, self.bytes = flops, bytes
+        self.status = None
+        self.queue_ns = None
+        self._request = request_id
+        self._is_request = is_request
+        self._buf = None
+
+    def __repr__(self) -> str:
+        kind = "request" if self._is_request else "probe"
+        return f"<loadprobe {kind} {self.stage!r}>"
+
+    # -- context manager -------------------------------------------------------------
+
+    def _open(self, attach: bool = True) -> Span:
+        """Start timing this span (a no-op when nothing records)."""
+        if not (_active or (_env_pending and _start_from_env())):
+            self._buf = None
+            return self
+        try:
+            buf = _local.buf
+        except AttributeError:
+            buf = _attach()
+        self._buf = buf
+        ctx = cur = _frame_get()
+        outer = buf.frame
+        if outer[1] > cur[1]:
+            cur = outer
+        sid = self._sid = next(_span_ids)
+        if self._is_request:
+            rid = self._request
+            if callable(rid):
+                rid = _evaluate(rid, (), {}, buf)
+            if rid is None:
+                rid = -sid  # negative: generated, formatted "<run>-<n>"; users' ids are kept as given
+            self._parent = (rid, 0)
+            frame = (rid, sid)
+        else:
+            self._parent = cur
+            frame = (cur[0], sid)
+        self._outer = ctx
+        self._token = _frame_set(frame) if attach else None
+        if self.stage is None:
+            self.stage = _caller_name()
+        self._t0 = perf_counter_ns()
+        return self
+
+    def _close(self, exc: BaseException | None) -> None:
+        t1 = perf_counter_ns()
+        buf = self._buf
+        if buf is None:
+            return
+        self._buf = None
+        token = self._token
+        if token is not None:
+            try:
+                _frame_reset(token)
+            except ValueError:  # closed in another context than it was opened in
+                _frame_set(self._outer)
+        status = str(self.status) if self.status else ("ok" if exc is None else status_of(exc))
+        extras = (self.batch, self.shape, self.engine, self.flops, self.bytes, self.queue_ns)
+        if extras == _NO_EXTRAS:
+            extras = None
+        record = (self._t0, t1, self._sid, self._parent, stage_id(str(self.stage)), status, extras)
+        if len(buf.spans) < buf.limit:
+            buf.spans.append(record)
+        else:
+            _append(buf, record)
+
+    def __enter__(self) -> Span:
+        return self._open()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self._close(exc)
+        return False
+
+    async def __aenter__(self) -> Span:
+        return self._open()
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        self._close(exc)
+        return False
+
+    # -- decorator -------------------------------------------------------------------
+
+    def _live(self, stage: str, args, kwargs, attach: bool = True) -> Span:
+        """A fresh span for one call of a decorated function, extras taken from its arguments."""
+        live = Span(stage, request_id=self._request, is_request=self._is_request)
+        if _active or (_env_pending and _start_from_env()):
+            buf = _thread_buffer()
+            live.batch = _evaluate(self.batch, args, kwargs, buf)
+            live.shape = _evaluate(self.shape, args, kwargs, buf)
+            live.engine = _evaluate(self.engine, args, kwargs, buf)
+            live.flops = _evaluate(self.flops, args, kwargs, buf)
+            live.bytes = _evaluate(self.bytes, args, kwargs, buf)
+            if callable(self._request):
+                live._request = _evaluate(self._request, args, kwargs, buf)
+        return live._open(attach)
+
+    def __call__(self, fn):
+        stage = self.stage or getattr(fn, "__qualname__", None) or repr(fn)
+        kind = _kind_of(fn)
+        plain = (self.batch, self.shape, self.engine, self.flops, self.bytes) == (None,) * 5
+        if kind == "sync" and plain and not self._is_request:
+            wrapper = _fast_sync(fn, stage)
+        elif kind == "sync":
+            wrapper = _generic_sync(fn, stage, self)
+        elif kind == "async":
+            wrapper = _generic_async(fn, stage, self)
+        elif kind == "generator":
+            wrapper = _generator(fn, stage, self)
+        else:
+            wrapper = _async_generator(fn, stage, self)
+        functools.update_wrapper(wrapper, fn)
+        wrapper.__loadprobe_stage__ = stage
+        return wrapper
+
+
+def _caller_name() -> str:
+    """Stage name for ``with probe()`` given none: the function that opened it."""
+    import sys
+
+    frame = sys._getframe(3)  # _caller_name <- _open <- __enter__ <- caller
+    return getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+
+
+def _kind_of(fn) -> str:
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        flags = code.co_flags
+    else:  # partials and callable objects: ask inspect, at decoration time only
+        import inspect
+
+        flags = (
+            _CO_COROUTINE * inspect.iscoroutinefunction(fn)
+            | _CO_ASYNC_GENERATOR * inspect.isasyncgenfunction(fn)
+            | _CO_GENERATOR * inspect.isgeneratorfunction(fn)
+        )
+    if flags & _CO_COROUTINE:
+        return "async"
+    if flags & _CO_ASYNC_GENERATOR:
+        return "async_generator"
+    if flags & _CO_GENERATOR:
+        return "generator"
+    return "sync"
+
+
+def _fast_sync(fn, stage_name: str):
+    """The hot path: ``@probe`` on a plain function. Keep it lean; benchmarks/bench_probe.py watches it."""
+    stage = stage_id(stage_name)
+
+    def wrapper(*args, **kwargs):
+        if _active or (_env_pending and _start_from_env()):
+            try:
+                buf = _local.buf
+            except AttributeError:
+                buf = _attach()
+            outer = buf.frame
+            cur = _frame_get()
+            if outer[1] > cur[1]:
+                cur = outer
+            sid = next(_span_ids)
+            buf.frame = (cur[0], sid)
+            t0 = perf_counter_ns()
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                t1 = perf_counter_ns()
+                buf.frame = outer
+                _append(buf, (t0, t1, sid, cur, stage, status_of(exc), None))
+                raise
+            t1 = perf_counter_ns()
+            buf.frame = outer
+            if len(buf.spans) < buf.limit:
+                buf.spans.append((t0, t1, sid, cur, stage))
+            else:
+                _append(buf, (t0, t1, sid, cur, stage))  # reserve more room, or count the drop
+            return result
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _generic_sync(fn, stage: str, template: Span):
+    def wrapper(*args, **kwargs):
+        span = template._live(stage, args, kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            span._close(exc)
+            raise
+        span._close(None)
+        return result
+
+    return wrapper
+
+
+def _generic_async(fn, stage: str, template: Span):
+    async def wrapper(*args, **kwargs):
+        span = template._live(stage, args, kwargs)
+        try:
+            result = await fn(*args, **kwargs)
+        except BaseException as exc:
+            span._close(exc)
+            raise
+        span._close(None)
+        return result
+
+    return wrapper
+
+
+def _generator(fn, stage: str, template: Span):
+    # A generator is suspended while its consumer runs, so it must not become the parent
+    # of the consumer's spans: it is timed from first resume to the end, attached to nothing.
+    def wrapper(*args, **kwargs):
+        span = template._live(stage, args, kwargs, attach=False)
+        try:
+            result = yield from fn(*args, **kwargs)
+        except BaseException as exc:
+            span._close(exc)
+            raise
+        span._close(None)
+        return result
+
+    return wrapper
+
+
+def _async_generator(fn, stage: str, template: Span):
+    async def wrapper(*args, **kwargs):
+        span = template._live(stage, args, kwargs, attach=False)
+        agen = fn(*args, **kwargs)
+        failure = None
+        try:
+            sent, thrown = None, None
+            while True:
+                try:
+                    item = await (agen.asend(sent) if thrown is None else agen.athrow(thrown))
+                except StopAsyncIteration:
+                    break
+                sent, thrown = None, None
+                try:
+                    sent = yield item
+                except GeneratorExit:
+                    await agen.aclose()
+                    raise
+                except BaseException as exc:  # thrown in by the consumer: pass it on
+                    thrown = exc
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            span._close(failure)
+
+    return wrapper
+
+
+def probe(stage=None, /, *, batch=None, shape=None, engine=None, flops=None, bytes=None):  # noqa: A002
+    """Time a stage of the service.
+
+    ``@probe`` (stage = the function's qualified name), ``@probe("backbone")``,
+    ``@probe("backbone", batch=lambda x: x.shape[0], shape=lambda x: x.shape,
+    engine="npu", flops=..., bytes=...)`` on sync and async functions and generators, or
+    ``with probe("nms") as span: span.batch = len(boxes)``. ``batch``, ``shape``,
+    ``engine``, ``flops`` and ``bytes`` take a constant or a callable that receives the
+    decorated function's arguments. Exceptions pass through unchanged and mark the span
+    ``error`` (``timeout`` for timeout errors, ``cancelled`` for cancellation).
+    With no recorder started, a probe is a plain call.
+    """
+    if callable(stage) and not isinstance(stage, str):
+        return Span(None, batch=batch, shape=shape, engine=engine, flops=flops, bytes=bytes)(stage)
+    return Span(stage, batch=batch, shape=shape, engine=engine, flops=flops, bytes=bytes)
+
+
+def request(id=None, *, name: str = "request"):  # noqa: A002 - public keyword
+    """One request of the service: the root span its stages attach to.
+
+    ``@request()`` on a handler (sync or async) or ``with request(id=req_id):``. ``id`` is a
+    string, a callable receiving the handler's arguments, or None for a generated id that
+    is unique within the recording. Probes called while it is open -- in the same task,
+    in tasks it creates and in ``asyncio.to_thread`` -- carry its request id.
+    """
+    return Span(name, request_id=id, is_request=True)
+
+
+
+def record_span(stage: str, start_ns: int, end_ns: int, *, status: str = "ok", batch=None, shape=None,
+                engine=None, flops=None, bytes=None, queue_ns=None, request_id=None) -> None:  # noqa: A002
+    """Record a stage that was timed elsewhere, as a child of the innermost open span.
+
+    For work done once on behalf of several requests -- a dynamic batcher runs the
+    backbone once for N queued requests -- each request records the shared execution
+    with the batcher's ``perf_counter_ns()`` readings::
+
+        record_span("backbone", t0, t1, batch=len(batch), queue_ns=t0 - enqueued,
+                    flops=batch_flops if first else None)
+
+    Give the batch's FLOPs and bytes on one member only, so achieved FLOP/s counts the
+    execution once. With ``request_id`` the span is instead the root of that request (a
+    load generator records each request it sent this way, under the id it sent). Like a
+    probe it never raises and records nothing when not recording.
+    """
+    if not (_active or (_env_pending and _start_from_env())):
+        return
+    try:
+        buf = _local.buf
+    except AttributeError:
+        buf = _attach()
+    if request_id is not None:
+        cur = (request_id, 0)
+    else:
+        cur = _frame_get()
+        outer = buf.frame
+        if outer[1] > cur[1]:
+            cur = outer
+    extras = (batch, shape, engine, flops, bytes, queue_ns)
+    if extras == _NO_EXTRAS:
+        extras = None
+    try:
+        record = (int(start_ns), int(end_ns), next(_span_ids), cur, stage_id(str(stage)), str(status), extras)
+    except (TypeError, ValueError):
+        buf.extract_errors += 1
+        return
+    _append(buf, record)

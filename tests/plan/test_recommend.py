@@ -1,0 +1,354 @@
+"""The seeds' scenario table, reproduced from recordings made with the probe API."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from click.testing import CliRunner
+
+import loadprobe
+from loadprobe import record_span, request
+from loadprobe.cli import main
+from loadprobe.plan.constraints import Constraints
+from loadprobe.pipeline.config import loads, validate_text
+from loadprobe.plan.planner import recommend
+
+from ..conftest import REPO
+
+FIELDS = ("engine", "precision", "batch", "timeout_ms", "max_concurrency", "service_time_ms", "fallback")
+
+
+def record(tmp_path, stages: dict, *, requests: int = 120, gap_ms: float = 4.0):
+    """Record ``requests`` requests whose stages take the given times, then analyse them.
+
+    ``stages``: name -> {"ms": self time, "flops", "bytes", "shapes": [shape per request, cycled],
+    "engine", "batch"}. Each request is a real request span; its stages are recorded with
+    ``record_span`` inside it, back to back, and the request lasts until they are done.
+    """
+    loadprobe.start(tmp_path / "data", service="scenario", sample_devices=False, flush_interval_s=0.05)
+    for i in range(requests):
+        with request(id=f"r{i}"):
+            t = time.perf_counter_ns()
+            for name, s in stages.items():
+                dur = int(s["ms"] * 1e6)
+                shapes = s.get("shapes")
+                record_span(name, t, t + dur, engine=s.get("engine", "cpu"), batch=s.get("batch"),
+                            shape=shapes[i % len(shapes)] if shapes else None,
+                            flops=s.get("flops"), bytes=s.get("bytes"))
+                t += dur
+            while time.perf_counter_ns() < t:  # the request lasts as long as its stages
+                time.sleep((t - time.perf_counter_ns()) / 1e9)
+        time.sleep(gap_ms / 1000)
+    loadprobe.stop()
+    return loadprobe.analyze([str(tmp_path / "data")])
+
+
+VISION = {
+    "decode": {"ms": 2.0},  # host code: no FLOPs, no shapes
+    # a heavy, frozen, fixed-shape backbone: compute-bound on every accelerator in the catalog
+    "backbone": {"ms": 15.0, "flops": 3.6e11, "bytes": 2.0e7, "shapes": [(3, 640, 640)], "batch": 1},
+    # box decoding and NMS: output sizes change with every image
+    "nms": {"ms": 10.0, "flops": 2.0e6, "bytes": 4.0e5, "shapes": [(n, 4) for n in (3, 17, 40, 8, 91, 2, 55)]},
+}
+PRICES = ["nvidia-l4=2500", "ascend-310p=1500", "nvidia-a100-sxm-80gb=15000"]
+
+
+def hybrid_of(plan):
+    return next(o for o in [plan.recommended, *plan.alternatives] if o.name == "hybrid")
+
+
+def test_inspection_line_up_cpu_decode_npu_backbone_gpu_nms(tmp_path):
+    portrait = record(tmp_path, VISION, requests=40)
+    constraints = Constraints.parse(engines="cpu,gpu:nvidia-l4,npu:ascend-310px2", slo_p95_ms=50, min_rps=300,
+                                    precision=["backbone=int8-ok"], prices=PRICES)
+    plan = recommend(portrait, constraints, cpu_cores=4)
+    assert plan.recommended.name == "hybrid", plan.verdict
+    placed = {d.stage: d for d in plan.recommended.decisions}
+    assert placed["decode"].kind == "cpu" and "host code" in placed["decode"].why["engine"]
+    assert placed["backbone"].kind == "npu" and placed["backbone"].precision == "int8"
+    assert placed["nms"].kind == "gpu"
+    assert "dynamic shapes" in placed["nms"].why["engine"] and "ascend-310p" in placed["nms"].why["engine"]
+    assert "roofline estimate" in placed["backbone"].why["service_time_ms"]
+    for d in plan.recommended.decisions:  # every field has its reason
+        assert set(FIELDS) <= set(d.why), d.stage
+    assert plan.recommended.meets_slo
+    # the single-engine line-ups cannot carry 300 req/s within 50 ms
+    for alt in plan.alternatives:
+        assert alt.meets_slo is False or not alt.feasible, alt.name
+    assert placed["backbone"].fallback is None or placed["backbone"].fallback["max_ratio"] <= 0.3
+    config = plan.to_pipeline()
+    assert [s.name for s in config.stages] == list(VISION)  # in the order requests run them
+
+
+def test_a_tight_power_budget_sends_the_frozen_backbone_to_the_npu(tmp_path):
+    portrait = record(tmp_path, VISION, requests=40)
+    constraints = Constraints.parse(engines="cpu,gpu:nvidia-l40s,npu:ascend-310p", slo_p95_ms=60, min_rps=60,
+                                    power_budget_w=100, precision=["int8-ok"],
+                                    prices=["nvidia-l40s=1000", "ascend-310p=1500"])
+    plan = recommend(portrait, constraints, cpu_cores=2)
+    placed = {d.stage: d for d in plan.recommended.decisions}
+    assert placed["backbone"].kind == "npu" and placed["backbone"].precision == "int8"
+    assert plan.recommended.estimate.power_w <= 100
+    gpu = next(o for o in plan.alternatives if o.name == "all-gpu")
+    assert gpu.meets_slo is False and any("power budget" in n for n in gpu.notes)  # cheaper, but 350 W TDP
+
+
+def test_fp16_only_backbone_goes_to_the_gpu(tmp_path):
+    portrait = record(tmp_path, VISION, requests=40)
+    plan = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-l4,npu:ascend-310px2", slo_p95_ms=300,
+                                                 min_rps=100, precision=["fp16-only"], prices=PRICES), cpu_cores=1)
+    backbone = next(d for d in hybrid_of(plan).decisions if d.stage == "backbone")
+    assert backbone.kind == "gpu" and backbone.precision == "fp16"
+
+
+def test_a_model_that_changes_often_stays_off_the_npu(tmp_path):
+    portrait = record(tmp_path, VISION, requests=40)
+    plan = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-l4,npu:ascend-310px2", slo_p95_ms=50,
+                                                 min_rps=300, precision=["int8-ok"], changes_often=["backbone"],
+                                                 prices=PRICES), cpu_cores=4)
+    backbone = next(d for d in hybrid_of(plan).decisions if d.stage == "backbone")
+    assert backbone.kind == "gpu"
+    assert "changes often" in backbone.why["engine"]
+
+
+def test_a_p99_target_is_checked_too(tmp_path):
+    portrait = record(tmp_path, VISION, requests=40)
+    loose = recommend(portrait, Constraints.parse(slo_p95_ms=500, min_rps=5, prices=PRICES), cpu_cores=4)
+    assert loose.recommended.meets_slo and loose.recommended.estimate.p99_ms >= loose.recommended.estimate.p95_ms
+    tight = recommend(portrait, Constraints.parse(slo_p95_ms=500, slo_p99_ms=1, min_rps=5, prices=PRICES),
+                      cpu_cores=4)
+    assert tight.recommended.meets_slo is False
+    assert any("p99 target" in n for n in tight.recommended.notes)
+
+
+def test_a_light_load_needs_no_accelerator(tmp_path):
+    portrait = record(tmp_path, VISION, requests=40)
+    plan = recommend(portrait, Constraints.parse(slo_p95_ms=500, min_rps=5, prices=PRICES), cpu_cores=4)
+    assert plan.recommended.name in ("hybrid", "all-cpu")
+    assert {d.kind for d in plan.recommended.decisions} == {"cpu"}
+
+
+def test_prefill_and_decode_are_split(tmp_path):
+    llm = {  # per request: prefill is ~1000 FLOP/byte, decode ~2 FLOP/byte
+        "prefill": {"ms": 40.0, "flops": 4.0e10, "bytes": 4.0e7, "shapes": [(512,)]},
+        "decode": {"ms": 60.0, "flops": 6.0e9, "bytes": 3.0e9, "shapes": [(1,)]},
+    }
+    portrait = record(tmp_path, llm, requests=20)
+    plan = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-a100-sxm-80gb", slo_p95_ms=400,
+                                                 min_rps=60, prices=PRICES), cpu_cores=4)
+    assert plan.scenario in ("llm-prefill-decode-split", "mixed") and "prefill" in plan.scenario_why
+    placed = {d.stage: d for d in hybrid_of(plan).decisions}
+    assert "compute-bound" in placed["prefill"].why["engine"], placed["prefill"].why["engine"]
+    assert "memory-bound" in placed["decode"].why["engine"], placed["decode"].why["engine"]
+
+
+def test_prefill_goes_to_compute_and_decode_to_bandwidth(tmp_path):
+    llm = {
+        "prefill": {"ms": 40.0, "flops": 4.0e10, "bytes": 4.0e7, "shapes": [(512,)]},
+        "decode": {"ms": 60.0, "flops": 6.0e9, "bytes": 3.0e9, "shapes": [(1,)]},
+    }
+    portrait = record(tmp_path, llm, requests=20)
+    # At 300 req/s the A100 cannot run both phases, two L4s cannot keep up with decode's bytes:
+    # only the split carries the load.
+    plan = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-l4x2,gpu:nvidia-a100-sxm-80gb",
+                                                 slo_p95_ms=400, min_rps=300, prices=PRICES), cpu_cores=4)
+    placed = {d.stage: d for d in plan.recommended.decisions}
+    assert placed["prefill"].device == "nvidia-l4", placed["prefill"].why["engine"]
+    assert placed["decode"].device == "nvidia-a100-sxm-80gb", placed["decode"].why["engine"]
+    assert plan.recommended.meets_slo
+
+
+def test_power_budget_scenario_and_plans_file(tmp_path):
+    portrait = record(tmp_path, VISION)
+    runner = CliRunner()
+    portrait_path = portrait.save(tmp_path / "portrait.json")
+    out = tmp_path / "plan" / "pipeline.yaml"
+    result = runner.invoke(main, ["recommend", str(portrait_path), "-o", str(out), "--power-budget-w", "40",
+                                  "--precision", "int8-ok", "--engines", "cpu,gpu:nvidia-l4,npu:ascend-310p",
+                                  "--price", "nvidia-l4=2500", "--price", "ascend-310p=1500"])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert validate_text(text, str(out)) == []
+    config = loads(text)
+    assert config.why["scenario"].startswith(("edge-power-bound", "mixed"))
+    plans = json.loads((out.parent / "plans.json").read_text())
+    names = [plans["recommended"]["name"]] + [a["name"] for a in plans["alternatives"]]
+    assert {"hybrid", "all-gpu", "all-npu", "all-cpu"} >= set(names) and len(names) >= 3
+    assert "estimate" in plans["estimates_are"]
+    # nothing is overwritten without --force
+    again = runner.invoke(main, ["recommend", str(portrait_path), "-o", str(out)])
+    assert again.exit_code == 2 and "--force" in again.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--engines", "tpu"], "KIND"),
+    (["--engines", "gpu:nvidia-x9"], "not in the hardware catalog"),
+    (["--precision", "int4-ok"], "fp16-only, int8-ok"),
+    (["--slo-p95-ms", "-5"], "positive"),
+    (["--precision", "decod=int8-ok"], "--precision: no stage 'decod' in the portrait; its stages are decode"),
+    (["--changes-often", "decode,nms"], "--changes-often: no stage 'nms'"),
+    (["--price", "nvidia-l5=100"], "'nvidia-l5' is not in the hardware catalog"),
+])
+def test_bad_constraints_are_one_line_errors(tmp_path, args, message):
+    portrait = record(tmp_path, {"decode": {"ms": 1.0}}, requests=10)
+    path = portrait.save(tmp_path / "portrait.json")
+    result = CliRunner().invoke(main, ["recommend", str(path), "-o", str(tmp_path / "p.yaml"), *args])
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["vision", "llm"])
+def test_committed_sample_recordings_get_a_plan_that_meets_its_slo(name, tmp_path):
+    data = REPO / "samples" / "data" / name
+    if not data.exists():
+        pytest.skip(f"samples/data/{name} is not recorded")
+    portrait = loadprobe.analyze([str(data)])
+    plan = recommend(portrait, Constraints.parse(precision=["int8-ok"],
+                                                 prices=["nvidia-l4=2500", "ascend-310p=1500"]))
+    assert plan.recommended.meets_slo
+    assert validate_text(_dump(plan), name) == []
+    # it beats every single-engine plan on cost, or the verdict says why it does not
+    for alt in plan.alternatives:
+        rec_cost, alt_cost = plan.recommended.tco["total"], alt.tco["total"]
+        if alt.meets_slo and alt.tco["comparable"] and rec_cost > 1.01 * alt_cost:
+            assert f"{alt.name} also meets the targets" in plan.verdict
+
+
+def _dump(plan) -> str:
+    from loadprobe.pipeline.config import dump
+
+    return dump(plan.to_pipeline())
+
+
+def test_public_api_survives_repeated_calls(tmp_path):
+    portrait = record(tmp_path, VISION, requests=20)
+    first = loadprobe.recommend(portrait, Constraints.parse(slo_p95_ms=500, min_rps=5))
+    second = loadprobe.recommend(portrait, Constraints.parse(slo_p95_ms=500, min_rps=5))
+    assert first.recommended.name == second.recommended.name
+
+
+def test_without_an_slo_a_saturated_plan_never_counts_as_meeting_the_targets(tmp_path):
+    portrait = record(tmp_path, VISION, requests=20)
+    portrait.requests = None  # no request latency: no default SLO
+    plan = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-l4", min_rps=100), cpu_cores=2)
+    cpu = next(o for o in [plan.recommended, *plan.alternatives] if o.name == "all-cpu")
+    assert cpu.meets_slo is False and any("cannot carry" in n for n in cpu.notes)
+    assert plan.recommended.meets_slo is not False and plan.recommended.name != "all-cpu"
+    for d in plan.recommended.decisions:  # windows stay online-short without an SLO
+        assert d.window_ms <= 100
+
+
+def test_devices_without_figures_are_never_free_or_fast(tmp_path):
+    portrait = record(tmp_path, VISION, requests=20)
+    # the 910B publishes neither peaks nor a TDP in the catalog
+    plan = recommend(portrait, Constraints.parse(engines="cpu,npu:ascend-910bx4", slo_p95_ms=500, min_rps=5,
+                                                 precision=["int8-ok"]), cpu_cores=4)
+    hybrid = hybrid_of(plan)
+    backbone = next(d for d in hybrid.decisions if d.stage == "backbone")
+    assert backbone.kind == "cpu"
+    assert "ascend-910b publishes no" in backbone.why["engine"]
+
+
+def test_many_stages_are_placed_by_coordinate_descent(tmp_path):
+    stages = {f"layer{i}": dict(VISION["backbone"], ms=1.0) for i in range(13)}  # 3^13 combinations
+    portrait = record(tmp_path, stages, requests=10)
+    plan = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-l4,npu:ascend-310p", slo_p95_ms=400,
+                                                 min_rps=50, prices=PRICES), cpu_cores=2)
+    hybrid = hybrid_of(plan)
+    assert any("coordinate descent" in n for n in hybrid.notes)
+    assert hybrid.meets_slo
+
+
+def test_erlang_c_stays_finite_for_large_pools():
+    from loadprobe.plan.queueing import erlang_c
+
+    assert 0 < erlang_c(800, 750) < 1
+    assert erlang_c(1, 0.5) == pytest.approx(0.5)
+    assert erlang_c(2, 1.0) == pytest.approx(1 / 3)
+
+
+def test_the_cpu_engine_is_sized_from_the_recorded_cores(tmp_path):
+    import os
+
+    portrait = record(tmp_path, VISION, requests=10)
+    assert set(portrait.data_quality.host_hardware.values().__iter__().__next__()) >= {"logical_cores"}
+    plan = recommend(portrait, Constraints.parse(slo_p95_ms=500, min_rps=5))
+    cpu = plan.recommended.engines["cpu"]
+    assert cpu["servers"] == os.cpu_count() and "run.json" in cpu["why"]
+
+
+def test_alternatives_are_simulated_and_the_plan_is_tuned_by_simulation(tmp_path):
+    portrait = record(tmp_path, VISION, requests=40)
+    constraints = Constraints.parse(engines="cpu,gpu:nvidia-l4,npu:ascend-310px2", slo_p95_ms=50, min_rps=300,
+                                    precision=["backbone=int8-ok"], prices=PRICES)
+    plan = recommend(portrait, constraints, cpu_cores=4)
+    rec = plan.recommended
+    for option in [rec, *plan.alternatives]:
+        if option.feasible and option.estimate.p95_ms is not None:
+            assert option.estimate.method.startswith("discrete-event simulation"), option.name
+            assert option.estimate.failed_share is not None
+    # every combination of windows and caps was tried at the rate and at 1.5x
+    batched = any(d.batch > 1 for d in rec.decisions)
+    caps = any(d.fallback for d in rec.decisions)
+    assert len(rec.tuning) == (3 if batched else 1) * (3 if caps else 1)
+    assert any(t["window_factor"] == 1.0 and t["failover_max_ratio"] is None for t in rec.tuning)  # as planned
+    assert all(t["stress_p95_ms"] is not None for t in rec.tuning)
+    kept = [t for t in rec.tuning if t["meets_targets"]]
+    assert kept and rec.meets_slo
+    # a changed window or cap is what the pipeline holds, and its why says it was tuned
+    best = min(rec.tuning, key=lambda t: (not t["meets_targets"], round(t["stress_failed_share"], 3),
+                                          t["stress_p95_ms"], abs(__import__("math").log(t["window_factor"])),
+                                          t["failover_max_ratio"] is not None))
+    for d in rec.decisions:
+        if d.batch > 1 and best["window_factor"] != 1.0:
+            assert "tuned by simulation" in d.why["batch"]
+        if d.fallback and best["failover_max_ratio"] is not None:
+            assert d.fallback["max_ratio"] == best["failover_max_ratio"]
+    assert "simulated estimate" in plan.to_dict()["estimates_are"]
+
+
+def _sample_portrait() -> dict:
+    return loadprobe.analyze([str(REPO / "samples" / "data" / "vision")]).to_dict()
+
+
+def _stage_latency(document: dict, value) -> dict:
+    document["stages"][1]["latency_ms"]["p50"] = value
+    return document
+
+
+@pytest.mark.parametrize("content, message", [
+    ([1, 2, 3], "holds [1, 2, 3], not a loadprobe portrait (a JSON object)"),
+    (lambda d: {**d, "stages": "oops"}, 'field stages: expected a list, got "oops"'),
+    (lambda d: _stage_latency(d, "fast"), 'field stages[1].latency_ms.p50: expected a finite number, got "fast"'),
+    (lambda d: {k: v for k, v in d.items() if k != "data_quality"}, "missing 'data_quality'"),
+])
+def test_a_malformed_portrait_is_refused_naming_the_file_and_field(tmp_path, content, message):
+    path = tmp_path / "portrait.json"
+    path.write_text(json.dumps(content(_sample_portrait()) if callable(content) else content))
+    for command in (["recommend", str(path), "-o", str(tmp_path / "plan" / "pipeline.yaml")],
+                    ["report", str(path), "-o", str(tmp_path / "r.html")]):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code == 2, result.output
+        [line] = result.output.strip().splitlines()
+        assert line.startswith(f"loadprobe: error: {path}: {message}"), line
+
+
+def test_a_malformed_plans_json_is_refused_by_report_and_simulate(tmp_path):
+    portrait = tmp_path / "portrait.json"
+    portrait.write_text(json.dumps(_sample_portrait()))
+    out = tmp_path / "plan" / "pipeline.yaml"
+    assert CliRunner().invoke(main, ["recommend", str(portrait), "-o", str(out)]).exit_code == 0
+    plans = json.loads((out.parent / "plans.json").read_text())
+    plans["recommended"]["stages"][0]["batch"] = "x"
+    bad = tmp_path / "bad-plans.json"
+    bad.write_text(json.dumps(plans))
+    message = "field recommended.stages[0].batch: 'x' is not of type 'integer', 'null'"
+    for command in (["report", str(portrait), "--plans", str(bad), "-o", str(tmp_path / "r.html")],
+                    ["simulate", str(bad), "--rate", "5", "-o", str(tmp_path / "sim")]):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code == 2, result.output
+        assert len(result.output.strip().splitlines()) == 1 and f"{bad}: not a plans.json" in result.output
+        assert message in result.output

@@ -1,0 +1,108 @@
+"""Device samplers read real counters; absent hardware is reported, never raised."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from loadprobe.record.samplers import NvmlSource, PsutilSource, RaplSource, Sampler
+
+
+def test_psutil_readings_are_in_range():
+    source = PsutilSource()
+    sum(i * i for i in range(200_000))  # give the CPU something to measure
+    readings = {(d, m): v for d, m, v in source.read()}
+    assert 0.0 <= readings[("cpu", "util_pct")] <= 100.0
+    assert readings[("process", "rss_bytes")] > 1_000_000
+    assert readings[("memory", "used_bytes")] > 0
+    second = {(d, m) for d, m, _ in source.read()}
+    assert ("disk", "read_bps") in second or ("net", "rx_bps") in second  # rates need two readings
+
+
+def test_psutil_follows_a_process_tree():
+    source = PsutilSource([os.getppid()], include_children=True)
+    source.read()
+    readings = {(d, m): v for d, m, v in source.read()}
+    assert readings[("process", "rss_bytes")] > 0 and readings[("process", "threads")] >= 2
+
+
+def test_nvml_absent_is_unavailable_with_a_reason():
+    source = NvmlSource()
+    availability = source.availability()
+    if availability["available"]:
+        pytest.skip("a GPU driver is present here; the NVML path is checked by tests/record/test_gpu.py")
+    assert availability["reason"]
+    assert source.read() == [] and source.inventory() == []
+
+
+def _powercap(tmp_path, energy_uj, wrap=1_000_000):
+    zone = tmp_path / "intel-rapl:0"
+    zone.mkdir(exist_ok=True)
+    (zone / "energy_uj").write_text(f"{energy_uj}\n")
+    (zone / "max_energy_range_uj").write_text(f"{wrap}\n")
+    return zone
+
+
+def test_rapl_power_from_energy_deltas_including_wraparound(tmp_path, monkeypatch):
+    clock = iter([100.0, 102.0, 104.0])
+    monkeypatch.setattr("loadprobe.record.samplers.time.monotonic", lambda: next(clock))
+    zone = _powercap(tmp_path, 0)
+    source = RaplSource(str(tmp_path))
+    assert source.availability() == {"available": True, "packages": 1}
+    assert source.read() == []  # a rate needs two readings
+    (zone / "energy_uj").write_text("900000\n")
+    assert source.read() == [("cpu", "power_w", pytest.approx(0.45))]  # 0.9 J over 2 s
+    (zone / "energy_uj").write_text("100000\n")  # wrapped at 1 J: 0.2 J more
+    assert source.read() == [("cpu", "power_w", pytest.approx(0.1))]
+
+
+def test_rapl_unreadable_or_missing_is_unavailable(tmp_path):
+    assert RaplSource(str(tmp_path / "none")).availability()["available"] is False
+    zone = _powercap(tmp_path, 0)
+    (zone / "energy_uj").write_text("not a number")
+    availability = RaplSource(str(tmp_path)).availability()
+    assert availability["available"] is False and "energy_uj" in availability["reason"]
+
+
+class _Broken:
+    name = "broken"
+
+    def availability(self):
+        return {"available": True}
+
+    def read(self):
+        raise RuntimeError("sensor fell off")
+
+
+class _Counting:
+    name = "counting"
+
+    def __init__(self):
+        self.n = 0
+
+    def availability(self):
+        return {"available": True}
+
+    def read(self):
+        self.n += 1
+        return [("fake0", "n", self.n)]
+
+
+def test_a_failing_source_is_counted_and_the_others_keep_sampling(caplog):
+    counting = _Counting()
+    sampler = Sampler([_Broken(), counting], interval_s=0.01)
+    with caplog.at_level(logging.WARNING, logger="loadprobe"):
+        for _ in range(5):
+            sampler.sample_once()
+    assert sampler.errors == 5
+    assert [r[3] for r in sampler.drain()] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert caplog.text.count("sensor fell off") == 1
+
+
+def test_sampler_memory_is_bounded_when_nobody_drains():
+    sampler = Sampler([_Counting()], interval_s=0.01, max_rows=3)
+    for _ in range(10):
+        sampler.sample_once()
+    assert len(sampler.rows) == 3 and sampler.dropped == 7

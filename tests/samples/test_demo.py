@@ -1,0 +1,110 @@
+"""``loadprobe demo`` end to end: a real server process, real HTTP load, a real recording."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("onnxruntime")
+
+from ..conftest import spans_in  # noqa: E402
+
+
+def demo(out, *args, env=None, python=(), **kwargs):
+    full_env = dict(os.environ, LOADPROBE_CACHE=str(out / "cache"), **(env or {}))
+    full_env.pop("LOADPROBE_DIR", None)
+    return subprocess.Popen([sys.executable, *python, "-m", "loadprobe", "demo", "-o", str(out / "runs"), *args],
+                            env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def test_demo_serves_loads_records_and_analyses(tmp_path):
+    # Run from a folder holding a package named loadprobe that is not the installed one, as a
+    # clone's root does (its ./loadprobe has no samples): the demo's server must not import it.
+    shadow = tmp_path / "clone"
+    (shadow / "loadprobe").mkdir(parents=True)
+    (shadow / "loadprobe" / "__init__.py").write_text("raise ImportError('the source tree shadowed the install')\n")
+    safe = ("-P",) if sys.version_info >= (3, 11) else ()  # the demo itself: the installed package
+    proc = demo(tmp_path, "--seconds", "6", "--rate", "8", python=safe, cwd=shadow if safe else None)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    (run,) = (tmp_path / "runs").iterdir()
+    portrait = json.loads((run / "report" / "portrait.json").read_text())
+    stages = {s["name"] for s in portrait["stages"]}
+    assert {"POST /inspect", "decode", "preprocess", "backbone", "head", "nms"} <= stages
+    served = [r for r in spans_in(run / "data") if r["stage"] == "POST /inspect"]
+    sent = spans_in(run / "client")
+    ok_at_client = {r["request_id"] for r in sent if r["status"] == "ok"}
+    assert len(ok_at_client) > 20
+    # every request the client saw complete has exactly one request span at the server
+    served_ids = [r["request_id"] for r in served]
+    assert ok_at_client <= set(served_ids) and len(served_ids) == len(set(served_ids))
+    assert portrait["devices"], "the server's recorder sampled the devices"
+    # the sample explains its request time: stages and the queues before them, not "no probed stage"
+    assert portrait["requests"]["unattributed_share"] < 0.2 and portrait["requests"]["queued_share"] > 0
+    by_name = {s["name"]: s for s in portrait["stages"]}
+    for name in ("preprocess", "backbone", "head", "nms"):  # every computing stage: its FLOPs and bytes
+        assert by_name[name]["intensity"]["flops_per_byte"] > 0, name
+        assert by_name[name]["intensity"]["roofline"]["device"] == "nvidia-l4"
+    assert portrait["roofline_device"] == "nvidia-l4"
+    assert str(run / "report" / "portrait.json") in out
+    html = (run / "report" / "portrait.html").read_text(encoding="utf-8")  # the report, with the plan
+    assert str(run / "report" / "portrait.html") in out
+    assert '<section id="plan"' in html and "Copy pipeline.yaml" in html
+    # the backbone's INT8 check ran, the plan used its verdict and the report shows it
+    align = json.loads((run / "report" / "align.json").read_text())
+    assert align["stage"] == "backbone" and align["verdict"]["decision"] in ("int8-ok", "int8-keep-fp16", "fp16-only")
+    plans = json.loads((run / "report" / "plans.json").read_text())
+    assert plans["constraints"]["align"]["backbone"]
+    # sized for a rate the host CPU alone cannot carry: accelerators take the backbone, decode stays
+    assert "host CPU alone" in plans["sizing_why"]
+    all_cpu = next(o for o in plans["alternatives"] if o["name"] == "all-cpu")
+    assert all_cpu["estimate"]["max_rps"] < plans["sizing_rate_rps"]
+    placed = {d["stage"]: d for d in plans["recommended"]["stages"]}
+    assert placed["backbone"]["engine"] != "cpu" and placed["decode"]["engine"] == "cpu"
+    assert len({d["engine"].rstrip("0123456789") for d in placed.values()}) >= 2
+    assert f"{plans['sizing_rate_rps']:.0f}" in html and "host CPU alone" in html
+    assert '<section id="precision"' in html
+    # every plan was replayed under the recorded arrivals at 1.5x, and the report shows it
+    simulation = json.loads((run / "report" / "simulation.json").read_text())
+    plans = json.loads((run / "report" / "plans.json").read_text())
+    feasible = [o["name"] for o in [plans["recommended"], *plans["alternatives"]] if o["pipeline"]]
+    assert list(simulation["plans"]) == feasible
+    assert simulation["requests"] == len(served_ids) and "1.5x" in simulation["arrivals"]
+    assert all(sum(r["outcomes"].values()) == r["requests"] for r in simulation["plans"].values())
+    assert '<section id="sim-plans"' in html
+    # a second run never touches the first
+    before = sorted(p.name for p in run.rglob("*"))
+    again = demo(tmp_path, "--seconds", "2", "--rate", "4")
+    again.communicate(timeout=240)
+    assert len(list((tmp_path / "runs").iterdir())) == 2
+    assert sorted(p.name for p in run.rglob("*")) == before
+
+
+def test_ctrl_c_stops_the_server(tmp_path):
+    proc = demo(tmp_path, "--seconds", "60", "--rate", "4")
+    parent = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 120
+    server = None
+    while time.monotonic() < deadline and server is None:
+        for child in parent.children(recursive=True):
+            if "loadprobe.samples.vision.serve" in " ".join(child.cmdline()):
+                server = child
+        time.sleep(0.2)
+    assert server is not None, "the demo did not start its server"
+    while not list((tmp_path / "runs").rglob("client")) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the load has started
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "Traceback" not in err
+    server.wait(timeout=30) if server.is_running() else None
+    assert not server.is_running()

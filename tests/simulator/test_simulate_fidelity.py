@@ -1,0 +1,45 @@
+"""loadprobe.simulate against the real Router: the same plan, arrivals and service times, over HTTP.
+
+The short form of benchmarks/fidelity_simulate.py (docs/simulate.md#fidelity): per arrival pattern,
+10 s of traffic from the loadprobe load client to a Router served on 127.0.0.1 in a subprocess, whose
+executors sleep for recorded service times (x10), then the simulator on the arrivals the router saw.
+Only the agreement between the two is asserted -- p50 and p95 end to end within 10%, the reject
+share and the failover share within 2 percentage points -- never an absolute time, so a slow or
+busy machine moves both sides together. The loads are moderate and the service-time draws paired
+(each lane's own seeded stream, on both sides), which keeps a short run's p95 steady.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SECONDS = 10.0
+
+
+def _load_benchmark():
+    spec = importlib.util.spec_from_file_location("fidelity_simulate", REPO / "benchmarks" / "fidelity_simulate.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+fidelity = _load_benchmark()
+
+
+@pytest.mark.parametrize("pattern", ["poisson", "azure-llm-2023"])
+def test_the_simulator_predicts_the_routers_latency_rejects_and_failover(pattern):
+    offsets = fidelity.patterns(SECONDS, scale=10, seed=1)[pattern]
+    result = fidelity.run_pattern(pattern, offsets, scale=10, seed=1)  # measured again only if starved
+    report = fidelity.render(result)
+    assert result.info["served"] == len(offsets), report  # every scheduled request reached the router
+    assert result.ok, report
+    if pattern == "azure-llm-2023":
+        # the bursts do turn requests away and move some to the GPU: the shares compare something
+        measured = {row["metric"]: row["measured"] for row in result.rows}
+        assert measured["rejected"] >= 0.01 and measured["failover decode"] >= 0.02, report
