@@ -20,11 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .shapes import CHANNELS, GRID, SIZE, STRIDES
+
 INPUT, OUTPUT = "images", "features"
-SIZE = 160  # the fixed input size: height and width
-CHANNELS = (3, 24, 48, 64, 64)
-STRIDES = (2, 2, 2, 1)
-GRID = SIZE // 8  # feature map side after three stride-2 convolutions
 MODEL_VERSION = "1"  # bump when the architecture changes, so caches rebuild
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from loadprobe import probe
 
-from .model import CHANNELS, GRID, SIZE
+from .shapes import CHANNELS, GRID, SIZE
 
 MEAN = np.array([0.485, 0.456, 0.406], np.float32) * 255
 STD = np.array([0.229, 0.224, 0.225], np.float32) * 255

@@ -35,7 +35,8 @@ from loadprobe.instrumentation.asgi import LoadprobeMiddleware
 from loadprobe.instrumentation.onnx_cost import model_cost
 
 from .batcher import DynamicBatcher
-from .model import INPUT, SIZE, ensure_models, open_session
+from .model import INPUT, ensure_models, open_session
+from .shapes import SIZE
 from .pipeline import decode, detect, preprocess
 
 
