@@ -36,8 +36,8 @@ from loadprobe.instrumentation.onnx_cost import model_cost
 
 from .batcher import DynamicBatcher
 from .model import INPUT, ensure_models, open_session
-from .shapes import SIZE
 from .pipeline import decode, detect, preprocess
+from .shapes import SIZE
 
 
 def create_app(*, precision: str = "fp32", max_batch: int = 8, window_ms: float = 5.0, threads: int = 1,
