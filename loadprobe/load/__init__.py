@@ -4,13 +4,6 @@
 seconds; ``loadprobe.load.run(url, offsets)`` sends them (docs/load.md).
 """
 
-import importlib
+from .._lazy import forward
 
-
-def __getattr__(name: str):
-    # import_module, not 'from . import': that would ask this __getattr__ for the module again.
-    module = importlib.import_module(f"{__name__}.generator")
-    try:
-        return getattr(module, name)
-    except AttributeError:
-        raise AttributeError(f"module 'loadprobe.load' has no attribute {name!r}") from None
+__getattr__ = forward(__name__, "generator")
