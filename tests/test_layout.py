@@ -24,13 +24,14 @@ MAY_IMPORT = {
     "contracts": CONTRACTS,
     "record": CONTRACTS,
     "align": CONTRACTS,
+    "estimate": CONTRACTS,
     "analysis": CONTRACTS | {"record"},
     "instrumentation": CONTRACTS | {"record", "align"},
     "route": CONTRACTS | {"record"},
     "load": CONTRACTS | {"record", "analysis"},
-    "simulator": CONTRACTS | {"route", "load", "analysis"},
-    "plan": CONTRACTS | {"analysis", "align", "load", "simulator"},
-    "reports": CONTRACTS | {"analysis", "align", "plan", "simulator"},
+    "simulator": CONTRACTS | {"route", "load", "analysis", "estimate"},
+    "plan": CONTRACTS | {"analysis", "align", "load", "simulator", "estimate"},
+    "reports": CONTRACTS | {"analysis", "align", "plan", "simulator", "estimate"},
 }
 
 

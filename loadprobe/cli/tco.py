@@ -36,7 +36,7 @@ def tco(power_w, hours_per_year, price_per_kwh, years, purchase, pue, ops_per_ye
     Example (a 300 W card running all year at 0.8 per kWh, for three years):
         loadprobe tco --power-w 300 --price-per-kwh 0.8 --years 3 --purchase 20000
     """
-    from ..plan.tco import TCOInputError, format_tco, tco as compute
+    from ..estimate.tco import TCOInputError, format_tco, tco as compute
 
     try:
         cost = compute(power_w=power_w, hours_per_year=hours_per_year, price_per_kwh=price_per_kwh, years=years,

@@ -1,8 +1,8 @@
 """Planning: a Portrait and Constraints in, a Plan out (``loadprobe.recommend``).
 
-``constraints`` parses what the user asks for; ``planner`` places stages on engines;
-``servicetime`` and ``queueing`` estimate each option, ``simulation`` replays it through the
-simulator, ``tco`` prices it; ``files`` writes pipeline.yaml and plans.json.
+``constraints`` parses what the user asks for; ``planner`` places stages on engines, with
+``loadprobe.estimate``'s service times, queueing and costs for each option; ``simulation``
+replays the options through the simulator; ``files`` writes pipeline.yaml and plans.json.
 """
 
 

@@ -42,8 +42,8 @@ from dataclasses import asdict, dataclass, field
 from .._errors import LoadprobeError
 from .constraints import Constraints, EngineSpec
 from .simulation import FAILED_SHARE_OK, FAILOVER_RATIOS, STRESS, WINDOW_FACTORS, OptionCheck, tune
-from .queueing import IDLE_POWER_SHARE, EngineCapacity, Estimate, Placement, estimate
-from .servicetime import DEFAULT_DEVICE, ServiceTime, StageProfile, service_time
+from ..estimate.queueing import IDLE_POWER_SHARE, EngineCapacity, Estimate, Placement, estimate
+from ..estimate.servicetime import DEFAULT_DEVICE, ServiceTime, StageProfile, service_time
 
 LIGHT_MS = 1.0
 LIGHT_SHARE = 0.10
@@ -828,7 +828,7 @@ def _unattributed_ms(portrait) -> float:
 
 
 def _tco(option: Option, ctx: _Context) -> dict | None:
-    from .tco import tco
+    from ..estimate.tco import tco
 
     est = option.estimate
     if est is None:

@@ -26,7 +26,7 @@ import itertools
 import math
 from dataclasses import dataclass, replace
 
-from .queueing import Estimate
+from ..estimate.queueing import Estimate
 
 SIM_REQUESTS = 3000
 """Arrivals per simulation: p95 within a few percent at this count, and fast enough to run a dozen."""
@@ -155,7 +155,7 @@ def _plus(value, extra: float):
 
 def _sampler(p50_ms: float, p95_ms: float, batch: int, profile, calls: float):
     """Seconds for ``k`` requests' executions: lognormal at a full batch, scaled by the fit, summed over calls."""
-    from .queueing import lognormal_mean
+    from ..estimate.queueing import lognormal_mean
     from ..simulator import lognormal
 
     base = lognormal(p50_ms, p95_ms)

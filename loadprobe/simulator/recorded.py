@@ -20,7 +20,7 @@ the recorded tails, modes and outliers carry over unchanged.
   whatever its batch column says (a per-request batch counts boxes or tokens, not requests).
 - **Engine.** On the engine the stage was recorded on (same kind, and the same catalog device
   when both are named), times are used as they are. On another engine every time is multiplied
-  by the ratio of the roofline estimate (``loadprobe.plan.servicetime``, the same estimate
+  by the ratio of the roofline estimate (``loadprobe.estimate.servicetime``, the same estimate
   ``loadprobe recommend`` uses) to the measured median at the plan's batch size, so the
   recorded shape of the distribution is kept and only its level moves. ``how`` says which.
 - Stages of the plan that were not recorded fall back to their ``service_time_ms``
@@ -222,7 +222,7 @@ def from_recording(config: PipelineConfig, data, overrides: Overrides | None = N
     ``recorded`` is ``read_self_times(data)`` when already read (several plans, one recording).
     """
     from ..catalog import load_catalog
-    from ..plan.servicetime import StageProfile, _kind_of_engine, service_time
+    from ..estimate.servicetime import StageProfile, _kind_of_engine, service_time
 
     recorded = (recorded or read_self_times(data)).times
     catalog = catalog or load_catalog()

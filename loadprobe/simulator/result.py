@@ -48,7 +48,7 @@ class SimulationResult:
 
     ``power``: each engine draws ``power_w`` x ``count`` (the catalog TDP when the file gives no
     power) times 30% idle + 70% x its utilisation; ``energy_per_request_j`` is that mean power
-    x the run's length / completed requests. ``tco`` is ``loadprobe.plan.tco`` at that mean power with
+    x the run's length / completed requests. ``tco`` is ``loadprobe.estimate.tco`` at that mean power with
     the catalog (or given) prices of every engine's device. ``timeline`` holds each engine's
     queue length and busy slots read at 200 evenly spaced instants.
     """
@@ -221,7 +221,7 @@ def _compiled_loop(loop: str, arrivals: int):
 
 def _power(config: PipelineConfig, engines: dict, duration: float, ok: int, catalog) -> dict[str, Any]:
     """Mean power per engine at its simulated utilisation, and the energy of one completed request."""
-    from ..plan.queueing import IDLE_POWER_SHARE
+    from ..estimate.queueing import IDLE_POWER_SHARE
 
     per_engine, unknown = {}, []
     for name, spec in config.engines.items():
@@ -242,8 +242,8 @@ def _power(config: PipelineConfig, engines: dict, duration: float, ok: int, cata
 
 def _cost(config: PipelineConfig, power: dict, catalog, price_per_kwh: float, years: float,
           prices: Mapping[str, float]) -> dict[str, Any] | None:
-    """loadprobe.plan.tco at the simulated mean power, with every engine's device price (the host CPU is common)."""
-    from ..plan.tco import tco
+    """loadprobe.estimate.tco at the simulated mean power, with every engine's device price (the host CPU is common)."""
+    from ..estimate.tco import tco
 
     if power["mean_w"] is None:
         return None

@@ -30,7 +30,7 @@ import numpy as np
 
 from .._errors import LoadprobeError
 from ..pipeline.config import PipelineConfig
-from ..plan.queueing import Z95
+from ..estimate.queueing import Z95
 
 __all__ = ["ServiceTime", "constant", "draw_block", "exponential", "from_config", "lognormal", "parse_override"]
 

@@ -263,7 +263,7 @@ def test_many_stages_are_placed_by_coordinate_descent(tmp_path):
 
 
 def test_erlang_c_stays_finite_for_large_pools():
-    from loadprobe.plan.queueing import erlang_c
+    from loadprobe.estimate.queueing import erlang_c
 
     assert 0 < erlang_c(800, 750) < 1
     assert erlang_c(1, 0.5) == pytest.approx(0.5)

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from loadprobe._errors import LoadprobeError
 from loadprobe.cli import main
-from loadprobe.plan.tco import TCO, TCOInputError, compare, format_comparison, tco
+from loadprobe.estimate.tco import TCO, TCOInputError, compare, format_comparison, tco
 
 
 def test_the_articles_worked_example():

@@ -9,7 +9,7 @@ import pytest
 
 from loadprobe.load import generator as load
 from loadprobe.pipeline import config as pipeline
-from loadprobe.plan.queueing import erlang_c
+from loadprobe.estimate.queueing import erlang_c
 from loadprobe.simulator import constant, exponential, from_config, lognormal, simulate
 from loadprobe.simulator.result import compiled_available
 

@@ -1,6 +1,6 @@
 """Total cost of ownership: purchase + electricity + operations + migration, over a number of years.
 
-    from loadprobe.plan.tco import tco, compare
+    from loadprobe.estimate.tco import tco, compare
 
     cost = tco(power_w=300, price_per_kwh=0.8, years=3)      # a 300 W card running all year
     round(cost.electricity)                                   # 6307
@@ -102,7 +102,7 @@ def compare(plans: list[tuple[str, Mapping[str, Any]]]) -> dict[str, TCO]:
         try:
             out[name] = tco(**inputs)
         except TypeError as exc:  # a missing or misspelt keyword
-            raise LoadprobeError(f"plan {name!r}: {exc}; see loadprobe.plan.tco.tco for the inputs") from None
+            raise LoadprobeError(f"plan {name!r}: {exc}; see loadprobe.estimate.tco.tco for the inputs") from None
         except TCOInputError as exc:
             raise TCOInputError(exc.name, f"{exc.problem} (plan {name!r})") from None
     return out
