@@ -21,6 +21,7 @@ from __future__ import annotations
 import os as _os
 
 from ._errors import LoadprobeError
+from ._lazy import install_moved_modules as _install_moved_modules
 from .record.probe import Span, probe, record_span, request
 from ._version import __version__
 
@@ -42,6 +43,8 @@ __all__ = [
     "start",
     "stop",
 ]
+
+_install_moved_modules()
 
 
 def start(

@@ -7,6 +7,8 @@ import textwrap
 import tomllib
 from pathlib import Path
 
+import pytest
+
 import loadprobe
 
 from .conftest import REPO, run_python
@@ -77,3 +79,16 @@ def test_the_c_map_kernel_is_built_wherever_a_compiler_is():
     if not any(shutil.which(cc) for cc in ("cc", "gcc", "clang")):
         pytest.skip("no C compiler here: the install skips the optional kernel and analysis uses numpy")
     assert partials.kernel_available(), partials._load_kernel()[1]
+
+
+@pytest.mark.parametrize("old", ["loadprobe.tco", "loadprobe.constraints", "loadprobe.histogram", "loadprobe.importer"])
+def test_a_module_that_moved_still_imports_under_its_old_name(old):
+    # The modules that sat directly in loadprobe/ before the split by data-flow steps.
+    from loadprobe._lazy import MOVED
+
+    code = (f"import importlib, warnings\nwarnings.simplefilter('error')\n"
+            f"try:\n    importlib.import_module({old!r})\nexcept DeprecationWarning as w:\n    print(w)\n"
+            f"warnings.simplefilter('ignore')\nold = importlib.import_module({old!r})\n"
+            f"print(old is importlib.import_module({MOVED[old]!r}))")
+    out = run_python(code).stdout.split("\n")
+    assert out[0] == f"{old} is now {MOVED[old]}" and out[1] == "True", out
