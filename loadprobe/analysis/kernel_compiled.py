@@ -26,6 +26,7 @@ from .kernel_numpy import NS_PER_S, RUN_WINDOW_SLACK_NS, Grouped, StageRows, cou
 from .kernels import compiled_library, unavailable_reason
 from .partials import Partial, add_counts, pick
 
+_C = compiled_library()  # the ckernel module, loaded once at import; None where it was not built
 _DENSE_CELLS = 1 << 23  # largest per-file table (stages x seconds, stages x shapes) the compiled path allocates
 _DENSE_IDS = 4  # the compiled join's id table may be this many times the row count (plus 2**20)
 
@@ -42,8 +43,8 @@ class FloatSums(NamedTuple):
 
 def aggregate(part: Partial, cols: SpanColumns, ref: FileRef, run_window) -> None:
     """Add every figure of one file's spans to ``part``; ``run_window``: the run's (start, stop) or None."""
-    k = compiled_library()
-    if k is None:
+    k = _C
+    if k is None:  # only Filters made elsewhere could name it: kernels.resolve_kernel refuses here
         raise ImportError(f"the compiled map step is unavailable: {unavailable_reason()}")
     done = _integer_figures(k, part, cols, ref, run_window)
     if done is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 import sys
 from collections import Counter
 from pathlib import Path
@@ -375,6 +376,17 @@ def test_overlap_sweep_matches_a_pairwise_check():
 def test_kernel_names_are_checked(varied):
     with pytest.raises(LoadprobeError, match="kernel"):
         loadprobe.analyze([varied], kernel="fortran")
+
+
+def test_the_kernel_is_chosen_once_as_the_filters_are_made():
+    # Every file mapped with these Filters, in this process or a worker, uses the kernel named here.
+    assert Filters().kernel == Filters(kernel="auto").kernel == Filters(kernel="compiled").kernel == "compiled"
+    assert Filters(kernel="numpy").kernel == "numpy"
+    with pytest.raises(LoadprobeError, match="kernel 'fortran' is not one of auto, compiled, numpy"):
+        Filters(kernel="fortran")
+    filters = Filters(since_ns=5, kernel="numpy")
+    assert pickle.loads(pickle.dumps(filters)) == filters  # as process and Dask workers receive them
+    assert dataclasses.replace(filters, read_threads=True).kernel == "numpy"
 
 
 def test_compiled_float_sums_round_exactly_as_numpy_s():
