@@ -67,7 +67,7 @@ def read_spans(paths, *, service: str | None = None, host: str | None = None,
     ``service`` and ``host`` are fnmatch patterns on the runs. A file that cannot be used is
     left out as ``loadprobe analyze`` leaves it out, and its reason goes into ``skipped``
     (path -> reason), with the files that are not loadprobe data at all. Raises LoadprobeError
-    when ``paths`` hold no loadprobe data.
+    (as iteration starts) when ``paths`` hold no loadprobe data.
     """
     runs, not_data = discover(paths, service=service, host=host)
     if skipped is not None:
