@@ -111,9 +111,9 @@ def run_loadprobe(data: str, engine: str, workers: int, src: str, kernel: str = 
             raise RuntimeError("traffic buckets are coarser than a minute")
         key = str(int(start_s) // 60)
         per_minute[key] = per_minute.get(key, 0) + int(n)
-    from loadprobe.analysis import partials
+    from loadprobe.analysis import kernels
 
-    compiled = kernel != "numpy" and partials.kernel_available()
+    compiled = kernel != "numpy" and kernels.kernel_available()
     return {"compute_s": compute, "pcts": pcts, "per_minute": {k: v for k, v in per_minute.items() if v},
             "kernel": "compiled" if compiled else "numpy", "portrait_sha256": digest,
             "batch": batch, "rows": saved["data_quality"]["rows"], "portrait_bytes": portrait_bytes,

@@ -4,9 +4,10 @@
 
 Portraits rendered:
 
-- ``fleet-day``: ``benchmarks/gen_portrait.py``'s synthetic portrait of 100M spans over 24 h
-  on 8 hosts x 4 GPUs with 12 stages: the largest display shape the analysis produces (the
-  timeline at its point caps, a 1,440-bucket arrival curve, 13 latency CDFs);
+- ``fleet-day``: the synthetic portrait of ``tests/support/fleet_portrait.py`` (what
+  ``benchmarks/gen_portrait.py`` writes), 100M spans over 24 h on 8 hosts x 4 GPUs with 12
+  stages: the largest display shape the analysis produces (the timeline at its point caps, a
+  1,440-bucket arrival curve, 13 latency CDFs);
 - each ``--portrait`` given, e.g. the real portrait of ``benchmarks/gen_spans.py``'s 100M-span
   dataset (``loadprobe analyze /tmp/loadprobe-bench/spans-100000000 -o DIR --no-html``).
 
@@ -80,8 +81,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
-    sys.path.insert(0, str(HERE))
-    from gen_portrait import fleet_portrait
+    sys.path.insert(0, str(REPO))
+    from tests.support.fleet_portrait import fleet_portrait
 
     work = Path(tempfile.mkdtemp(prefix="bench-report-"))
     cases = {"fleet-day (synthetic, 100M spans)": fleet_portrait().save(work / "fleet-day.json")}

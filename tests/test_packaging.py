@@ -74,11 +74,11 @@ def test_the_c_map_kernel_is_built_wherever_a_compiler_is():
 
     import pytest
 
-    from loadprobe.analysis import partials
+    from loadprobe.analysis import kernels
 
     if not any(shutil.which(cc) for cc in ("cc", "gcc", "clang")):
         pytest.skip("no C compiler here: the install skips the optional kernel and analysis uses numpy")
-    assert partials.kernel_available(), partials._load_kernel()[1]
+    assert kernels.kernel_available(), kernels.unavailable_reason()
 
 
 @pytest.mark.parametrize("old", ["loadprobe.tco", "loadprobe.constraints", "loadprobe.histogram", "loadprobe.importer"])

@@ -1,10 +1,13 @@
 """Analysis: recorded files in, a Portrait out (``loadprobe.analysis.analyze(["data/"])``).
 
-The data flow, one module per step: ``dataset`` finds and describes the files, ``partials``
-aggregates each file into an order-free partial (``ckernel`` in C, numpy otherwise) on the
-map executors of ``executors``, ``finalize`` turns the merged partial into a Portrait with
-``traffic``, ``timeline``, ``bottlenecks`` and ``roofline``; ``histogram`` is the HDR layout
-every latency figure is kept in.
+The data flow, one module per step: ``dataset`` finds and describes the files; ``map_step``
+turns each file into an order-free partial (``partials``): ``reading`` reads it (``footers``
+saying what need not be read), ``columns`` decodes it into numpy arrays, and a kernel
+aggregates them (``kernel_compiled`` through ``ckernel`` in C, or ``kernel_numpy``; ``kernels``
+chooses, once per analysis); ``executors`` runs the map step in threads, processes or on Dask;
+``finalize`` turns the merged partial into a Portrait with ``traffic``, ``timeline``,
+``bottlenecks`` and ``roofline``. ``histogram`` is the HDR layout every latency figure is kept
+in, ``memory`` how the map step reuses its arrays.
 """
 
 

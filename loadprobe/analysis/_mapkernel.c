@@ -1,10 +1,10 @@
 /* The map step's integer aggregation of one file's spans, in C.
  *
- * loadprobe/_mapkernel.py loads this library with ctypes and documents what it computes; the
- * numpy path in loadprobe/partials.py (_aggregate_numpy) is the reference it must match exactly
- * (tests/test_analyze_fast.py). Nothing here allocates: the caller passes every array.
+ * loadprobe/analysis/ckernel.py loads this library with ctypes and documents what it computes;
+ * the numpy kernel, loadprobe/analysis/kernel_numpy.py, is the reference it must match exactly
+ * (tests/analysis/test_analyze_fast.py). Nothing here allocates: the caller passes every array.
  * A plain shared library, not a Python module (it needs no Python headers): setup.py builds it
- * as an optional extension only so that pip compiles, names and installs it; _mapkernel.py finds
+ * as an optional extension only so that pip compiles, names and installs it; ckernel.py finds
  * it by that name and calls it through ctypes, which releases the GIL during each call. Without
  * a C compiler the build skips it and loadprobe uses numpy.
  */
@@ -16,17 +16,17 @@ typedef int64_t i64;
 typedef int32_t i32;
 typedef uint8_t u8;
 
-/* HdrHistogram layout (loadprobe/histogram.py); _mapkernel.py checks these against it. */
+/* HdrHistogram layout (loadprobe/analysis/histogram.py); ckernel.py checks these against it. */
 #define HIGHEST_TRACKABLE ((i64)1 << 42)
 #define HALF_MAGNITUDE 10
 #define HALF_COUNT 1024
 #define SUB_MASK 2047
 #define COUNTS_LEN 34816
-#define MAX_DEPTH 64 /* parent links followed from a span up to its root (partials.MAX_DEPTH) */
+#define MAX_DEPTH 64 /* parent links followed from a span up to its root (kernel_numpy.MAX_DEPTH) */
 #define NS 1000000000LL
 #define ROOT (-2) /* parent_row of a root span (parent id 0); -1: a parent not in the file */
 
-/* Per-stage sums and histogram statistics: the column order _mapkernel.py names. */
+/* Per-stage sums and histogram statistics: the column order ckernel.py names. */
 enum { S_COUNT, S_SELF, S_IN_REQUEST, S_SELF_IN_REQUEST, S_OFFSET, S_OFFSET_N, S_WIDTH };
 enum { H_TOTAL, H_SUM_HI, H_SUM_LO, H_MIN, H_MAX, H_CLAMPED, H_WIDTH };
 
@@ -218,7 +218,7 @@ static double product_sum(const double *a, const double *b, i64 n, double *out) 
 }
 
 /* Per stage with rows in [bounds[k], bounds[k + 1]): the batch fit's sums, then the FLOPs' and
- * bytes' sums and their durations, as partials._batch_and_float_sums computes them. */
+ * bytes' sums and their durations, as kernel_numpy.batch_and_float_sums computes them. */
 static void float_sums(const map_output *out, i64 n_stage, i64 n) {
     double *bf = out->float_scratch, *lf = bf + n, *tmp = lf + n;
     for (i64 k = 0; k < n_stage; k++) {
@@ -555,7 +555,7 @@ int lp_sort_nearly_sorted(i64 *restrict a, i64 n, i64 budget) {
     return 1;
 }
 
-/* The layout compiled in, for _mapkernel.py to check against loadprobe/histogram.py. */
+/* The layout compiled in, for ckernel.py to check against loadprobe/analysis/histogram.py. */
 void lp_layout(i64 *out) {
     out[0] = HIGHEST_TRACKABLE;
     out[1] = HALF_MAGNITUDE;

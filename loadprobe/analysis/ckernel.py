@@ -1,23 +1,23 @@
-"""The map step's integer aggregation, compiled: ``_mapkernel.c`` called through ctypes.
+"""The compiled kernel's C library (``_mapkernel.c``), called through ctypes.
 
-``partials._map_spans`` aggregates a file's spans either with numpy (the reference path,
-always available) or, when the C library was built at install (setup.py; it needs a C
-compiler, and is skipped without one), with :func:`aggregate` here: the same figures, exact
-integers throughout, in a join, one pass over the rows and a short pass per optional column
-instead of dozens of numpy passes plus a sort and a gather per column. The float sums (batch
-fits, FLOPs, bytes, inter-arrival gaps) are added in numpy's pairwise order, so they round as
-numpy's do; at import :data:`FLOAT_SUMS_AS_NUMPY` checks that against the installed numpy, and
-where it fails ``partials`` sums the rows gathered here with numpy instead.
-tests/analysis/test_analyze_fast.py checks that both paths give identical partials and portraits.
+``kernel_compiled`` aggregates a file's spans with :func:`aggregate` here when the library
+was built at install (setup.py; it needs a C compiler, and is skipped without one): the same
+figures as ``kernel_numpy``, exact integers throughout, in a join, one pass over the rows and
+a short pass per optional column instead of dozens of numpy passes plus a sort and a gather
+per column. The float sums (batch fits, FLOPs, bytes, inter-arrival gaps) are added in
+numpy's pairwise order, so they round as numpy's do; at import :data:`FLOAT_SUMS_AS_NUMPY`
+checks that against the installed numpy, and where it fails ``kernel_compiled`` sums the
+rows gathered here with numpy instead. tests/analysis/test_analyze_fast.py checks that both
+kernels give identical partials and portraits.
 
 Loading is an ``import`` plus a ``dlopen`` (about a millisecond), and each call releases the
 GIL, so threads map files in parallel. Importing this module raises ImportError when the
-library is missing or was built for another histogram layout; ``partials`` then uses numpy.
+library is missing or was built for another histogram layout; ``kernels`` then chooses numpy.
 
-Usage (internal; ``partials`` decides when)::
+Usage (internal; ``kernels.compiled_library()`` loads it, ``kernel_compiled`` calls it)::
 
-    from loadprobe import _mapkernel
-    out = _mapkernel.aggregate(columns, n_stage=..., ...)
+    from loadprobe.analysis import ckernel
+    out = ckernel.aggregate(columns, n_stage=..., ...)   # columns: columns.SpanColumns
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from .histogram import COUNTS_LEN, HIGHEST_TRACKABLE, _HALF_COUNT, _HALF_MAGNITU
 H_TOTAL, H_SUM_HI, H_SUM_LO, H_MIN, H_MAX, H_CLAMPED = range(6)
 # Per-stage integer sums: (stages, 6).
 S_COUNT, S_SELF, S_IN_REQUEST, S_SELF_IN_REQUEST, S_OFFSET, S_OFFSET_N = range(6)
-MAX_DEPTH = 64  # parent links followed from a span up to its root (partials.MAX_DEPTH: the same)
+MAX_DEPTH = 64  # parent links followed from a span up to its root (kernel_numpy.MAX_DEPTH: the same)
 ROOT = -2  # parent_row of a root span; -1: a parent not in the file
 _BIG = np.iinfo(np.int64).max
 _SMALL = np.iinfo(np.int64).min
@@ -43,10 +43,8 @@ _SMALL = np.iinfo(np.int64).min
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _HISTOGRAMS = ("latency", "queue", "tokens_in", "tokens_out", "request")
-# Optional columns, as map_input names them, and their keys in partials' column dict.
+# Optional columns, as map_input and columns.SpanColumns name them.
 _OPTIONAL = ("queue", "tokens_in", "tokens_out", "batch", "flops", "bytes")
-_KEYS = {"queue": "queue", "tokens_in": "tin", "tokens_out": "tout", "batch": "batch", "flops": "flops",
-         "bytes": "bytes"}
 
 
 class _Histogram(ctypes.Structure):
@@ -157,7 +155,7 @@ def gap_sums(times: np.ndarray) -> tuple[float, float]:
 def _sums_as_numpy() -> bool:
     """Whether the kernel's float sums equal this numpy's, bit for bit (checked once, at import,
     on every regime of numpy's pairwise summation). Should a numpy ever add in another order,
-    ``partials`` computes the float sums with numpy instead, and partials stay identical."""
+    ``kernel_compiled`` computes the float sums with numpy instead, and partials stay identical."""
     times = np.cumsum(np.arange(1, 1200, dtype=np.int64) ** 3 % 1_000_003 + 17)
     for n in (2, 9, 17, 129, 137, 1031, len(times)):
         gaps = np.diff(times[:n]) / 1e9
@@ -181,32 +179,33 @@ def _rows(arrays: list) -> ctypes.Array:
     return (_P * max(1, len(arrays)))(*(a.ctypes.data for a in arrays))
 
 
-def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: int, sec_lo: int, n_sec: int,
+def aggregate(c, *, n_stage: int, n_status: int, n_shape: int, n_engine: int, sec_lo: int, n_sec: int,
               win_start: int, win_stop: int, parent_row: np.ndarray | None, id_lo: int, id_size: int,
               hists: dict) -> dict:
-    """Everything integer about a file's spans (``c``: the columns ``partials._map_spans`` reads).
+    """Everything integer about a file's spans (``c``: its ``columns.SpanColumns``).
 
     ``parent_row``: each row's parent row, int32 (ROOT for a root, -1: not in the file), or None to
     join through a dense table of ``id_size`` ids from ``id_lo``. ``hists``: name -> (counts
     arrays, one per row (per stage; one for "request"), stats array (rows, 6) from
     :func:`new_stats`): the kernel adds each value's bucket count straight into the counts
-    arrays (a ``Histogram``'s own) and its totals to ``stats``. The optional columns (``c["queue"]``,
-    ``"tin"``, ``"tout"``, ``"batch"``, ``"flops"``, ``"bytes"``): None (absent) or (values, Arrow
-    validity bitmap as uint8 or None for all valid, its first bit), as ``partials._sparse`` gives.
-    Returns the arrays ``_mapkernel.c``'s map_output names; the batch sizes, FLOPs and bytes
-    present come grouped by stage, in row order within a stage, with each row's duration:
-    KEY_values, KEY_durs and KEY_bounds (stages + 1), and their float sums per stage ("fit",
-    "flops_sum", "bytes_sum", "flops_dur", "bytes_dur"), the same floats numpy's sums give. The
-    large ones are this thread's scratch arrays (``_memory.scratch``): valid until its next call.
+    arrays (a ``Histogram``'s own) and its totals to ``stats``. The optional columns
+    (``c.queue``, ``.tokens_in``, ``.tokens_out``, ``.batch``, ``.flops``, ``.bytes``): None
+    (absent) or a ``columns.Sparse`` (values, Arrow validity bitmap as uint8 or None for all
+    valid, its first bit). Returns the arrays ``_mapkernel.c``'s map_output names; the batch
+    sizes, FLOPs and bytes present come grouped by stage, in row order within a stage, with each
+    row's duration: KEY_values, KEY_durs and KEY_bounds (stages + 1), and their float sums per
+    stage ("fit", "flops_sum", "bytes_sum", "flops_dur", "bytes_dur"), the same floats numpy's
+    sums give. The large ones are this thread's scratch arrays (``memory.scratch``): valid
+    until its next call.
     """
-    n = len(c["ts"])
+    n = len(c.ts)
     i64, flag, i32, f64 = np.dtype(np.int64), np.dtype(np.bool_), np.dtype(np.int32), np.dtype(np.float64)
-    optional = {key: c[_KEYS[key]] or (None, None, 0) for key in _OPTIONAL}
-    known = c["known"]
-    args = _Input(n, _ptr(c["ts"], i64), _ptr(c["dur"], i64), _ptr(c["valid"], flag), _ptr(c["span_id"], i64),
-                  _ptr(c["parent"], i64), _ptr(c["req"], flag) if known is None else None,
+    optional = {key: getattr(c, key) or (None, None, 0) for key in _OPTIONAL}
+    known = c.request_ids_known
+    args = _Input(n, _ptr(c.ts, i64), _ptr(c.dur, i64), _ptr(c.valid, flag), _ptr(c.span_id, i64),
+                  _ptr(c.parent, i64), _ptr(c.has_request, flag) if known is None else None,
                   -1 if known is None else int(known),
-                  _ptr(c["stage"], i32), _ptr(c["status"], i32), _ptr(c["shape"], i32), _ptr(c["engine"], i32),
+                  _ptr(c.stage, i32), _ptr(c.status, i32), _ptr(c.shape, i32), _ptr(c.engine, i32),
                   n_stage, n_status, n_shape, n_engine,
                   *(_ptr(values, f64 if key in ("flops", "bytes") else i64) for key, (values, _, _) in optional.items()),
                   *(_ptr(bits, np.uint8) for _, bits, _ in optional.values()),
@@ -220,7 +219,7 @@ def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: i
            "fit": np.zeros((n_stage, 5)), "flops_sum": np.zeros(n_stage), "bytes_sum": np.zeros(n_stage),
            "flops_dur": zeros(n_stage), "bytes_dur": zeros(n_stage)}
     for key, dtype in (("batch", np.int64), ("flops", np.float64), ("bytes", np.float64)):
-        m = n if c[key] is not None else 0
+        m = n if getattr(c, key) is not None else 0
         out[key + "_bounds"] = zeros(n_stage + 1)
         out[key + "_values"] = scratch(key + "_values", m, dtype)
         out[key + "_durs"] = scratch(key + "_durs", m, np.int64)
@@ -231,11 +230,11 @@ def aggregate(c: dict, *, n_stage: int, n_status: int, n_shape: int, n_engine: i
         raise TypeError("aggregate: parent_row must be int32")
     else:
         table = None
-    rows = {key + "_rows": scratch(key + "_rows", n if c[key] is not None else 0, np.int32)
+    rows = {key + "_rows": scratch(key + "_rows", n if getattr(c, key) is not None else 0, np.int32)
             for key in ("batch", "flops", "bytes")}
     arrays = {**out, **rows, "parent_row": parent_row, "id_table": table, "child_sum": scratch("child_sum", n, np.int64),
               "sort_buffer": scratch("sort_buffer", n, np.int32),
-              "float_scratch": scratch("float_scratch", 3 * n if c["batch"] is not None else 0, np.float64)}
+              "float_scratch": scratch("float_scratch", 3 * n if c.batch is not None else 0, np.float64)}
     rows_of = {name: _rows(hists[name][0]) for name in _HISTOGRAMS}  # kept alive through the call
     results = _Output(*(_ptr(arrays[name]) for name, _ in _Output._fields_[:-len(_HISTOGRAMS)]),
                       *(_Histogram(ctypes.addressof(rows_of[name]), _ptr(hists[name][1], i64)) for name in _HISTOGRAMS))

@@ -1,9 +1,9 @@
 """Find recorded data: runs and their files under directories, globs or object-store URIs.
 
 Nothing here reads rows; it lists files and run.json metadata so the map step
-(``partials.py``) can read each file independently, wherever it runs. Local paths need
-nothing beyond pyarrow; ``s3://``, ``gs://`` and other URIs go through fsspec when the
-matching package is installed (``pip install s3fs`` / ``gcsfs``).
+(``map_step.py``, through ``reading.py``) can read each file independently, wherever it
+runs. Local paths need nothing beyond pyarrow; ``s3://``, ``gs://`` and other URIs go
+through fsspec when the matching package is installed (``pip install s3fs`` / ``gcsfs``).
 
 Usage::
 

@@ -1,6 +1,6 @@
 """Run the map step over many files: in this process, in a local process pool, or on Dask.
 
-All three call the same ``partials.map_file`` and ``Partial.merge``; since merging is
+All three call the same ``map_step.map_file`` and ``Partial.merge``; since merging is
 exact and order-free, they produce identical portraits.
 
 Usage::
@@ -16,7 +16,8 @@ import os
 
 from .._errors import LoadprobeError
 from .memory import keep_freed_memory
-from .partials import Filters, Partial, map_file, map_files
+from .map_step import Filters, map_file, map_files
+from .partials import Partial
 
 ENGINES = ("inprocess", "process", "dask")
 MAX_THREADS = 4  # files mapped at once in-process

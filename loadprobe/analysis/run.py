@@ -15,7 +15,9 @@ from .._errors import LoadprobeError
 from .dataset import describe_skipped, discover, file_refs
 from .executors import run_map
 from .finalize import build_portrait
-from .partials import KERNELS, Filters, hosts_may_share_request_ids, kernel_available
+from .footers import hosts_may_share_request_ids
+from .kernels import resolve_kernel
+from .map_step import Filters
 from ..portrait import Portrait
 
 
@@ -54,11 +56,7 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
     """
     if isinstance(paths, str):
         paths = [paths]
-    if kernel not in KERNELS:
-        raise LoadprobeError(f"kernel {kernel!r} is not one of {', '.join(KERNELS)}")
-    if kernel == "compiled" and not kernel_available():
-        raise LoadprobeError("kernel 'compiled' needs loadprobe's C kernel, built at install when a C compiler "
-                             "is present (reinstall with one); kernel 'auto' uses numpy without it")
+    kernel = resolve_kernel(kernel)  # once: every file is aggregated by this kernel
     since_ns, until_ns = parse_time(since, "--since"), parse_time(until, "--until")
     if since_ns is not None and until_ns is not None and since_ns >= until_ns:
         raise LoadprobeError(f"--since {since} is not before --until {until}")

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from ..analysis.kernels import KERNELS  # the names only: stdlib, no numpy or pyarrow
+
 
 @click.command()
 @click.argument("data", nargs=-1, required=True)
@@ -26,7 +28,7 @@ import click
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes (--engine process) or Dask workers of a local cluster.")
 @click.option("--scheduler", help="Address of a running Dask scheduler (--engine dask).")
-@click.option("--kernel", type=click.Choice(["auto", "compiled", "numpy"]), default="auto", show_default=True,
+@click.option("--kernel", type=click.Choice(KERNELS), default="auto", show_default=True,
               help="Per-file aggregation: the C kernel built at install (compiled), numpy, or the C kernel "
                    "when it was built (auto). All give the same portrait.")
 def analyze(data, output, as_json, no_html, since, until, service, host, device, precision, catalogs, engine, workers,

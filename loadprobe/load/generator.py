@@ -169,15 +169,11 @@ def arrivals(source, *, preset: str | None = None, ts_col: str | None = None, ts
 
 def _recorded_arrivals(source: str) -> np.ndarray:
     """Start times of root spans; of request roots only, when the data has any (as analysis counts)."""
-    from ..analysis.dataset import discover, file_refs
-    from ..analysis.partials import _read  # analysis's reader: Parquet and unfinished streams, version-checked
+    from ..analysis.reading import read_spans  # analysis's reader: Parquet and unfinished streams, version-checked
 
     requests, roots = [], []
-    runs, _skipped = discover([source])
-    for ref in file_refs(runs):
-        if ref.kind != "spans":
-            continue
-        table = _read(ref)
+    for span_file in read_spans([source]):  # bad files skipped, as analyze skips them
+        table = span_file.table
         ts = table.column("ts_ns").to_numpy()
         is_root = ~table.column("parent_id").is_valid().to_numpy(zero_copy_only=False)
         has_id = table.column("request_id").is_valid().to_numpy(zero_copy_only=False)

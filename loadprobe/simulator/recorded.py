@@ -131,18 +131,17 @@ def read_self_times(data) -> Recorded:
     ``data``: a directory, file or list of them, as ``loadprobe analyze`` takes. Spans without an
     engine count as ``cpu``; without a batch as 1. Children are subtracted within their run.
     """
-    from ..analysis.dataset import discover, file_refs
-    from ..analysis.partials import _read  # analysis's reader: Parquet and unfinished streams, version-checked
+    from itertools import groupby
 
-    runs, _skipped = discover(data if isinstance(data, (list, tuple)) else [data])
+    from ..analysis.reading import read_spans  # analysis's reader: Parquet and unfinished streams, version-checked
+
+    span_files = read_spans(data if isinstance(data, (list, tuple)) else [data])  # bad files skipped, as by analyze
     groups: dict[tuple[str, str, int], list[np.ndarray]] = {}
     roots: dict[str, list[np.ndarray]] = {}
     spans: dict[str, int] = {}
     errors: dict[str, int] = {}
-    for run in runs:
-        tables = [_read(ref) for ref in file_refs([run]) if ref.kind == "spans"]
-        if not tables:
-            continue
+    for _run_dir, files in groupby(span_files, key=lambda span_file: span_file.run.run_dir):
+        tables = [span_file.table for span_file in files]
         columns = {name: np.concatenate([_column(t, name) for t in tables])
                    for name in ("stage", "engine", "batch", "dur_ns", "span_id", "parent_id", "status", "queue_ns")}
         # A child's queue wait (a batcher's window) is inside its parent's span but not in its own

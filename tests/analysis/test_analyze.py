@@ -18,12 +18,14 @@ import pyarrow.parquet as pq
 import pytest
 
 import loadprobe
-from loadprobe.analysis import partials
 from loadprobe import probe, request
 from loadprobe._errors import LoadprobeError
+from loadprobe.analysis import map_step
 from loadprobe.analysis.dataset import discover, file_refs
 from loadprobe.analysis.finalize import build_portrait
-from loadprobe.analysis.partials import map_file, merge
+from loadprobe.analysis.kernels import kernel_available
+from loadprobe.analysis.map_step import map_file
+from loadprobe.analysis.partials import merge
 from loadprobe.schema import SPANS
 
 from ..conftest import REPO
@@ -406,7 +408,7 @@ def test_a_crashed_runs_unfinished_stream_is_analysed_without_touching_it(tmp_pa
 def test_nested_stages_are_ordered_from_the_request_start(tmp_path, kernel):
     import time as _time
 
-    if kernel == "compiled" and not partials.kernel_available():
+    if kernel == "compiled" and not kernel_available():
         pytest.skip("the C map kernel was not built here")
     out = tmp_path / "data"
     loadprobe.start(out, service="nest", sample_devices=False)
@@ -429,7 +431,7 @@ def test_nested_stages_are_ordered_from_the_request_start(tmp_path, kernel):
 
 @pytest.mark.parametrize("kernel", ["numpy", "compiled"])
 def test_queue_time_a_stage_records_is_not_its_parents_own_time(tmp_path, kernel):
-    if kernel == "compiled" and not partials.kernel_available():
+    if kernel == "compiled" and not kernel_available():
         pytest.skip("the C map kernel was not built here")
     base = 1_800_000_000 * 10**9
     rows = []
@@ -458,7 +460,7 @@ def test_a_failing_file_stops_the_threaded_map_without_mapping_the_rest(monkeypa
             raise RuntimeError("boom")
         return into
 
-    monkeypatch.setattr(partials, "map_file", fake_map_file)
+    monkeypatch.setattr(map_step, "map_file", fake_map_file)
     with pytest.raises(RuntimeError, match="boom"):
-        partials.map_files([(i, None) for i in range(200)], threads=2)
+        map_step.map_files([(i, None) for i in range(200)], threads=2)
     assert 4 <= len(calls) < 20  # the files not started when it failed were dropped, not mapped

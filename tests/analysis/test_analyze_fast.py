@@ -1,4 +1,4 @@
-"""The compiled map step (``loadprobe/analysis/_mapkernel.c`` through ``_mapkernel.py``) against the numpy reference path.
+"""The compiled kernel (``loadprobe/analysis/_mapkernel.c`` through ``ckernel.py``) against the numpy reference kernel.
 
 Both must give identical partials (every count, sum, histogram bucket and float, in the same
 key order) and so identical portraits, on data that exercises every branch: nested spans,
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 import sys
 from collections import Counter
 from pathlib import Path
@@ -22,18 +23,22 @@ import pyarrow.parquet as pq
 import pytest
 
 import loadprobe
-from loadprobe.analysis import partials
 from loadprobe._errors import LoadprobeError
-from loadprobe.analysis.run import _roofline_device
+from loadprobe.analysis import columns, footers, kernel_compiled, kernel_numpy, kernels, map_step
 from loadprobe.analysis.dataset import discover, file_refs
 from loadprobe.analysis.finalize import build_portrait
 from loadprobe.analysis.histogram import HIGHEST_TRACKABLE, Histogram
-from loadprobe.analysis.partials import Filters, hosts_may_share_request_ids, map_file, merge
+from loadprobe.analysis.kernel_numpy import Grouped
+from loadprobe.analysis.map_step import Filters, map_file
+from loadprobe.analysis.partials import Partial, merge
+from loadprobe.analysis.reading import read_data_file
+from loadprobe.analysis.run import _roofline_device
 from loadprobe.schema import SPANS
 
 from ..conftest import REPO
+from ..support.synthetic_spans import generate as generate_spans
 
-pytestmark = pytest.mark.skipif(not partials.kernel_available(), reason="the C map kernel was not built here")
+pytestmark = pytest.mark.skipif(not kernels.kernel_available(), reason="the C map kernel was not built here")
 
 BASE_NS = 1_796_198_400 * 10**9
 STATUSES = ["ok", "error", "timeout", "cancelled"]
@@ -207,13 +212,13 @@ def test_the_numpy_path_is_taken_when_per_file_tables_would_be_too_large(varied,
     refs = file_refs(runs)
     reference = [_norm(map_file(r, Filters(kernel="numpy"))) for r in refs]
     calls = []
-    original = partials._aggregate_numpy
-    monkeypatch.setattr(partials, "_aggregate_numpy", lambda *a: calls.append(1) or original(*a))
-    monkeypatch.setattr(partials, "_DENSE_CELLS", 10)
+    original = kernel_numpy.aggregate
+    monkeypatch.setattr(kernel_numpy, "aggregate", lambda *a: calls.append(1) or original(*a))
+    monkeypatch.setattr(kernel_compiled, "_DENSE_CELLS", 10)
     assert [_norm(map_file(r, Filters(kernel="compiled"))) for r in refs] == reference
     assert len(calls) == len(refs)
-    monkeypatch.setattr(partials, "_DENSE_CELLS", 1 << 23)
-    monkeypatch.setattr(partials, "_DENSE_IDS", 0)  # the sort join everywhere
+    monkeypatch.setattr(kernel_compiled, "_DENSE_CELLS", 1 << 23)
+    monkeypatch.setattr(kernel_compiled, "_DENSE_IDS", 0)  # the sort join everywhere
     calls.clear()
     assert [_norm(map_file(r, Filters(kernel="compiled"))) for r in refs] == reference
     assert not calls
@@ -230,7 +235,7 @@ def test_a_stream_of_many_record_batches_maps_the_same_with_either_kernel(tmp_pa
         for batch in table.to_batches(max_chunksize=37):
             writer.write_batch(batch)
     (ref,) = file_refs(discover([tmp_path])[0])
-    table = partials._read(ref)
+    table = read_data_file(ref).table
     assert ref.stream and table.column("flops").num_chunks > 1 and table.column("batch").null_count
     slow, fast = _map_both(ref)
     rows = table.select(["stage", "batch"]).to_pylist()
@@ -271,7 +276,7 @@ def test_chunks_with_their_own_dictionaries_give_exact_counts(tmp_path, layout):
                      .take(pa.array(range(len(col) - 1, -1, -1))) if pa.types.is_dictionary(col.type) else col
                      for col in batch.columns], schema=SPANS))
     (ref,) = file_refs(discover([tmp_path])[0])
-    read = partials._read(ref)
+    read = read_data_file(ref).table
     dictionaries = [tuple(chunk.dictionary.to_pylist()) for chunk in read.column("shape").chunks]
     assert len(set(dictionaries)) > 1  # the chunks really disagree
     slow, fast = _map_both(ref)
@@ -300,8 +305,8 @@ def test_optional_columns_in_long_null_runs_at_any_bit_offset():
         assert sliced.column("queue_ns").chunk(0).offset == offset
         parts = {}
         for kernel in ("numpy", "compiled"):
-            parts[kernel] = partials.Partial()
-            partials._map_spans(parts[kernel], sliced, ref, Filters(kernel=kernel), None)
+            parts[kernel] = Partial()
+            map_step.map_spans(parts[kernel], sliced, ref, Filters(kernel=kernel), None)
         model = parts["compiled"].stage("model")
         rows = [r for r in sliced.select(["stage", "batch", "queue_ns"]).to_pylist() if r["stage"] == "model"]
         assert model.batch == Counter(r["batch"] for r in rows if r["batch"] is not None), offset
@@ -319,15 +324,10 @@ def test_a_recorded_service_gives_identical_portraits(tmp_path):
 
 
 def test_the_benchmark_dataset_gives_identical_portraits(tmp_path):
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import gen_spans
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
-    gen_spans.generate(tmp_path, 40_000, seed=3, jobs=1, quiet=True)
+    generate_spans(tmp_path, 40_000, seed=3, jobs=1, quiet=True)  # what benchmarks/gen_spans.py writes
     runs, _ = discover([tmp_path])
     assert len({r.host for r in runs}) == 2
-    assert not hosts_may_share_request_ids(file_refs(runs))  # "<run>-<n>" ids: each host its own range
+    assert not footers.hosts_may_share_request_ids(file_refs(runs))  # "<run>-<n>" ids: each host its own range
     a = _comparable(loadprobe.analyze([tmp_path], kernel="numpy"))
     b = _comparable(loadprobe.analyze([tmp_path], kernel="compiled"))
     assert a == b and a["requests"]["count"] == 10_000
@@ -343,23 +343,23 @@ def test_request_id_ranges_decide_whether_ids_are_decoded(tmp_path):
     write_run(tmp_path / "apart", "a", "1-a", [random_spans(rng, 50, "1-a", 0)])
     write_run(tmp_path / "apart", "b", "2-b", [random_spans(rng, 50, "2-b", 0)])
     write_run(tmp_path / "apart", "b", "3-a", [random_spans(rng, 50, "3-a", 0)])  # "3-a-*": still above every "1-a-*"
-    assert not hosts_may_share_request_ids(file_refs(discover([tmp_path / "apart"])[0]))
+    assert not footers.hosts_may_share_request_ids(file_refs(discover([tmp_path / "apart"])[0]))
     # A distributed trace: host b's spans carry host a's request ids.
     write_run(tmp_path / "shared", "a", "1-a", [random_spans(rng, 50, "1-a", 0)])
     write_run(tmp_path / "shared", "b", "2-b", [random_spans(rng, 50, "2-b", 0, shared_ids="1-a")])
-    assert hosts_may_share_request_ids(file_refs(discover([tmp_path / "shared"])[0]))
+    assert footers.hosts_may_share_request_ids(file_refs(discover([tmp_path / "shared"])[0]))
     # Interleaved ranges of two hosts overlap even if no id is equal: decoded, to be safe.
     write_run(tmp_path / "mixed", "a", "1-a", [random_spans(rng, 50, "1-a", 0, shared_ids="m")])
     write_run(tmp_path / "mixed", "b", "2-b", [random_spans(rng, 50, "2-b", 0, shared_ids="m-1x")])
-    assert hosts_may_share_request_ids(file_refs(discover([tmp_path / "mixed"])[0]))
+    assert footers.hosts_may_share_request_ids(file_refs(discover([tmp_path / "mixed"])[0]))
     # One host: nothing to compare.
-    assert not hosts_may_share_request_ids(file_refs(discover([tmp_path / "shared" / "a"])[0]))
+    assert not footers.hosts_may_share_request_ids(file_refs(discover([tmp_path / "shared" / "a"])[0]))
     # No statistics in a footer: nothing can be ruled out.
     d = tmp_path / "nostats" / "b" / "svc" / "2-b"
     write_run(tmp_path / "nostats", "a", "1-a", [random_spans(rng, 50, "1-a", 0)])
     d.mkdir(parents=True)
     pq.write_table(random_spans(rng, 50, "2-b", 0), d / "spans-00001.parquet", write_statistics=False)
-    assert hosts_may_share_request_ids(file_refs(discover([tmp_path / "nostats"])[0]))
+    assert footers.hosts_may_share_request_ids(file_refs(discover([tmp_path / "nostats"])[0]))
 
 
 def test_overlap_sweep_matches_a_pairwise_check():
@@ -370,12 +370,23 @@ def test_overlap_sweep_matches_a_pairwise_check():
             lo, hi = sorted(rng.integers(0, 60, 2).tolist())
             ranges.append((f"h{int(rng.integers(0, 3))}", b"%03d" % lo, b"%03d" % hi))
         expected = any(a[0] != b[0] and a[1] <= b[2] and b[1] <= a[2] for a in ranges for b in ranges)
-        assert partials._ranges_overlap_across_hosts(list(ranges)) == expected, ranges
+        assert footers.ranges_overlap_across_hosts(list(ranges)) == expected, ranges
 
 
 def test_kernel_names_are_checked(varied):
     with pytest.raises(LoadprobeError, match="kernel"):
         loadprobe.analyze([varied], kernel="fortran")
+
+
+def test_the_kernel_is_chosen_once_as_the_filters_are_made():
+    # Every file mapped with these Filters, in this process or a worker, uses the kernel named here.
+    assert Filters().kernel == Filters(kernel="auto").kernel == Filters(kernel="compiled").kernel == "compiled"
+    assert Filters(kernel="numpy").kernel == "numpy"
+    with pytest.raises(LoadprobeError, match="kernel 'fortran' is not one of auto, compiled, numpy"):
+        Filters(kernel="fortran")
+    filters = Filters(since_ns=5, kernel="numpy")
+    assert pickle.loads(pickle.dumps(filters)) == filters  # as process and Dask workers receive them
+    assert dataclasses.replace(filters, read_threads=True).kernel == "numpy"
 
 
 def test_compiled_float_sums_round_exactly_as_numpy_s():
@@ -399,16 +410,16 @@ def test_float_sums_fall_back_to_numpy_when_the_kernel_would_add_otherwise(varie
     reference = [_norm(map_file(r, Filters(kernel="numpy"))) for r in refs]
     monkeypatch.setattr(_mapkernel, "FLOAT_SUMS_AS_NUMPY", False)
     monkeypatch.setattr(_mapkernel, "gap_sums", lambda times: pytest.fail("the kernel's gap sums were used"))
-    original, seen = partials._batch_and_float_sums, []
-    monkeypatch.setattr(partials, "_batch_and_float_sums",
+    original, seen = kernel_numpy.batch_and_float_sums, []
+    monkeypatch.setattr(kernel_numpy, "batch_and_float_sums",
                         lambda part, c, grouped=None: seen.append(grouped) or original(part, c, grouped))
     assert [_norm(map_file(r, Filters(kernel="compiled"))) for r in refs] == reference
-    assert seen and all(g is not None and "sums" not in g for g in seen)  # grouped by the kernel, summed by numpy
+    assert seen and all(isinstance(g, Grouped) for g in seen)  # grouped by the kernel, summed by numpy
 
 
 def test_compiled_null_fill_is_an_exact_copy():
     rng = np.random.default_rng(11)
-    assert partials.compiled_kernel() is not None
+    assert kernels.compiled_library() is not None
     for _ in range(40):
         n = int(rng.integers(1, 300))
         values = rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64, endpoint=True)
@@ -417,14 +428,14 @@ def test_compiled_null_fill_is_an_exact_copy():
         start = int(rng.integers(0, n))
         chunks = [array.slice(0, start), array.slice(start)]  # odd bit offsets
         for fill in (-1, 0, -(2**62)):
-            fast = partials._with_fill(chunks, n, fill, np.int64)
+            fast = columns.with_fill(chunks, n, fill, np.int64)
             assert fast.tolist() == [v if m else fill for v, m in zip(values.tolist(), mask.tolist())]
         floats = pa.array(rng.normal(size=n), pa.float64(), mask=~mask)
-        fast = partials._with_fill([floats.slice(0, start), floats.slice(start)], n, np.nan, np.float64, np.float64)
+        fast = columns.with_fill([floats.slice(0, start), floats.slice(start)], n, np.nan, np.float64, np.float64)
         expected = [v if m else np.nan for v, m in zip(floats.to_numpy(zero_copy_only=False).tolist(), mask.tolist())]
         np.testing.assert_array_equal(fast, expected)
         codes = pa.array(rng.integers(0, 50, n).astype(np.int32), pa.int32(), mask=~mask)
-        fast = partials._with_fill([codes.slice(0, start), codes.slice(start)], n, -1, np.int32, np.int32)
+        fast = columns.with_fill([codes.slice(0, start), codes.slice(start)], n, -1, np.int32, np.int32)
         assert fast.tolist() == [c if m else -1 for c, m in zip(codes.to_numpy(zero_copy_only=False).tolist(),
                                                                mask.tolist())]
 
@@ -448,8 +459,8 @@ def test_without_the_c_kernel_the_numpy_path_gives_the_same_portrait(varied):
 
 def test_auto_uses_the_compiled_kernel_whatever_the_size(varied, monkeypatch):
     compiled = []
-    original = partials._aggregate_compiled
-    monkeypatch.setattr(partials, "_aggregate_compiled", lambda *a: compiled.append(1) or original(*a))
+    original = kernel_compiled.aggregate
+    monkeypatch.setattr(kernel_compiled, "aggregate", lambda *a: compiled.append(1) or original(*a))
     assert _comparable(loadprobe.analyze([varied])) == _comparable(loadprobe.analyze([varied], kernel="numpy"))
     assert compiled
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -25,6 +24,7 @@ from loadprobe.reports.html import is_report, render_comparison, render_report, 
 from loadprobe.analysis.timeline import MAX_POINTS, MAX_TOTAL_POINTS, bucket_seconds
 
 from ..conftest import HOSTILE_NAMES, REPO, record_hostile_service
+from ..support.fleet_portrait import fleet_portrait
 
 VISION, LLM = REPO / "samples" / "data" / "vision", REPO / "samples" / "data" / "llm"
 FIVE_MB = 5_000_000
@@ -112,15 +112,8 @@ def test_script_json_cannot_close_its_element():
     assert script_json({"x": float("nan"), "y": [float("inf")]}) == '{"x":null,"y":[null]}'
 
 
-def _fleet_portrait():
-    spec = importlib.util.spec_from_file_location("gen_portrait", REPO / "benchmarks" / "gen_portrait.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.fleet_portrait()
-
-
 def test_a_fleets_day_renders_under_5_mb():  # its render time: benchmarks/bench_report.py
-    portrait = _fleet_portrait()  # 100M spans, 24 h, 8 hosts x 4 GPUs, 12 stages
+    portrait = fleet_portrait()  # 100M spans, 24 h, 8 hosts x 4 GPUs, 12 stages
     again = Portrait.from_dict(json.loads(portrait.to_json()))
     html = render_report(again)
     assert len(html.encode()) < FIVE_MB, f"{len(html.encode()):,} bytes"
