@@ -50,11 +50,11 @@ PRODUCTION_X = 2
 
 def schedule(seconds: float, rate: float, *, seed: int = 0) -> np.ndarray:
     """Arrival offsets: a compressed day (peak 2x the mean mid-run) plus a 2.5x burst near 62%."""
-    from .load import generator as load
+    from .load.schedules import diurnal, poisson
 
-    day = load.diurnal(rate, duration=seconds, peak_to_mean=2.0, seed=seed)
+    day = diurnal(rate, duration=seconds, peak_to_mean=2.0, seed=seed)
     start, length = BURST_AT * seconds, max(1.0, BURST_S * seconds)
-    burst = start + load.poisson(BURST_X * rate, duration=length, seed=seed + 1)
+    burst = start + poisson(BURST_X * rate, duration=length, seed=seed + 1)
     return np.sort(np.concatenate([day, burst[burst < seconds]]))
 
 
@@ -67,7 +67,7 @@ def run_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 60.0
     except ImportError as exc:
         raise LoadprobeError(f"the demo needs the sample's dependencies ({exc.name} is missing): "
                              "run pip install 'loadprobe[demo]'") from None
-    from .load import generator as load
+    from .load.client import run
 
     run_dir = _new_run_dir(Path(out))
     data, client = run_dir / "data", run_dir / "client"
@@ -84,8 +84,8 @@ def run_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 60.0
         offsets = schedule(seconds, rate)
         echo(f"demo: sending {len(offsets):,} requests over {seconds:g} s: a day compressed, "
              f"mean {rate:g}/s, peak ~{2 * rate:g}/s, a {BURST_X:g}x burst at {BURST_AT * seconds:.0f} s")
-        report = load.run(url + "/inspect", offsets, method="POST", body=bodies, timeout=30.0,
-                          record=str(client), mode="demo: compressed day + burst")
+        report = run(url + "/inspect", offsets, method="POST", body=bodies, timeout=30.0, record=str(client),
+                     mode="demo: compressed day + burst")
         echo(report.render())
     finally:
         _stop_server(server)
@@ -159,7 +159,7 @@ def _simulate(sent: Path, data: Path, portrait, report: Path, plans: Path, speed
     recorded in ``data``."""
     import json
 
-    from .load.generator import arrivals, replay
+    from .load.schedules import arrivals, replay
     from .simulator.compare import read_plans, simulate_plans
 
     offsets = replay(arrivals(str(sent)), speed=speed)

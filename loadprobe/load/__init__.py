@@ -1,16 +1,25 @@
 """Load generation: arrival schedules and the open-loop HTTP client that keeps to them.
 
 ``loadprobe.load.poisson(200, duration=60)`` and the other schedules are arrival offsets in
-seconds; ``loadprobe.load.run(url, offsets)`` sends them (docs/load.md).
+seconds (``schedules``: pure, no network); ``loadprobe.load.run(url, offsets)`` sends them
+(``client``, over ``connections`` on the precise loop of ``timers``) and returns a
+``LoadReport`` (``report``). docs/load.md.
 """
 
 import importlib
 
+# Each public name and the module that owns it: asking for a schedule never loads the HTTP client.
+_OWNERS = {
+    **dict.fromkeys(("DEFAULT_DURATION_S", "MAX_ARRIVALS", "arrivals", "bursty", "constant", "diurnal", "poisson",
+                     "replay"), "schedules"),
+    "run": "client",
+    "LoadReport": "report",
+}
+
 
 def __getattr__(name: str):
+    owner = _OWNERS.get(name)
+    if owner is None:
+        raise AttributeError(f"module 'loadprobe.load' has no attribute {name!r}")
     # import_module, not 'from . import': that would ask this __getattr__ for the module again.
-    module = importlib.import_module(f"{__name__}.generator")
-    try:
-        return getattr(module, name)
-    except AttributeError:
-        raise AttributeError(f"module 'loadprobe.load' has no attribute {name!r}") from None
+    return getattr(importlib.import_module(f"{__name__}.{owner}"), name)

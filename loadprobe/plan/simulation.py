@@ -88,7 +88,7 @@ class OptionCheck:
         return self._samplers
 
     def run(self, rate: float, config=None):
-        from ..load.generator import poisson
+        from ..load.schedules import poisson
         from ..simulator import simulate
 
         arrivals = poisson(rate, requests=SIM_REQUESTS, seed=0)
