@@ -132,7 +132,7 @@ def simulate(plan, arrivals_s, service_times=None, **options):
     from .simulator import simulate as run
 
     if isinstance(plan, (str, _os.PathLike)):
-        from .pipeline.config import load
+        from .pipeline.files import load
 
         plan = load(plan)
     return run(plan, arrivals_s, service_times, **options)

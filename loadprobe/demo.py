@@ -196,7 +196,7 @@ def _recommend(portrait, report: Path, echo, align: Path | None = None) -> dict[
     import json
 
     from .plan.constraints import Constraints
-    from .pipeline.config import save
+    from .pipeline.files import save
     from .plan.files import plan_dict, render
     from .plan.planner import recommend
 

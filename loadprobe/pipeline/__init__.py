@@ -1,13 +1,30 @@
 """pipeline.yaml: the plan as a file, what ``loadprobe recommend`` writes and ``loadprobe.route``
-and ``loadprobe.simulator`` read: ``config = loadprobe.pipeline.load("pipeline.yaml")``."""
+and ``loadprobe.simulator`` read: ``config = loadprobe.pipeline.load("pipeline.yaml")``.
+
+``config`` holds the dataclasses; ``files`` reads and writes files (``load``, ``loads``, ``dump``,
+``save``); ``validation`` finds every problem of a text (``validate_text``), with ``safe_yaml``
+(the loader that remembers lines and columns), ``json_schema`` (``schema()``) and ``problems``
+(``Problem``, ``PipelineError``). docs/pipeline.md.
+"""
 
 import importlib
 
+# Each public name and the module that owns it: building a config in code loads neither PyYAML nor the schema.
+_OWNERS = {
+    **dict.fromkeys(("BatchConfig", "BreakerConfig", "CanaryConfig", "EngineConfig", "FallbackConfig", "FallbackWhen",
+                     "InputConfig", "PipelineConfig", "RetryBudgetConfig", "RetryConfig", "RoutingConfig", "SLOConfig",
+                     "ServiceTimeConfig", "ShedConfig", "StageConfig"), "config"),
+    **dict.fromkeys(("dump", "load", "loads", "save"), "files"),
+    **dict.fromkeys(("MAX_BYTES", "validate_text"), "validation"),
+    **dict.fromkeys(("MAX_DEPTH", "MAX_NODES"), "safe_yaml"),
+    **dict.fromkeys(("PipelineError", "Problem"), "problems"),
+    "schema": "json_schema",
+}
+
 
 def __getattr__(name: str):
+    owner = _OWNERS.get(name)
+    if owner is None:
+        raise AttributeError(f"module 'loadprobe.pipeline' has no attribute {name!r}")
     # import_module, not 'from . import': that would ask this __getattr__ for the module again.
-    module = importlib.import_module(f"{__name__}.config")
-    try:
-        return getattr(module, name)
-    except AttributeError:
-        raise AttributeError(f"module 'loadprobe.pipeline' has no attribute {name!r}") from None
+    return getattr(importlib.import_module(f"{__name__}.{owner}"), name)

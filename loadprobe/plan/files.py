@@ -122,7 +122,7 @@ def to_pipeline(plan, option=None):
     """An option (default: the recommended one) as a PipelineConfig, validated against the pipeline.yaml schema."""
     import yaml
 
-    from ..pipeline.config import loads
+    from ..pipeline.files import loads
 
     option = option or plan.recommended
     return loads(yaml.safe_dump(pipeline_dict(plan, option), sort_keys=False, allow_unicode=True),

@@ -30,7 +30,7 @@ VERSION = "1.0"
 
 def read_plans(path: str | Path) -> list[tuple[str, PipelineConfig]]:
     """``[(name, config)]``: one plan for a pipeline.yaml, every feasible option of a plans.json."""
-    from ..pipeline import config as pipeline
+    from ..pipeline import files as pipeline
 
     path = Path(path)
     if path.suffix != ".json":
