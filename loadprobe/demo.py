@@ -178,7 +178,8 @@ def _align(report: Path, echo) -> dict[str, Path]:
         from .samples.vision.model import calibration_batch, ensure_models
     except ImportError:  # analysing without the sample's dependencies: no check, the plan stays FP16
         return {}
-    from .align.compare import align, write_align
+    from .align.compare import align
+    from .align.document import write_align
     from .cli.align import render
 
     fp32, int8 = ensure_models()

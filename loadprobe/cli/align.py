@@ -47,8 +47,9 @@ def align(baseline, candidate, labels, stage, output, kept, min_cosine, min_sqnr
         loadprobe recommend portrait.json --align align.json -o plan/pipeline.yaml
     """
     from .._errors import LoadprobeError
-    from ..align.compare import Thresholds, write_align
     from ..align.compare import align as compare
+    from ..align.document import write_align
+    from ..align.verdict import Thresholds
 
     if stage is not None and not _printable(stage):
         raise LoadprobeError(f"--stage {stage!r}: a stage name is 1 to 200 printable characters, as recorded")

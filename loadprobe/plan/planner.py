@@ -130,7 +130,7 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
     if not stages:
         raise LoadprobeError("the portrait has no stages to place; record with @probe around the service's stages")
     if constraints.align:
-        from ..align.compare import check_stages
+        from ..align.document import check_stages
 
         check_stages(constraints.align, [s.name for s in stages])
     _check_stage_names(constraints, [s.name for s in stages])
