@@ -135,7 +135,7 @@ def _html(portrait, report: Path, outputs: dict) -> Path:
 def production_rate(portrait) -> tuple[float, str]:
     """The rate the demo's plan is sized for, ``PRODUCTION_X`` times what the host CPU alone carries
     (never below the recorded peak), and why."""
-    from .plan.planner import host_cpu_capacity
+    from .plan.context import host_cpu_capacity
 
     if portrait.traffic is None or not portrait.traffic.peak_rps:
         raise LoadprobeError("the demo's recording has no request rate: the server answered no request")
@@ -164,7 +164,7 @@ def _simulate(sent: Path, data: Path, portrait, report: Path, plans: Path, speed
 
     offsets = replay(arrivals(str(sent)), speed=speed)
     comparison = simulate_plans(read_plans(plans), offsets, source=str(plans), data=str(data), portrait=portrait,
-                                arrivals=f"the recorded requests at {speed:.3g}x: the production rate, then 1.5x")
+                                arrivals=f"the recorded requests at {speed:.3g}x: the production rate, then {STRESS:g}x")
     echo("\n" + comparison.render())
     path = report / "simulation.json"
     path.write_text(json.dumps(comparison.to_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8")

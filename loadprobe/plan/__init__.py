@@ -1,6 +1,10 @@
 """Planning: a Portrait and Constraints in, a Plan out (``loadprobe.recommend``).
 
-``constraints`` parses what the user asks for; ``planner`` places stages on engines;
+``constraints`` parses what the user asks for; ``planner`` runs the steps: ``context`` reads the
+portrait (the stages, the host's CPU), ``placement`` says which engines can run each stage and at
+what precision, ``sizing`` sets batches, windows, timeouts and limits, ``search`` finds the
+hybrid's line-up, ``options`` assembles, simulates, judges and prices each option, ``choice``
+picks the recommendation and says why; ``result`` holds Decision, Option and Plan.
 ``servicetime`` and ``queueing`` estimate each option, ``simulation`` replays it through the
 simulator, ``tco`` prices it; ``files`` writes pipeline.yaml and plans.json.
 """
