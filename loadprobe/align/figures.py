@@ -20,8 +20,8 @@ import numpy as np
 
 from .capture import Capture
 
-__all__ = ["SQNR_CAP_DB", "class_figures", "error_figures", "head_figures", "layer_figures", "layer_graph", "layer_stats",
-           "predicted_classes", "sqnr_db"]
+__all__ = ["SQNR_CAP_DB", "class_figures", "error_figures", "head_figures", "layer_figures", "layer_graph",
+           "layer_stats", "predicted_classes", "sqnr_db"]
 
 SQNR_CAP_DB = 150.0  # identical outputs (no error at all) are written as this
 

@@ -1,4 +1,4 @@
-"""The verdict of ``loadprobe align``: the thresholds, what keeping layers in FP16 is estimated to recover, the decision.
+"""The verdict of ``loadprobe align``: the thresholds, what keeping layers in FP16 would recover, the decision.
 
 Usage (``compare.align`` does this)::
 
