@@ -18,7 +18,6 @@ Usage::
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -616,14 +615,14 @@ def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list]:
     return _with_fill([c.indices for c in chunks], n, -1, dtype, np.int32, key=name), dictionary
 
 
-@functools.cache
+_KERNEL: dict = {}  # "module" once ckernel.py was tried (None: its C library does not load here), "error"
+
+
 def _load_kernel():
     """(``_mapkernel``, None) when its C library loads here, else (None, why not)."""
-    try:
-        from . import ckernel as _mapkernel
-    except (ImportError, OSError) as exc:
-        return None, str(exc)
-    return _mapkernel, None
+    from .._optional import load_once
+
+    return load_once(_KERNEL, f"{__package__}.ckernel", errors=(ImportError, OSError)), _KERNEL["error"]
 
 
 def compiled_kernel():
