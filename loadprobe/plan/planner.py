@@ -32,6 +32,11 @@ The rules are the seeds' reasoning made explicit, each applied from measured fig
 
 Alternatives -- every stage on one kind of engine where it can run there -- are estimated
 the same way, so the table compares like with like.
+
+``recommend`` runs the steps; each lives in its own module: ``context`` (what the portrait
+says), ``placement`` (rules 1-5 and 8), ``sizing`` (rules 6-7), ``search`` (the hybrid's
+line-up), ``options`` (each option estimated, simulated, judged, priced), ``choice`` (the
+recommendation and the verdict); ``result`` holds what they make.
 """
 
 from __future__ import annotations
