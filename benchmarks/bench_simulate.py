@@ -320,7 +320,7 @@ LABEL = {"loadprobe": "**loadprobe.simulate**", "loadprobe-python": "loadprobe.s
 
 
 def child(tool: str, requests: int, seed: int, rate: float) -> dict:
-    from loadprobe.load.generator import poisson
+    from loadprobe.load.schedules import poisson
 
     config = plan()
     arrivals = poisson(rate, requests=requests, seed=seed)

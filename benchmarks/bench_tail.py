@@ -276,7 +276,7 @@ def fetch(port: int, path: str) -> bytes:
 
 
 def service(rounds: int, rate: float, seconds: float) -> tuple[dict, dict]:
-    from loadprobe.load import generator as load
+    from loadprobe import load
 
     procs, ports = {}, {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os as _os
 
 from ._errors import LoadprobeError
-from ._lazy import install_moved_modules as _install_moved_modules
+from ._imports import install_moved_modules as _install_moved_modules
 from .record.probe import Span, probe, record_span, request
 from ._version import __version__
 
@@ -135,7 +135,7 @@ def simulate(plan, arrivals_s, service_times=None, **options):
     from .simulator import simulate as run
 
     if isinstance(plan, (str, _os.PathLike)):
-        from .pipeline.config import load
+        from .pipeline.files import load
 
         plan = load(plan)
     return run(plan, arrivals_s, service_times, **options)

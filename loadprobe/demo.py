@@ -50,11 +50,11 @@ PRODUCTION_X = 2
 
 def schedule(seconds: float, rate: float, *, seed: int = 0) -> np.ndarray:
     """Arrival offsets: a compressed day (peak 2x the mean mid-run) plus a 2.5x burst near 62%."""
-    from .load import generator as load
+    from .load.schedules import diurnal, poisson
 
-    day = load.diurnal(rate, duration=seconds, peak_to_mean=2.0, seed=seed)
+    day = diurnal(rate, duration=seconds, peak_to_mean=2.0, seed=seed)
     start, length = BURST_AT * seconds, max(1.0, BURST_S * seconds)
-    burst = start + load.poisson(BURST_X * rate, duration=length, seed=seed + 1)
+    burst = start + poisson(BURST_X * rate, duration=length, seed=seed + 1)
     return np.sort(np.concatenate([day, burst[burst < seconds]]))
 
 
@@ -67,7 +67,7 @@ def run_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 60.0
     except ImportError as exc:
         raise LoadprobeError(f"the demo needs the sample's dependencies ({exc.name} is missing): "
                              "run pip install 'loadprobe[demo]'") from None
-    from .load import generator as load
+    from .load.client import run
 
     run_dir = _new_run_dir(Path(out))
     data, client = run_dir / "data", run_dir / "client"
@@ -84,8 +84,8 @@ def run_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 60.0
         offsets = schedule(seconds, rate)
         echo(f"demo: sending {len(offsets):,} requests over {seconds:g} s: a day compressed, "
              f"mean {rate:g}/s, peak ~{2 * rate:g}/s, a {BURST_X:g}x burst at {BURST_AT * seconds:.0f} s")
-        report = load.run(url + "/inspect", offsets, method="POST", body=bodies, timeout=30.0,
-                          record=str(client), mode="demo: compressed day + burst")
+        report = run(url + "/inspect", offsets, method="POST", body=bodies, timeout=30.0, record=str(client),
+                     mode="demo: compressed day + burst")
         echo(report.render())
     finally:
         _stop_server(server)
@@ -135,7 +135,7 @@ def _html(portrait, report: Path, outputs: dict) -> Path:
 def production_rate(portrait) -> tuple[float, str]:
     """The rate the demo's plan is sized for, ``PRODUCTION_X`` times what the host CPU alone carries
     (never below the recorded peak), and why."""
-    from .plan.planner import host_cpu_capacity
+    from .plan.context import host_cpu_capacity
 
     if portrait.traffic is None or not portrait.traffic.peak_rps:
         raise LoadprobeError("the demo's recording has no request rate: the server answered no request")
@@ -159,12 +159,12 @@ def _simulate(sent: Path, data: Path, portrait, report: Path, plans: Path, speed
     recorded in ``data``."""
     import json
 
-    from .load.generator import arrivals, replay
+    from .load.schedules import arrivals, replay
     from .simulator.compare import read_plans, simulate_plans
 
     offsets = replay(arrivals(str(sent)), speed=speed)
     comparison = simulate_plans(read_plans(plans), offsets, source=str(plans), data=str(data), portrait=portrait,
-                                arrivals=f"the recorded requests at {speed:.3g}x: the production rate, then 1.5x")
+                                arrivals=f"the recorded requests at {speed:.3g}x: the production rate, then {STRESS:g}x")
     echo("\n" + comparison.render())
     path = report / "simulation.json"
     path.write_text(json.dumps(comparison.to_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
@@ -178,7 +178,8 @@ def _align(report: Path, echo) -> dict[str, Path]:
         from .samples.vision.model import calibration_batch, ensure_models
     except ImportError:  # analysing without the sample's dependencies: no check, the plan stays FP16
         return {}
-    from .align.compare import align, write_align
+    from .align.compare import align
+    from .align.document import write_align
     from .cli.align import render
 
     fp32, int8 = ensure_models()
@@ -196,7 +197,7 @@ def _recommend(portrait, report: Path, echo, align: Path | None = None) -> dict[
     import json
 
     from .plan.constraints import Constraints
-    from .pipeline.config import save
+    from .pipeline.files import save
     from .plan.files import plan_dict, render
     from .plan.planner import recommend
 

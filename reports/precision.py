@@ -27,7 +27,7 @@ MAX_TABLE_ROWS = 20  # longer tables start collapsed
 def precision_checks(plans: dict | None, align=()) -> list[dict]:
     """One entry per stage with an align verdict: those given (``AlignEvidence`` or align.json
     documents) first, then the ones the plan was made with."""
-    from loadprobe.align.compare import AlignEvidence, evidence
+    from loadprobe.align.document import AlignEvidence, evidence
 
     out: dict[str, dict] = {}
     for item in align or ():

@@ -8,14 +8,8 @@ Usage::
 
 from __future__ import annotations
 
+from .table import text_table
 from .units import ms as _ms, pct as _pct
-
-
-def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
-    line = lambda cells: "  ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
-    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
 
 
 def render(portrait) -> str:
@@ -48,8 +42,8 @@ def render(portrait) -> str:
                          _pct(s.self_share), batch, "dyn" if s.shapes and s.shapes.dynamic_shape else
                          ("fixed" if s.shapes else "-"), engine, roof.bound if roof else "-"])
         out.append("")
-        out += _table(["stage", "count", "p50 ms", "p95 ms", "p99 ms", "share", "self", "batch mean/p99",
-                       "shapes", "engine", "roofline"], rows)
+        out += text_table(["stage", "count", "p50 ms", "p95 ms", "p99 ms", "share", "self", "batch mean/p99",
+                           "shapes", "engine", "roofline"], rows, numbers_right=True)
     for s in p.stages:
         if s.tokens_in is not None or s.tokens_out is not None:
             parts = [f"{label} p50 {t.p50:,.0f}, p99 {t.p99:,.0f}, max {t.max:,.0f}"
@@ -58,8 +52,9 @@ def render(portrait) -> str:
     util = [m for m in p.devices.metrics if m.metric in ("util_pct", "power_w")]
     if util:
         out.append("")
-        out += _table(["host", "device", "metric", "mean", "p95", "max"],
-                      [[m.host, m.device, m.metric, f"{m.mean:.1f}", f"{m.p95:.1f}", f"{m.max:.1f}"] for m in util])
+        out += text_table(["host", "device", "metric", "mean", "p95", "max"],
+                          [[m.host, m.device, m.metric, f"{m.mean:.1f}", f"{m.p95:.1f}", f"{m.max:.1f}"] for m in util],
+                          numbers_right=True)
     if p.bottlenecks:
         out.append("")
         out.append("bottlenecks:")

@@ -84,7 +84,7 @@ def test_the_c_map_kernel_is_built_wherever_a_compiler_is():
 @pytest.mark.parametrize("old", ["loadprobe.tco", "loadprobe.constraints", "loadprobe.histogram", "loadprobe.importer"])
 def test_a_module_that_moved_still_imports_under_its_old_name(old):
     # The modules that sat directly in loadprobe/ before the split by data-flow steps.
-    from loadprobe._lazy import MOVED
+    from loadprobe._imports import MOVED
 
     code = (f"import importlib, warnings\nwarnings.simplefilter('error')\n"
             f"try:\n    importlib.import_module({old!r})\nexcept DeprecationWarning as w:\n    print(w)\n"

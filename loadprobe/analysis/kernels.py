@@ -14,21 +14,18 @@ Usage::
 
 from __future__ import annotations
 
-import functools
-
 from .._errors import LoadprobeError
+from .._imports import load_once
 
 KERNELS = ("auto", "compiled", "numpy")  # what Filters.kernel, analyze(kernel=) and --kernel take
 
 
-@functools.cache
+_CKERNEL: dict = {}  # load_once's record: "module" (None: the C library does not load here), "error"
+
+
 def _load():
     """(``ckernel``, None) when the C library loads here, else (None, why not); tried once."""
-    try:
-        from . import ckernel
-    except (ImportError, OSError) as exc:
-        return None, str(exc)
-    return ckernel, None
+    return load_once(_CKERNEL, f"{__package__}.ckernel", errors=(ImportError, OSError)), _CKERNEL["error"]
 
 
 def compiled_library():

@@ -67,7 +67,7 @@ def build_schedule(*, rate, process, peak_to_mean, burst_rate, on_s, off_s, repl
     ``other`` is ``loadprobe load``'s closed loop: ``"--concurrency"`` when chosen (then
     ``offsets`` is None), ``None`` when it could have been; ``False`` where there is none.
     """
-    from ..load import generator as lg
+    from ..load import schedules
 
     ways = [name for name, given in ((f"--{process}", process), ("--replay", replay), (other, other)) if given]
     if len(ways) > 1:
@@ -82,13 +82,13 @@ def build_schedule(*, rate, process, peak_to_mean, burst_rate, on_s, off_s, repl
     if other:
         return None, None, seed
     if replay is not None:
-        times = lg.arrivals(replay, preset=preset, ts_col=ts_col, ts_unit=ts_unit, ts_format=ts_format)
-        offsets = lg.replay(times, speed=speed, duration=duration, requests=requests)
+        times = schedules.arrivals(replay, preset=preset, ts_col=ts_col, ts_unit=ts_unit, ts_format=ts_format)
+        offsets = schedules.replay(times, speed=speed, duration=duration, requests=requests)
         return offsets, f"replay of {Path(replay).name}" + (f" at {speed:g}x" if speed != 1 else ""), seed
     if process == "bursty":
         if burst_rate is None:
             raise LoadprobeError("--bursty needs --burst-rate R (requests per second during a burst)")
-        offsets = lg.bursty(burst_rate, rate=rate or 0.0, on_s=on_s, off_s=off_s, duration=duration,
+        offsets = schedules.bursty(burst_rate, rate=rate or 0.0, on_s=on_s, off_s=off_s, duration=duration,
                             requests=requests, seed=seed)
         mode = f"bursty {burst_rate:g}/s for ~{on_s:g} s every ~{on_s + off_s:g} s"
         return offsets, mode + (f", {rate:g}/s between" if rate else ""), seed
@@ -96,11 +96,11 @@ def build_schedule(*, rate, process, peak_to_mean, burst_rate, on_s, off_s, repl
         raise LoadprobeError("how fast? give --rate R (requests per second), --replay SOURCE or --concurrency N"
                              if other is None else "how fast? give --rate R (requests per second) or --trace SOURCE")
     if process == "poisson":
-        offsets = lg.poisson(rate, duration=duration, requests=requests, seed=seed)
+        offsets = schedules.poisson(rate, duration=duration, requests=requests, seed=seed)
     elif process == "diurnal":
-        offsets = lg.diurnal(rate, duration=duration, peak_to_mean=peak_to_mean, requests=requests, seed=seed)
+        offsets = schedules.diurnal(rate, duration=duration, peak_to_mean=peak_to_mean, requests=requests, seed=seed)
     else:
-        offsets = lg.constant(rate, duration=duration, requests=requests)
+        offsets = schedules.constant(rate, duration=duration, requests=requests)
     mode = f"{process or 'constant'} {rate:g}/s" + (f", peak {peak_to_mean:g}x mean" if process == "diurnal" else "")
     return offsets, mode, seed
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from ..reports.table import text_table
+
 MAX_ROWS = 30  # layers printed; a larger model shows the ones adding the most error
 
 
@@ -47,8 +49,9 @@ def align(baseline, candidate, labels, stage, output, kept, min_cosine, min_sqnr
         loadprobe recommend portrait.json --align align.json -o plan/pipeline.yaml
     """
     from .._errors import LoadprobeError
-    from ..align.compare import Thresholds, write_align
     from ..align.compare import align as compare
+    from ..align.document import write_align
+    from ..align.verdict import Thresholds
 
     if stage is not None and not _printable(stage):
         raise LoadprobeError(f"--stage {stage!r}: a stage name is 1 to 200 printable characters, as recorded")
@@ -83,7 +86,7 @@ def render(doc: dict) -> str:
     rows = [[layer["name"], layer["op"] or "-", f"{layer['sqnr_db']:.1f}", f"{layer['cosine']:.5f}",
              f"{layer['rel_l2']:.3g}", f"{layer['max_abs_error']:.3g}" + ("" if layer["exact"] else " (>=)"),
              f"{100 * layer['error_share']:.1f}%", str(layer["rank"] or "-")] for layer in shown]
-    lines += _table(["layer", "op", "SQNR dB", "cosine", "rel L2", "max abs err", "adds", "rank"], rows)
+    lines += text_table(["layer", "op", "SQNR dB", "cosine", "rel L2", "max abs err", "adds", "rank"], rows)
     if doc["classes"]:
         lines.append("")
         head = ["class", "samples", "SQNR dB", "cosine"]
@@ -91,7 +94,7 @@ def render(doc: dict) -> str:
         head += [k.replace("_", " ") for k in extra]
         rows = [[str(c["class"]), str(c["samples"]), f"{c['sqnr_db']:.1f}", f"{c['cosine']:.5f}",
                  *[f"{100 * c[k]:.1f}%" for k in extra]] for c in doc["classes"]]
-        lines += _table(head, rows)
+        lines += text_table(head, rows)
     out = doc["output"]
     lines += ["", f"output {out['layer']}: SQNR {out['sqnr_db']:.1f} dB, cosine {out['cosine']:.5f}, "
                   f"rel L2 {out['rel_l2']:.3g}"]
@@ -109,8 +112,3 @@ def render(doc: dict) -> str:
 def _printable(text: str) -> bool:
     return 0 < len(text) <= 200 and all(ord(ch) >= 32 and ord(ch) != 127 for ch in text)
 
-
-def _table(headers, rows) -> list[str]:
-    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
-    fmt = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
-    return [fmt(headers), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)]

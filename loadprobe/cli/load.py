@@ -43,7 +43,7 @@ def load(url, concurrency, method, body, body_file, headers, timeout, connection
         loadprobe load http://127.0.0.1:8000/ --replay AzureLLMInferenceTrace_code.csv --speed 1.5
         loadprobe load http://127.0.0.1:8000/ --concurrency 16 --duration 30
     """
-    from ..load import generator as lg
+    from ..load.client import run
 
     if body is not None and body_file:
         raise LoadprobeError("give --body or --body-file, not both")
@@ -53,9 +53,9 @@ def load(url, concurrency, method, body, body_file, headers, timeout, connection
     if concurrency is not None:
         mode = f"closed loop, concurrency {concurrency}"
     duration, requests = schedule["duration"], schedule["requests"]
-    report = lg.run(url, offsets, concurrency=concurrency, duration=duration, requests=requests, method=method,
-                    body=payload, headers=headers, timeout=timeout, connections=connections, record=record,
-                    mode=mode, seed=seed)
+    report = run(url, offsets, concurrency=concurrency, duration=duration, requests=requests, method=method,
+                 body=payload, headers=headers, timeout=timeout, connections=connections, record=record, mode=mode,
+                 seed=seed)
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.render())
     failure = report.failure()
     if failure:  # the summary above says what happened; the exit status tells a script

@@ -49,7 +49,7 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_bu
     from .._errors import LoadprobeError
     from ..catalog import load_catalog
     from ..plan.constraints import Constraints
-    from ..pipeline.config import save
+    from ..pipeline.files import save
     from ..plan.files import plan_dict, render
     from ..plan.planner import recommend as make_plan
 

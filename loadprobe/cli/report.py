@@ -61,7 +61,7 @@ def report(sources, output, force, plans_path, pipeline_path, no_plan, simulatio
     simulation = _simulation(simulation_path) if simulation_path else None
     if aligns and len(sources) == 2:
         raise LoadprobeError("--align applies to a single-run report; give one SOURCE")
-    from ..align.compare import load_evidence
+    from ..align.document import load_evidence
 
     checks = [load_evidence(a) for a in aligns]  # before any analysis: a bad file fails fast
     portraits = [_portrait(s, device, precision, catalogs) for s in sources]

@@ -26,7 +26,7 @@ def validate(files, show_schema, catalogs):
         loadprobe validate --schema > pipeline.schema.json
     """
     # Imported here so that ``loadprobe --help`` loads neither PyYAML nor jsonschema.
-    from ..pipeline import config as pipeline
+    from .. import pipeline
 
     if show_schema:
         click.echo(json.dumps(pipeline.schema(), indent=2))

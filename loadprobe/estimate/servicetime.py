@@ -56,7 +56,7 @@ class StageProfile:
         self_fraction = 1.0
         if stage.share and stage.self_share is not None:
             self_fraction = max(0.0, min(1.0, stage.self_share / stage.share))
-        kinds = [_kind_of_engine(e) for e in (stage.engines or {})]
+        kinds = [engine_kind(e) for e in (stage.engines or {})]
         kind = max(set(kinds), key=kinds.count) if kinds else "cpu"
         fit = stage.batch.fit if stage.batch is not None else None
         intensity = stage.intensity
@@ -161,7 +161,8 @@ def _roof_ratio(profile: StageProfile, target, precision: str) -> tuple[float, s
     return 1.0, "no achieved rate recorded; time kept"
 
 
-def _kind_of_engine(engine: str) -> str:
+def engine_kind(engine: str) -> str:
+    """The kind of a recorded engine name: ``"gpu0"`` and ``"cuda:1"`` are GPUs, ``"npu0"`` an NPU, else the CPU."""
     e = engine.lower()
     for kind in ("gpu", "npu"):
         if e.startswith(kind) or e.startswith("cuda"):

@@ -150,7 +150,7 @@ def parse_align(values, precision_by_stage: dict | None = None) -> dict:
     """align.json files (or evidence already read) -> {stage: AlignEvidence}, one file per stage."""
     if not values:
         return {}
-    from ..align.compare import AlignEvidence, load_evidence
+    from ..align.document import AlignEvidence, load_evidence
 
     out: dict = {}
     for value in values or ():

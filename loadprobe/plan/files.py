@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..reports.table import text_table
+
 ESTIMATE_LABEL = ("simulated estimate: each plan's pipeline replayed by loadprobe simulate under Poisson arrivals at "
                   "the sizing rate, service times drawn from the plan's estimates; capacity and power from the "
                   "M/M/c model")
@@ -122,7 +124,7 @@ def to_pipeline(plan, option=None):
     """An option (default: the recommended one) as a PipelineConfig, validated against the pipeline.yaml schema."""
     import yaml
 
-    from ..pipeline.config import loads
+    from ..pipeline.files import loads
 
     option = option or plan.recommended
     return loads(yaml.safe_dump(pipeline_dict(plan, option), sort_keys=False, allow_unicode=True),
@@ -157,7 +159,7 @@ def render(plan) -> str:
              f"{d.service.p50_ms:.3g} ({d.service.source})"]
             for d in plan.recommended.decisions]
     lines += text_table(["stage", "engine", "precision", "batch", "window ms", "timeout ms", "concurrency", "fallback",
-                     "service ms"], rows)
+                         "service ms"], rows)
     lines += ["", f"alternatives at {plan.rate_rps:.3g} req/s ({plan.rate_why}; {ESTIMATE_LABEL}):"
               if plan.rate_why else f"alternatives at {plan.rate_rps:.3g} req/s ({ESTIMATE_LABEL}):"]
     rows = []
@@ -171,8 +173,8 @@ def render(plan) -> str:
                      "-" if est.energy_per_request_j is None else f"{est.energy_per_request_j:.3g}",
                      "-" if not o.tco else f"{o.tco['total']:,.0f}",
                      {True: "yes", False: "no", None: "-"}[o.meets_slo]])
-    lines += text_table(["plan", "p50 ms", "p95 ms", "p99 ms", "max req/s", "power W", "J/request", f"{plan.constraints.years:g}y cost",
-                     "meets SLO"], rows)
+    lines += text_table(["plan", "p50 ms", "p95 ms", "p99 ms", "max req/s", "power W", "J/request",
+                         f"{plan.constraints.years:g}y cost", "meets SLO"], rows)
     lines += ["", plan.verdict]
     return "\n".join(lines)
 
@@ -232,9 +234,3 @@ def _num(x: float):
 def _ms(x) -> str:
     return "-" if x is None else f"{x:.3g}"
 
-
-def text_table(headers, rows) -> list[str]:
-    """Left-aligned columns under a header and a rule, as the terminal summaries print them."""
-    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)] if rows else [len(h) for h in headers]
-    fmt = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
-    return [fmt(headers), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)]

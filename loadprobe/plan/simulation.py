@@ -35,13 +35,14 @@ FAILED_SHARE_OK = 0.01
 WINDOW_FACTORS = (0.5, 1.0, 2.0)
 FAILOVER_RATIOS = (None, 0.1, 0.3)  # None: each stage's cap as planned
 STRESS = 1.5
+"""The stress test: every option is also estimated and simulated at this multiple of the sizing rate."""
 
 
 @dataclass
 class OptionCheck:
     """One option as a pipeline, ready to simulate at any rate."""
 
-    plan: object  # a planner.Plan whose recommended option is the one checked
+    plan: object  # a result.Plan whose recommended option is the one checked
     option: object
     profiles: dict  # stage name -> StageProfile
     calls: dict  # stage name -> executions per request
@@ -88,7 +89,7 @@ class OptionCheck:
         return self._samplers
 
     def run(self, rate: float, config=None):
-        from ..load.generator import poisson
+        from ..load.schedules import poisson
         from ..simulator import simulate
 
         arrivals = poisson(rate, requests=SIM_REQUESTS, seed=0)

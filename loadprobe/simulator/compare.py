@@ -20,7 +20,8 @@ from typing import Any
 
 from .._errors import LoadprobeError
 from ..pipeline.config import PipelineConfig
-from ..plan.files import read_plans_json, text_table as _table
+from ..plan.files import read_plans_json
+from ..reports.table import text_table
 from .result import SimulationResult
 
 __all__ = ["Comparison", "read_plans", "simulate_plans"]
@@ -30,7 +31,7 @@ VERSION = "1.0"
 
 def read_plans(path: str | Path) -> list[tuple[str, PipelineConfig]]:
     """``[(name, config)]``: one plan for a pipeline.yaml, every feasible option of a plans.json."""
-    from ..pipeline import config as pipeline
+    from ..pipeline import files as pipeline
 
     path = Path(path)
     if path.suffix != ".json":
@@ -128,8 +129,8 @@ class Comparison:
                          else f"{r.power['energy_per_request_j']:.3g}",
                          "-" if not r.tco else f"{r.tco['total']:,.0f}" + ("+" if r.tco["purchase_unknown"] else "")])
         lines = [head, ""]
-        lines += _table(["plan", "p50 ms", "p95 ms", "p99 ms", "done/s", "rejected", "timed out", "failover",
-                         "power W", "J/request", "cost"], rows)
+        lines += text_table(["plan", "p50 ms", "p95 ms", "p99 ms", "done/s", "rejected", "timed out", "failover",
+                             "power W", "J/request", "cost"], rows)
         lines.append("(cost: + where a device has no known price, the total is a lower bound)")
         for name, r in self.results.items():
             util = ", ".join(f"{e} {v['utilisation']:.0%}" for e, v in r.engines.items())

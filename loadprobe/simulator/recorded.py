@@ -221,7 +221,7 @@ def from_recording(config: PipelineConfig, data, overrides: Overrides | None = N
     ``recorded`` is ``read_self_times(data)`` when already read (several plans, one recording).
     """
     from ..catalog import load_catalog
-    from ..estimate.servicetime import StageProfile, _kind_of_engine, service_time
+    from ..estimate.servicetime import StageProfile, engine_kind, service_time
 
     recorded = (recorded or read_self_times(data)).times
     catalog = catalog or load_catalog()
@@ -233,13 +233,13 @@ def from_recording(config: PipelineConfig, data, overrides: Overrides | None = N
             return None
         kinds: dict[str, int] = {}
         for (e, _), t in mine.items():
-            kinds[_kind_of_engine(e)] = kinds.get(_kind_of_engine(e), 0) + len(t)
+            kinds[engine_kind(e)] = kinds.get(engine_kind(e), 0) + len(t)
         spec = config.engines[engine]
         # Times recorded on the engine's own kind are used as they are; otherwise the kind most recorded is scaled.
         rec_kind = spec.kind if spec.kind in kinds else max(kinds, key=kinds.get)
         by_batch: dict[int, list[np.ndarray]] = {}
         for (e, b), t in mine.items():
-            if _kind_of_engine(e) == rec_kind:
+            if engine_kind(e) == rec_kind:
                 by_batch.setdefault(b, []).append(t)
         times = {b: np.concatenate(parts) for b, parts in by_batch.items()}
         batched = stage.batch is not None

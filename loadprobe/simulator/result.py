@@ -194,14 +194,10 @@ _COMPILED: dict[str, Any] = {}  # "module" once compiled.py was imported (None: 
 
 
 def _import_compiled():
-    if "module" not in _COMPILED:
-        try:
-            from . import compiled
-        except Exception as exc:  # noqa: BLE001 - numba missing, or one that cannot compile here: Python does the work
-            _COMPILED.update(module=None, error=f"{type(exc).__name__}: {exc}"[:300])
-        else:
-            _COMPILED.update(module=compiled, error=None)
-    return _COMPILED["module"]
+    from .._imports import load_once
+
+    # Any failure -- numba missing, or one that cannot compile here -- leaves the work to Python.
+    return load_once(_COMPILED, f"{__package__}.compiled")
 
 
 def _compiled_loop(loop: str, arrivals: int):

@@ -13,13 +13,13 @@ import pytest
 from click.testing import CliRunner
 
 import loadprobe
-from loadprobe.load import generator as load
+from loadprobe import load
 from loadprobe._errors import LoadprobeError
 from loadprobe.cli import _Group
 from loadprobe.cli import load as cli_load
 from loadprobe.cli import import_ as cli_import
 
-from ..conftest import REPO, spans_in
+from ..conftest import REPO, run_python, spans_in
 
 AZURE_CODE = REPO / "samples" / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"
 MOONCAKE = REPO.parent / "shared" / "traces" / "mooncake_fast25" / "conversation_trace.jsonl"
@@ -123,6 +123,29 @@ def test_bad_schedules_are_one_line_errors(tmp_path):
     no_time.write_text("route,latency_ms\n/a,3\n")
     with pytest.raises(LoadprobeError, match=r"which column holds the request's start time\? give --ts-col"):
         load.arrivals(no_time)
+
+
+def test_schedules_never_load_the_http_client():
+    """The simulator, the planner's simulations and the demo's schedule take arrivals from a module
+    without the client: asking for a schedule loads neither asyncio nor the connections."""
+    code = ("import json, sys\n"
+            "from loadprobe import load\n"
+            "from loadprobe.demo import schedule\n"
+            "load.poisson(10, duration=1, seed=0); load.replay(load.constant(5, duration=1) * 1e9); schedule(5, 3)\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr
+    modules = set(json.loads(done.stdout))
+    assert "loadprobe.load.schedules" in modules
+    assert not {"asyncio", "loadprobe.load.client", "loadprobe.load.connections"} & modules
+
+
+def test_the_generator_module_keeps_the_names_it_had():
+    from loadprobe.load import generator
+
+    assert {"run", "poisson", "replay", "arrivals", "MAX_ARRIVALS", "LoadReport"} <= set(generator.__all__)
+    for name in generator.__all__:
+        assert getattr(generator, name) is getattr(load, name), name
 
 
 # -- a real server on 127.0.0.1 -------------------------------------------------------------------

@@ -10,7 +10,7 @@ import tomllib
 import pytest
 from click.testing import CliRunner
 
-from loadprobe.pipeline import config as pipeline
+from loadprobe import pipeline
 from loadprobe._errors import LoadprobeError
 from loadprobe.catalog import load_catalog
 from loadprobe.cli import main
@@ -344,7 +344,9 @@ def test_size_and_value_count_are_capped(tmp_path, monkeypatch):
     with pytest.raises(PipelineError, match="larger than 1 MiB"):
         pipeline.load(path)
     assert len("x: [" + "1, " * pipeline.MAX_NODES + "1]\n") < pipeline.MAX_BYTES  # so the cap matters
-    monkeypatch.setattr(pipeline, "MAX_NODES", 1000)  # the same code path, a thousand times faster
+    from loadprobe.pipeline import safe_yaml
+
+    monkeypatch.setattr(safe_yaml, "MAX_NODES", 1000)  # the same code path, a thousand times faster
     many = "x: [" + "1, " * 1000 + "1]\n"
     problem = only_problem(many)
     # value 1,001 (after the mapping, its key and the list) is the 998th item: column 5 + 3 x 997
@@ -436,6 +438,16 @@ def test_validate_schema_and_usage():
     assert result.exit_code == 0 and json.loads(result.stdout) == pipeline.schema()
     result = invoke("validate")
     assert result.exit_code == 2 and "give at least one FILE" in result.stderr
+
+
+def test_the_config_module_keeps_the_names_it_had():
+    """``loadprobe.pipeline.config`` held the readers and writers too; it still gives the same objects."""
+    from loadprobe.pipeline import config
+
+    for name in config.__all__:
+        assert getattr(config, name) is getattr(pipeline, name), name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        config.nope  # noqa: B018
 
 
 def test_the_routing_window_is_a_file_field_the_router_uses():

@@ -308,6 +308,12 @@ def test_alternatives_are_simulated_and_the_plan_is_tuned_by_simulation(tmp_path
         if d.fallback and best["failover_max_ratio"] is not None:
             assert d.fallback["max_ratio"] == best["failover_max_ratio"]
     assert "simulated estimate" in plan.to_dict()["estimates_are"]
+    # the stress estimate of every option is at the one stress factor, analytic or simulated
+    from loadprobe.plan.simulation import STRESS
+
+    for option in [rec, *plan.alternatives]:
+        if option.feasible:
+            assert option.stress.rate_rps == pytest.approx(plan.rate_rps * STRESS), option.name
 
 
 def _sample_portrait() -> dict:
@@ -352,3 +358,31 @@ def test_a_malformed_plans_json_is_refused_by_report_and_simulate(tmp_path):
         assert result.exit_code == 2, result.output
         assert len(result.output.strip().splitlines()) == 1 and f"{bad}: not a plans.json" in result.output
         assert message in result.output
+
+
+def test_engine_names_map_to_one_kind_everywhere():
+    """Profiles, the planner's recorded kind and the simulator's recorded times read engine names alike."""
+    from types import SimpleNamespace
+
+    from loadprobe.plan.context import recorded_kind
+    from loadprobe.estimate.servicetime import engine_kind
+
+    assert [engine_kind(e) for e in ("gpu0", "GPU1", "cuda:1", "npu0", "cpu", "host", "tpu0")] == \
+        ["gpu", "gpu", "gpu", "npu", "cpu", "cpu", "cpu"]
+    # a stage recorded on several engines counts as recorded on the GPU if any of them is one, else an NPU
+    assert recorded_kind(SimpleNamespace(engines={"cpu": 3, "npu0": 1, "cuda:0": 1})) == "gpu"
+    assert recorded_kind(SimpleNamespace(engines={"cpu": 3, "npu1": 1})) == "npu"
+    assert recorded_kind(SimpleNamespace(engines=None)) == "cpu"
+
+
+def test_the_planner_keeps_within_the_pipeline_schemas_limits():
+    """The limits a plan's settings are capped at are the schema's own, so a written plan always loads."""
+    from loadprobe import pipeline
+    from loadprobe.plan import sizing
+
+    defs = pipeline.schema()["$defs"]
+    assert sizing.MAX_TIMEOUT_MS == defs["ms"]["maximum"]
+    assert sizing.MAX_WINDOW_MS == defs["stage"]["properties"]["batch"]["properties"]["max_wait_ms"]["maximum"]
+    assert sizing.MAX_QUEUE == defs["engine"]["properties"]["max_queue"]["maximum"]
+    assert sizing.MAX_CONCURRENCY == defs["engine"]["properties"]["max_concurrency"]["maximum"]
+    assert sizing.MAX_CONCURRENCY <= defs["stage"]["properties"]["max_concurrency"]["maximum"]

@@ -1,28 +1,36 @@
-"""A package's public names, imported from one of its modules only when first asked for.
+"""Importing on demand: public names, modules that moved, optional backends.
 
-Usage, in a package's ``__init__.py``::
+``forward``: a package's public names, imported from the module that owns each only when first
+asked for, so that ``import loadprobe.load`` loads neither numpy nor the HTTP client::
 
-    __getattr__ = forward(__name__, "generator")   # loadprobe.load.poisson -> load/generator.py
+    __getattr__ = forward(__name__, {"poisson": "schedules", "run": "client"})  # in __init__.py
 
-Keeps ``import loadprobe.load`` (and every import below it) from loading numpy, pyarrow or
-the module's other dependencies before they are used.
+``MovedModules``: ``import loadprobe.tco`` (a module's place before the package was split by the
+steps of the data flow) still works, warning once with the new place.
+
+``load_once``: a faster implementation loadprobe can do without -- the C map kernel of
+``loadprobe analyze``, the numba event loop of ``loadprobe simulate`` -- imported once per
+process; when it cannot load here (not built, numba missing), None and the reason::
+
+    _COMPILED: dict = {}
+    load_once(_COMPILED, "loadprobe.simulator.compiled")   # the module, or None; _COMPILED["error"]
 """
 
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 
 
-def forward(package: str, module: str):
-    """A module ``__getattr__`` that answers from ``package.module``."""
+def forward(package: str, owners: dict[str, str]):
+    """A module ``__getattr__`` answering each name of ``owners`` from ``package.<its module>``."""
 
     def __getattr__(name: str):
+        owner = owners.get(name)
+        if owner is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
         # import_module, not 'from . import': that would ask this __getattr__ for the module again.
-        target = importlib.import_module(f"{package}.{module}")
-        try:
-            return getattr(target, name)
-        except AttributeError:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+        return getattr(importlib.import_module(f"{package}.{owner}"), name)
 
     return __getattr__
 
@@ -77,3 +85,19 @@ def install_moved_modules() -> None:
 
     if not any(isinstance(finder, MovedModules) for finder in sys.meta_path):
         sys.meta_path.append(MovedModules())
+
+
+def load_once(state: dict, module: str, *, errors: tuple[type[BaseException], ...] = (Exception,)) -> ModuleType | None:
+    """``module`` imported, or None when importing it raises one of ``errors``; tried once per ``state``.
+
+    ``state`` is the caller's dict: after the first call it holds ``"module"`` and ``"error"`` (the
+    reason in one line of at most 300 characters, or None), and emptying it starts afresh.
+    """
+    if "module" not in state:
+        try:
+            loaded = importlib.import_module(module)
+        except errors as exc:
+            state.update(module=None, error=f"{type(exc).__name__}: {exc}"[:300])
+        else:
+            state.update(module=loaded, error=None)
+    return state["module"]

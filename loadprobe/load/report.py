@@ -1,0 +1,128 @@
+"""What a load run did: the ``LoadReport`` that ``loadprobe load`` prints (``render()``) or writes (``--json``).
+
+Usage::
+
+    report = loadprobe.load.run(url, offsets)
+    print(report.render()); report.to_dict(); report.failure()   # None, or why no request succeeded
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..analysis.histogram import Histogram
+
+__all__ = ["LoadReport", "load_report"]
+
+
+@dataclass
+class LoadReport:
+    """What a load run did. ``render()`` is the text ``loadprobe load`` prints; ``to_dict()`` its ``--json``.
+
+    Latencies count from each request's intended send time (closed loop: its actual send);
+    lateness is actual send time minus intended time. Times in milliseconds.
+    """
+
+    url: str
+    mode: str
+    run_id: str
+    seed: int | None
+    scheduled: int | None  # None in closed loop: there is no schedule
+    sent: int
+    responses: int
+    elapsed_s: float
+    intended_rate: float | None  # requests per second
+    achieved_rate: float | None
+    lateness_ms: dict | None  # p50, p99, max; None in closed loop
+    latency_ms: dict | None  # p50, p90, p99, p999, max of responses of any status
+    errors: dict = field(default_factory=dict)  # kind ("http 503", "timeout", "connection reset") -> count
+    statuses: dict = field(default_factory=dict)  # HTTP status -> responses
+    body_bytes: int = 0
+    record_dir: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"succeeded": self.succeeded}
+
+    @property
+    def succeeded(self) -> int:
+        """Responses with a 2xx or 3xx status: the requests the server actually served."""
+        return sum(n for code, n in self.statuses.items() if 200 <= int(code) < 400)
+
+    def failure(self) -> str | None:
+        """Why the run failed as a whole (requests were sent, none succeeded), or None."""
+        if not self.sent or self.succeeded:
+            return None
+        answers = ", ".join(f"{n:,} answered {code}" for code, n in sorted(self.statuses.items()))
+        errors = ", ".join(f"{n:,} {kind}" for kind, n in sorted(self.errors.items(), key=lambda e: -e[1]))
+        return (f"no request of {self.sent:,} succeeded ({'; '.join(x for x in (answers, errors) if x)}): check the "
+                "URL, --method and the body the server expects")
+
+    def render(self) -> str:
+        def ms(values: dict | None) -> str:
+            return "  ".join(f"{k} {v:,.3f}" for k, v in values.items()) + " ms" if values else "none"
+
+        def rate(value: float | None) -> str:
+            return "n/a" if value is None else f"{value:,.1f} req/s"
+
+        seed = f", seed {self.seed}" if self.seed is not None else ""
+        lines = [f"loadprobe load: {self.mode} -> {self.url} (run {self.run_id}{seed}), {self.elapsed_s:,.2f} s"]
+        if self.scheduled is None:
+            lines.append(f"  sent      {self.sent:,}, {rate(self.achieved_rate)} (closed loop)")
+        else:
+            lines.append(f"  sent      {self.sent:,} of {self.scheduled:,} scheduled, {rate(self.achieved_rate)} "
+                         f"(intended {rate(self.intended_rate)})")
+            lines.append(f"  lateness  {ms(self.lateness_ms)}   (actual - intended send time)")
+        since = "intended send time" if self.scheduled is not None else "send time"
+        lines.append(f"  latency   {ms(self.latency_ms)}   ({self.responses:,} responses, from {since})")
+        statuses = ", ".join(f"{code}: {count:,}" for code, count in sorted(self.statuses.items()))
+        lines.append(f"  statuses  {statuses or 'none'}")
+        errors = ", ".join(f"{kind}: {count:,}" for kind, count in sorted(self.errors.items(), key=lambda e: -e[1]))
+        lines.append(f"  errors    {errors or 'none'}")
+        if self.record_dir:
+            lines.append(f"  recorded  {self.record_dir} (loadprobe analyze {self.record_dir})")
+        return "\n".join(lines)
+
+
+def load_report(url, mode, run_id, seed, due_ns, results, start_ns, end_ns, record_dir) -> LoadReport:
+    """The report of a run from the client's results (its arrays of intended, sent and done times and statuses)."""
+    intended, sent, done, status = (np.frombuffer(a, dtype=a.typecode == "i" and np.int32 or np.int64)
+                                    for a in (results.intended, results.sent, results.done, results.status))
+    written, answered = sent > 0, status > 0
+    codes, counts = np.unique(status[answered], return_counts=True)
+    return LoadReport(
+        url=url, mode=mode, run_id=run_id, seed=seed,
+        scheduled=None if due_ns is None else len(due_ns),
+        sent=int(written.sum()),
+        responses=int(answered.sum()),
+        elapsed_s=(end_ns - start_ns) / 1e9,
+        intended_rate=None if due_ns is None else _rate(due_ns),
+        achieved_rate=_rate(sent[written]),
+        lateness_ms=None if due_ns is None else _percentiles(sent[written] - intended[written],
+                                                             {"p50": 50, "p99": 99, "max": None}),
+        latency_ms=_percentiles(done[answered] - intended[answered],
+                                {"p50": 50, "p90": 90, "p99": 99, "p999": 99.9, "max": None}),
+        errors=dict(results.errors),
+        statuses={int(c): int(n) for c, n in zip(codes, counts)},
+        body_bytes=results.body_bytes,
+        record_dir=record_dir,
+    )
+
+
+def _percentiles(values_ns: np.ndarray, which: dict) -> dict | None:
+    """Milliseconds at each percentile (None: the maximum), to HdrHistogram's 0.1% as analysis reports them."""
+    if len(values_ns) == 0:
+        return None
+    hist = Histogram()
+    hist.record(np.maximum(values_ns, 0))
+    found = hist.percentiles(tuple(p for p in which.values() if p is not None))
+    return {name: (hist.max if p is None else found[p]) / 1e6 for name, p in which.items()}
+
+
+def _rate(times_ns: np.ndarray) -> float | None:
+    """Requests per second between the first and the last of ``times_ns``."""
+    if len(times_ns) < 2:
+        return None
+    span = int(times_ns.max()) - int(times_ns.min())
+    return (len(times_ns) - 1) * 1e9 / span if span > 0 else None

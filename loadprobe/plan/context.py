@@ -1,0 +1,142 @@
+"""What planning reads from a portrait: the stages to place, the host's CPU, executions per request.
+
+Usage::
+
+    ctx = PlanContext(portrait, constraints, catalog, rate=300, slo_ms=200, cpu_cores=cpu_cores(portrait),
+                      stages=plan_stages(portrait))
+    ctx.budget_ms(stage)                       # the stage's share of the SLO
+    calls_per_request(ctx)["decode"]           # executions per request (an LLM's decode: once per token)
+    host_cpu_capacity(portrait)                # (req/s the recorded host's CPU alone carries, how)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .constraints import Constraints, EngineSpec
+from ..estimate.servicetime import DEFAULT_DEVICE, engine_kind
+
+__all__ = ["DEFAULT_CPU_CORES", "PlanContext", "calls_per_request", "cpu_cores", "cpu_load_pct", "cpu_util",
+           "host_cpu_capacity", "plan_stages", "recorded_kind", "service_name", "unattributed_ms"]
+
+DEFAULT_CPU_CORES = 4
+
+
+@dataclass
+class PlanContext:
+    """One planning run's inputs and the figures every step reads: the sizing rate, the SLO, the host's cores."""
+
+    portrait: object
+    constraints: Constraints
+    catalog: object
+    rate: float
+    slo_ms: float | None
+    cpu_cores: tuple[int, str]
+    stages: list
+    cpu_load_pct: float | None = None  # the host CPU at the sizing rate with every stage where it was recorded
+
+    def budget_ms(self, stage) -> float | None:
+        """A stage's share of the SLO: the SLO times its share of request time (at least 5% of it)."""
+        if self.slo_ms is None:
+            return None
+        share = stage.share if stage.share is not None else 1.0 / max(1, len(self.stages))
+        return self.slo_ms * max(0.05, share)
+
+    def device(self, spec: EngineSpec):
+        """The catalog device an engine spec runs on (a kind's default device when it names none), or None."""
+        name = spec.device or DEFAULT_DEVICE.get(spec.kind)
+        return self.catalog.get(name) if name else None
+
+
+def plan_stages(portrait) -> list:
+    """The stages a plan places, in the order a request runs them: every stage but request roots."""
+    stages = [s for s in portrait.stages if not _is_root(s)]
+    return sorted(stages, key=lambda s: (s.start_offset_ms is None, s.start_offset_ms or 0.0))
+
+
+def _is_root(stage) -> bool:
+    """A request root (an HTTP route, ``request``): never inside another span, no engine of its own."""
+    whole = stage.share is not None and stage.share >= 0.999
+    return not stage.engines and (whole or stage.start_offset_ms is None)
+
+
+def recorded_kind(stage) -> str:
+    """The kind of engine a stage was recorded on: a GPU if any of its engines is one, else an NPU, else the CPU."""
+    kinds = {engine_kind(e) for e in stage.engines or {}}
+    return "gpu" if "gpu" in kinds else "npu" if "npu" in kinds else "cpu"
+
+
+def cpu_cores(portrait) -> tuple[int, str]:
+    """The host's cores: as run.json recorded them, else busy core-seconds / CPU utilisation."""
+    recorded = [h.get("logical_cores") for h in (getattr(portrait.data_quality, "host_hardware", None) or {}).values()
+                if isinstance(h.get("logical_cores"), int) and h.get("logical_cores") > 0]
+    if recorded:
+        cores = min(recorded)
+        return cores, f"{cores} cores: the recorded host's logical cores (run.json)"
+    util = cpu_util(portrait)
+    duration = portrait.traffic.duration_s if portrait.traffic else None
+    busy = _cpu_busy_ms(portrait)
+    if util and util > 5 and duration:
+        cores = max(1, round(busy / 1000.0 / duration / (util / 100.0)))
+        return cores, (f"{cores} cores: the CPU stages kept {busy / 1000.0 / duration:.2f} cores busy at "
+                       f"{util:.0f}% CPU utilisation")
+    why = "no CPU utilisation was recorded" if not util else f"CPU utilisation ({util:.1f}%) too low to infer from"
+    return DEFAULT_CPU_CORES, f"{DEFAULT_CPU_CORES} cores assumed: {why}; give --cpu-cores"
+
+
+def _cpu_busy_ms(portrait) -> float:
+    """Core-milliseconds the stages recorded on the CPU took, over the whole recording."""
+    # A batcher-fed stage records its shared execution once per member: count it once per batch.
+    return sum(s.count / (s.batch.mean if s.queue_ms is not None and s.batch is not None and s.batch.mean else 1.0)
+               * (s.self_ms_mean or 0.0) for s in plan_stages(portrait) if recorded_kind(s) == "cpu")
+
+
+def cpu_load_pct(portrait, rate: float, cores: int) -> float | None:
+    """The host CPU's utilisation if every stage stayed where it was recorded, at ``rate`` req/s."""
+    requests = portrait.requests.count if portrait.requests is not None else 0
+    if not requests or not cores:
+        return None
+    return 100.0 * rate * _cpu_busy_ms(portrait) / requests / 1000.0 / cores
+
+
+def host_cpu_capacity(portrait) -> tuple[float, str] | None:
+    """The request rate the recorded host's CPU alone carries at full load, with every stage where it
+    was recorded, and how that was worked out; None without requests or CPU stages.
+
+    Usage::
+
+        rps, why = host_cpu_capacity(portrait)    # e.g. plan for twice that: the CPU alone cannot carry it
+    """
+    cores, cores_why = cpu_cores(portrait)
+    load = cpu_load_pct(portrait, 1.0, cores)
+    if not load:
+        return None
+    per_request_ms = load / 100.0 * cores * 1000.0
+    return 100.0 / load, f"{cores_why}; {per_request_ms:.3g} ms of CPU per request, as recorded"
+
+
+def cpu_util(portrait) -> float | None:
+    """The host CPU's mean utilisation as recorded (%), or None."""
+    return next((m.mean for m in portrait.devices.metrics if m.device == "cpu" and m.metric == "util_pct"), None)
+
+
+def calls_per_request(ctx: PlanContext) -> dict[str, float]:
+    """Executions of each stage per request (spans / requests): decode runs once per token."""
+    requests = ctx.portrait.requests.count if ctx.portrait.requests is not None else 0
+    if not requests:
+        return {}
+    return {s.name: max(1.0, s.count / requests) for s in ctx.stages}
+
+
+def unattributed_ms(portrait) -> float:
+    """Mean request time spent outside every stage (ms): added to every plan's latency alike."""
+    req = portrait.requests
+    if req is None or req.latency_ms is None or req.unattributed_share is None or req.latency_ms.mean is None:
+        return 0.0
+    return req.latency_ms.mean * req.unattributed_share
+
+
+def service_name(portrait) -> str:
+    """The recorded service's name, as pipeline.yaml and plans.json carry it."""
+    services = portrait.data_quality.services if portrait.data_quality else []
+    return services[0] if services else "service"

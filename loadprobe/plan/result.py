@@ -1,0 +1,83 @@
+"""What a plan is: each stage's ``Decision``, an ``Option`` (a whole line-up and its figures), the ``Plan``.
+
+Usage::
+
+    plan = loadprobe.recommend(portrait, constraints)       # a Plan
+    plan.recommended.decisions[0].why["engine"]             # every setting with its reason
+    [(o.name, o.meets_slo, o.estimate.p95_ms) for o in plan.alternatives]
+    plan.to_pipeline(); plan.to_dict()                      # pipeline.yaml config, plans.json
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .constraints import Constraints
+from ..estimate.queueing import Estimate
+from ..estimate.servicetime import ServiceTime
+
+__all__ = ["Decision", "Option", "Plan"]
+
+
+@dataclass
+class Decision:
+    """One stage's placement and settings; ``why`` has a reason for every field."""
+
+    stage: str
+    engine: str
+    kind: str
+    device: str | None
+    precision: str
+    batch: int
+    window_ms: float
+    timeout_ms: float
+    max_concurrency: int
+    fallback: dict | None
+    service: ServiceTime
+    shape: list | None
+    dynamic_shape: bool
+    why: dict = field(default_factory=dict)
+    keep_fp16: tuple = ()  # layers kept in FP16 in an INT8 stage (loadprobe align)
+
+
+@dataclass
+class Option:
+    """A complete plan: the recommended hybrid or a single-engine alternative."""
+
+    name: str
+    decisions: list
+    engines: dict  # name -> {"kind", "device", "count", "max_concurrency", "max_queue", "power_w", "why"}
+    estimate: Estimate | None
+    stress: Estimate | None  # at STRESS (1.5) x the sizing rate
+    tco: dict | None
+    meets_slo: bool | None
+    notes: list = field(default_factory=list)
+    feasible: bool = True
+    judged: list = field(default_factory=list)  # the notes of the latest verdict (see judge)
+    tuning: list = field(default_factory=list)  # the settings the simulator tried (the recommended option)
+
+
+@dataclass
+class Plan:
+    """The recommendation for a portrait: the scenario, the recommended option, the alternatives, the verdict."""
+
+    service: str
+    scenario: str
+    scenario_why: str
+    constraints: Constraints
+    rate_rps: float
+    slo_p95_ms: float | None
+    recommended: Option
+    alternatives: list
+    verdict: str  # how the recommendation compares with the alternatives, in one paragraph
+    rate_why: str = ""  # where the sizing rate comes from
+
+    def to_pipeline(self):
+        from .files import to_pipeline
+
+        return to_pipeline(self)
+
+    def to_dict(self) -> dict:
+        from .files import plan_dict
+
+        return plan_dict(self)
