@@ -8,7 +8,7 @@ Usage::
 
 from __future__ import annotations
 
-from .table import text_table
+from .._table import text_table
 from .units import ms as _ms, pct as _pct
 
 

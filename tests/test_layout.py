@@ -19,7 +19,7 @@ FOLDERS = {"loadprobe": "loadprobe", "loadprobe.instrumentation": "instrumentati
 # (file formats, the hardware catalog, the Portrait, pipeline.yaml) come first; each later
 # step may use the earlier ones, never the reverse. cli, demo, samples and the package's own
 # __init__ sit on top and may use anything.
-CONTRACTS = {"_errors", "_version", "_files", "_imports", "formats", "schema", "catalog", "portrait", "pipeline"}
+CONTRACTS = {"_errors", "_version", "_files", "_imports", "_table", "formats", "schema", "catalog", "portrait", "pipeline"}
 MAY_IMPORT = {
     "contracts": CONTRACTS,
     "record": CONTRACTS,

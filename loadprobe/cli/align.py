@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..reports.table import text_table
+from .._table import text_table
 
 MAX_ROWS = 30  # layers printed; a larger model shows the ones adding the most error
 

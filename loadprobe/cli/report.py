@@ -119,7 +119,7 @@ def _plan(portrait_file: Path | None, plans_path, pipeline_path):
         if pipeline_path:
             raise LoadprobeError("--pipeline needs the plan it belongs to: pass --plans plans.json too")
         return None, None, ""
-    from ..plan.files import read_plans_json
+    from ..pipeline.plans import read_plans_json
 
     plans_path = Path(plans_path)
     plans = read_plans_json(plans_path)

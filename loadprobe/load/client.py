@@ -224,22 +224,22 @@ def run(url: str, offsets=None, *, concurrency: int | None = None, duration: flo
             raise LoadprobeError("the schedule is empty; give a longer --duration or a higher rate")
     run_id = secrets.token_hex(4)
     results = _Results()
-    import loadprobe
+    from ..record import recorder  # the client view is recorded like a service's own spans
 
-    own_recorder = record is not None and loadprobe.current() is None
+    own_recorder = record is not None and recorder.current() is None
     if record is not None:
         # Started before the first send, so run.json's start precedes every span; the spans
         # themselves are recorded after the last answer (see _Results.record).
-        loadprobe.start(record, service="loadprobe-load", sample_devices=False,
+        recorder.start(record, service="loadprobe-load", sample_devices=False,
                         tags={"url": url, "mode": mode or "load", "run": run_id})
-        loadprobe.flush()  # the recorder's imports and files are set up now, not during the first sends
+        recorder.flush()  # the recorder's imports and files are set up now, not during the first sends
     try:
         due_ns, start_ns, end_ns = in_precise_loop(_run(target, offsets, concurrency, duration, requests, timeout,
                                                         connections, run_id, results), precise)
     finally:
         if record is not None:
-            results.record(run_id, loadprobe.flush)
+            results.record(run_id, recorder.flush)
         if own_recorder:
-            loadprobe.stop()
+            recorder.stop()
     return load_report(url, mode or ("closed loop" if offsets is None else "schedule"), run_id, seed, due_ns,
                        results, start_ns, end_ns, None if record is None else str(record))

@@ -20,8 +20,8 @@ from typing import Any
 
 from .._errors import LoadprobeError
 from ..pipeline.config import PipelineConfig
-from ..plan.files import read_plans_json
-from ..reports.table import text_table
+from ..pipeline.plans import read_plans_json
+from .._table import text_table
 from .result import SimulationResult
 
 __all__ = ["Comparison", "read_plans", "simulate_plans"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadprobe.reports.table import text_table
+from loadprobe._table import text_table
 
 
 def test_columns_are_as_wide_as_their_widest_cell_under_a_rule():

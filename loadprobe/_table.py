@@ -2,7 +2,7 @@
 
 Usage::
 
-    from loadprobe.reports.table import text_table
+    from loadprobe._table import text_table
 
     print("\n".join(text_table(["stage", "p95 ms"], [["decode", "1.2"], ["backbone", "14.8"]])))
     text_table(headers, rows, numbers_right=True)   # every column but the first right-aligned
