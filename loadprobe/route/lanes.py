@@ -26,7 +26,6 @@ import inspect
 import math
 import sys
 import time
-from collections import deque
 from time import perf_counter_ns
 from typing import Any, Callable
 

@@ -33,7 +33,6 @@ import heapq
 import itertools
 import random
 from array import array
-from collections import deque
 from collections.abc import Mapping, Sequence
 
 from ..pipeline.config import EngineConfig, PipelineConfig, StageConfig

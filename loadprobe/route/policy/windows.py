@@ -94,6 +94,7 @@ class FailoverCap:
 
     def __init__(self, max_ratio: float, window_s: float, clock: Clock = time.monotonic) -> None:
         self.max_ratio = max_ratio
+        self.window_s = window_s
         self._window = SlidingWindow(window_s, 2, clock)
         self._lock = threading.Lock()
         self.moved_total = 0
@@ -142,6 +143,7 @@ class Breaker:
     def __init__(self, error_rate_over: float, window_s: float, min_requests: int, open_s: float,
                  clock: Clock = time.monotonic) -> None:
         self.error_rate_over = error_rate_over
+        self.window_s = window_s
         self.min_requests = min_requests
         self.open_s = open_s
         self._clock = clock
@@ -220,6 +222,7 @@ class RetryBudget:
 
     def __init__(self, budget_ratio: float, window_s: float, clock: Clock = time.monotonic) -> None:
         self.budget_ratio = budget_ratio
+        self.window_s = window_s
         self._window = SlidingWindow(window_s, 2, clock)
         self._lock = threading.Lock()
         self.retries_total = 0
