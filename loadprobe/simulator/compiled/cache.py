@@ -23,10 +23,10 @@ __all__ = ["package_digest", "stamp_with_package_sources"]
 HERE = Path(__file__).resolve().parent
 
 
-def package_digest() -> str:
-    """SHA-256 of every module of this package, names and contents, in name order."""
+def package_digest(folder: Path = HERE) -> str:
+    """SHA-256 of every module of the package in ``folder`` (this one), names and contents, in name order."""
     digest = hashlib.sha256()
-    for path in sorted(HERE.glob("*.py")):
+    for path in sorted(folder.glob("*.py")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
