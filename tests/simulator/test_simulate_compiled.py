@@ -170,7 +170,7 @@ def test_the_compiled_loop_gives_the_python_loops_result_on_hypothesis_plans(pic
 
 
 class _Spy:
-    """compiled.py for simulate(), keeping what each run returned."""
+    """The compiled loop for simulate(), keeping what each run returned."""
 
     def __init__(self, module) -> None:
         self.module, self.runs = module, []
