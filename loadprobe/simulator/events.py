@@ -25,6 +25,11 @@ stages from one more. So a draw does not depend on how the other draws interleav
 compiled loop (``loadprobe/simulator/compiled/``, a numba port of this loop and of the policy
 core, held to it by a parity test) can fetch them in blocks ahead of need and still give the
 very same result. This module is the reference.
+
+Usage (``simulate()`` does this, and reads what the run leaves)::
+
+    sim = Simulation(config, arrivals_s, priorities, samplers, seed=1, window_s=10.0).run()
+    sim.outcomes, sim.rejects, sim.stages[0].latencies, sim.engines["npu0"].busy_s
 """
 
 from __future__ import annotations
