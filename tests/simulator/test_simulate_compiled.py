@@ -70,7 +70,7 @@ def random_case(seed: int) -> dict:
 
 
 def case_from(pick: random.Random, name: int, times: random.Random | None = None) -> dict:
-    """A plan and simulate()'s other arguments drawn from ``pick``; the arrival gaps from ``times`` (default ``pick``)."""
+    """A plan and simulate()'s other arguments drawn from ``pick``; arrival gaps from ``times`` (default: ``pick``)."""
     names = [f"e{k}" for k in range(pick.randint(1, 3))]
     engines = {name: EngineConfig(kind=pick.choice(["cpu", "gpu"]), max_concurrency=pick.randint(1, 3),
                                   max_queue=pick.choice([0, 1, 2, 3, 5, 8, 30])) for name in names}
@@ -119,7 +119,7 @@ def case_from(pick: random.Random, name: int, times: random.Random | None = None
         options["outside"] = lognormal(1.0, 3.0) if pick.random() < 0.5 else constant(2.0)
     if pick.random() < 0.3:
         options["window_s"] = pick.choice([0.02, 0.3, 2.0])
-    if routing is not None and pick.random() < 0.3:  # drawn last: the plans drawn before canaries came stay as they were
+    if routing is not None and pick.random() < 0.3:  # drawn last: the plans drawn before it are unchanged
         routing = replace(routing, canary=CanaryConfig(config="canary.yaml", weight=pick.choice([0.05, 0.5, 1.0])))
     config = PipelineConfig(service=f"case-{name}", engines=engines, stages=tuple(stages), routing=routing)
     return {"config": config, "arrivals_s": arrivals, "service_times": samplers, **options}

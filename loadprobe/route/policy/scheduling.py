@@ -172,7 +172,7 @@ class Slots:
         return lane, item
 
     def take(self, lane: Lane, n: int | None = None) -> list:
-        """Up to ``n`` (default: a batch) of ``lane``'s waiting items, highest priority first, oldest first within one."""
+        """Up to ``n`` (default: a batch) of ``lane``'s waiting items: highest priority first, then oldest first."""
         n = lane.batch_size if n is None else n
         queues = lane.queues
         out: list = []

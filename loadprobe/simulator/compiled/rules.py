@@ -21,10 +21,10 @@ import math
 
 from numba.types import boolean, float64, int64
 
-from .layout import (BREAKER_OPEN, BUCKETS, CLOSED, E_WAITING, FAILOVER_CAP, G_BUDGET, G_BUDGET_RATIO, G_NOW, HALF_OPEN, L_ENGINE,
-                     MOVE, OPEN, REJECT, RUN, S_BREAKER, S_BREAKER_STATE, S_CAP, S_ERROR_RATE_OVER, S_MAX_ATTEMPTS,
-                     S_MAX_RATIO, S_MIN_REQUESTS, S_OPEN_S, S_OPENED, S_OPENED_AT, S_OTHERWISE_REJECT, S_QUEUE_OVER,
-                     S_TRIAL, W_OTHER, W_REQUESTS, jit_helper)
+from .layout import (BREAKER_OPEN, BUCKETS, CLOSED, E_WAITING, FAILOVER_CAP, G_BUDGET, G_BUDGET_RATIO, G_NOW,
+                     HALF_OPEN, L_ENGINE, MOVE, OPEN, REJECT, RUN, S_BREAKER, S_BREAKER_STATE, S_CAP, S_ERROR_RATE_OVER,
+                     S_MAX_ATTEMPTS, S_MAX_RATIO, S_MIN_REQUESTS, S_OPEN_S, S_OPENED, S_OPENED_AT, S_OTHERWISE_REJECT,
+                     S_QUEUE_OVER, S_TRIAL, W_OTHER, W_REQUESTS, jit_helper)
 from .scheduling import admit
 
 __all__ = ["may_retry", "record", "release", "steer", "window_add"]

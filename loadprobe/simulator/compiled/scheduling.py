@@ -126,7 +126,7 @@ def evict_lowest(s, engine):
 
 @jit_helper(int64)
 def _take(s, lane):
-    """Slots.take: up to a batch of the lane's attempts, highest priority first, oldest first: (first, count), linked."""
+    """Slots.take: up to a batch of the lane's attempts, highest priority then oldest first: (first, count), linked."""
     size = s.lane_i[lane, L_BATCH_SIZE]
     first, last, count = -1, -1, 0
     for priority in range(s.queues.shape[1] - 1, -1, -1):
