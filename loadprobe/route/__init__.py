@@ -9,8 +9,8 @@ Usage::
         result = await router.submit(payload, priority=1)
     router.metrics()
 
-The rules (failover cap, breaker, retry budget, priority shedding) are plain objects in
-``loadprobe.route.policy``, shared with anything else that replays a pipeline.
+Every rule (admission and shedding, batching, failover cap, breaker, retry budget, canary) is a
+pure object of ``loadprobe.route.policy``, which the simulator asks too.
 Reference: docs/route.md; the file's semantics: docs/pipeline.md.
 """
 

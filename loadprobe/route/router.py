@@ -1,9 +1,11 @@
 """``Router``: runs requests through the stages of a pipeline.yaml, on the engines it names.
 
 The pipeline file says which engine runs each stage and by what rules (queues, batches,
-timeouts, fallback, breakers, retries, shedding); the executors the user passes make the
-engines real. Every rule's parameters come from the file (docs/pipeline.md); the rules
-themselves are the pure objects of ``loadprobe.route.policy``, which a simulator can share.
+timeouts, fallback, breakers, retries, shedding, the canary); the executors the user passes
+make the engines real. Every rule's parameters come from the file (docs/pipeline.md); every
+decision is asked of ``loadprobe.route.policy`` (``PipelineRules`` here, ``Slots`` in the
+engines' lanes), the same objects the simulator asks. This module carries requests through
+the stages on the event loop.
 
 Usage::
 
@@ -43,17 +45,15 @@ from ..record import probe as _probe
 from .._errors import LoadprobeError
 from ..pipeline.config import PipelineConfig, StageConfig
 from ..pipeline.config import load as load_pipeline
-from .canary import CanarySplit
-from .engine import Engine, Lane
 from .errors import Rejected
-from .policy import Breaker, FailoverCap, RetryBudget, steer
+from .lanes import EngineLanes, Lane
+from .policy import PipelineRules, StageRules
 
 __all__ = ["Router"]
 
 log = logging.getLogger("loadprobe.route")
 
 Executors = Mapping[str, Mapping[str, Callable]]
-_RANK = {"int8": 0, "fp8": 1, "fp16": 2, "bf16": 2, "fp32": 3}  # precisions, coarsest first
 
 # Where a submit_sync() request is, [stage, engine], so that its caller's timeout can say so.
 _where: contextvars.ContextVar[list | None] = contextvars.ContextVar("loadprobe_route_where", default=None)
@@ -67,40 +67,17 @@ def _note(stage: str, engine: str) -> None:
 
 @dataclass
 class _Stage:
-    """A stage at run time: where it runs, where it may move, and the rules that decide."""
+    """A stage at run time: where it runs, where it may move, the rules that decide, and its counts."""
 
     config: StageConfig
-    engine: Engine
+    rules: StageRules
+    engine: EngineLanes
     lane: Lane
-    timeout_s: float
-    max_attempts: int
-    fallback_engine: Engine | None = None
+    fallback_engine: EngineLanes | None = None
     fallback_lane: Lane | None = None
-    queue_len_over: int | None = None  # fallback.when.queue_len_over
-    otherwise: str = "reject"
-    cap: FailoverCap | None = None
-    breaker: Breaker | None = None
     failovers: int = 0
     retries: int = 0
     routed: int = 0  # requests sent to the fallback for their shape or precision (not capped)
-
-    def fits(self, shape: Any, precision: str | None) -> bool:
-        """Whether the stage's own engine takes a request of this shape and precision requirement.
-
-        A stage built for a fixed ``input.shape`` (``dynamic: false``) takes shapes that match it,
-        ``null`` dimensions matching anything; a stage whose ``precision`` is below the one the
-        request requires (int8 < fp8 < fp16 = bf16 < fp32) does not take it.
-        """
-        config = self.config
-        if shape is not None and config.input is not None and not config.input.dynamic and config.input.shape:
-            want = tuple(config.input.shape)
-            got = tuple(shape)
-            if len(got) != len(want) or any(w is not None and w != g for w, g in zip(want, got)):
-                return False
-        if precision is not None and config.precision is not None:
-            if _RANK.get(config.precision, 0) < _RANK.get(precision, 0):
-                return False
-        return True
 
 
 class Router:
@@ -117,19 +94,16 @@ class Router:
         self.config = config
         _check_executors(config, executors)
         window_s = config.window_s if window_s is None else window_s
-        routing = config.routing
-        shed_by = routing.shed.by if routing and routing.shed else "none"
-        self._engines = {name: Engine(name, engine, window_s=window_s, shed_by=shed_by, clock=clock)
+        self._rules = rules = PipelineRules(config, window_s=window_s, clock=clock)
+        self._engines = {name: EngineLanes(name, engine, window_s=window_s, shed_by=rules.shed_by, clock=clock)
                          for name, engine in config.engines.items()}
-        default_attempts = routing.retry.max_attempts if routing and routing.retry else 1
-        self._budget = RetryBudget(routing.retry.budget_ratio, window_s, clock) if routing and routing.retry else None
-        self._stages = [self._build_stage(s, executors, default_attempts, window_s, clock) for s in config.stages]
-        self._canary: CanarySplit | None = None
+        self._stages = [self._build_stage(stage, stage_rules, executors)
+                        for stage, stage_rules in zip(config.stages, rules.stages)]
+        self._canary = rules.canary
         self.canary: Router | None = None
-        if routing and routing.canary:
-            path = Path(base_dir or ".") / routing.canary.config
+        if rules.canary is not None:
+            path = Path(base_dir or ".") / config.routing.canary.config
             self.canary = Router.load(path, executors, window_s=window_s, clock=clock, with_canary=False)
-            self._canary = CanarySplit(routing.canary.weight)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -153,22 +127,12 @@ class Router:
             config = replace(config, routing=replace(config.routing, canary=None))
         return cls(config, executors, **options)
 
-    def _build_stage(self, stage: StageConfig, executors: Executors, default_attempts: int, window_s: float,
-                     clock: Callable[[], float]) -> _Stage:
+    def _build_stage(self, stage: StageConfig, rules: StageRules, executors: Executors) -> _Stage:
         engine = self._engines[stage.engine]
-        built = _Stage(stage, engine, engine.add_lane(stage, executors[stage.name][stage.engine]),
-                       timeout_s=stage.timeout_ms / 1000,
-                       max_attempts=stage.retry.max_attempts if stage.retry else default_attempts)
+        built = _Stage(stage, rules, engine, engine.add_lane(stage, executors[stage.name][stage.engine]))
         if stage.fallback:
-            fallback = stage.fallback
-            built.fallback_engine = self._engines[fallback.engine]
-            built.fallback_lane = built.fallback_engine.add_lane(stage, executors[stage.name][fallback.engine])
-            built.queue_len_over = fallback.when.queue_len_over if fallback.when else None
-            built.otherwise = fallback.otherwise
-            built.cap = FailoverCap(fallback.max_ratio, window_s, clock)
-        if stage.breaker:
-            b = stage.breaker
-            built.breaker = Breaker(b.error_rate_over, b.window_s, b.min_requests, b.open_s, clock)
+            built.fallback_engine = self._engines[stage.fallback.engine]
+            built.fallback_lane = built.fallback_engine.add_lane(stage, executors[stage.name][stage.fallback.engine])
         return built
 
     # -- life cycle ----------------------------------------------------------------------------------------
@@ -258,7 +222,7 @@ class Router:
         for task in pending:
             task.cancel()
         if pending:  # bounded: an executor that ignores cancellation must not keep close() waiting
-            await asyncio.wait(pending, timeout=max(stage.timeout_s for stage in self._stages))
+            await asyncio.wait(pending, timeout=max(stage.rules.timeout_s for stage in self._stages))
 
     def __enter__(self) -> Router:
         return self.start()
@@ -285,8 +249,7 @@ class Router:
             return await self.canary.submit(payload, priority, shape, precision=precision)
         counts = self._counts
         counts["submitted"] += 1
-        if self._budget is not None:
-            self._budget.note_request()
+        self._rules.note_request()
         try:
             if _probe._active and _probe._frame_get()[0] is None:
                 with _probe.request():  # the root span the stage spans attach to, unless the caller has one
@@ -312,7 +275,7 @@ class Router:
 
     async def _stage(self, stage: _Stage, payload: Any, priority: int, shape: Any = None,
                      precision: str | None = None) -> Any:
-        routed = (shape is not None or precision is not None) and not stage.fits(shape, precision)
+        routed = (shape is not None or precision is not None) and not stage.rules.fits(shape, precision)
         if routed and stage.fallback_engine is None:
             raise stage.engine.reject("unsupported", stage.lane)
         _note(stage.config.name, stage.engine.name)
@@ -322,47 +285,44 @@ class Router:
                 if routed:
                     stage.routed += 1
                     _note(stage.config.name, stage.fallback_engine.name)
-                    return await stage.fallback_engine.run(stage.fallback_lane, payload, priority, stage.timeout_s)
+                    return await stage.fallback_engine.run(stage.fallback_lane, payload, priority)
                 return await self._attempt(stage, payload, priority)
             except Rejected:
                 raise  # retrying into a full queue only adds load
             except Exception:
-                if attempt >= stage.max_attempts or (self._budget is not None and not self._budget.try_retry()):
+                if not stage.rules.may_retry(attempt):
                     raise
                 attempt += 1
                 stage.retries += 1
 
     async def _attempt(self, stage: _Stage, payload: Any, priority: int) -> Any:
-        engine, lane, breaker, cap = stage.engine, stage.lane, stage.breaker, stage.cap
-        action, reason = steer(cap, breaker, otherwise=stage.otherwise,
-                               queue_over=lambda: stage.queue_len_over is not None
-                               and engine.waiting > stage.queue_len_over,
-                               turned_away=lambda: not engine.can_admit(lane, priority))
+        rules, engine, lane = stage.rules, stage.engine, stage.lane
+        action, reason = rules.steer(engine, lane, priority)
         if action == "reject":
             raise engine.reject(reason, lane)
         if action == "move":
             return await self._move(stage, payload, priority)
-        if breaker is None:
-            return await engine.run(lane, payload, priority, stage.timeout_s)
+        if rules.breaker is None:
+            return await engine.run(lane, payload, priority)
         try:
-            result = await engine.run(lane, payload, priority, stage.timeout_s)
+            result = await engine.run(lane, payload, priority)
         except Exception as exc:
             if isinstance(exc, Rejected):
-                breaker.release()
+                rules.release()
             else:
-                breaker.record(ok=False)
+                rules.record(ok=False)
             raise
         except BaseException:
-            breaker.release()
+            rules.release()
             raise
-        breaker.record(ok=True)
+        rules.record(ok=True)
         return result
 
     async def _move(self, stage: _Stage, payload: Any, priority: int) -> Any:
         # One hop: the fallback engine runs it or it fails; it is never moved again.
         stage.failovers += 1
         _note(stage.config.name, stage.fallback_engine.name)
-        return await stage.fallback_engine.run(stage.fallback_lane, payload, priority, stage.timeout_s)
+        return await stage.fallback_engine.run(stage.fallback_lane, payload, priority)
 
     def submit_sync(self, payload: Any, priority: int = 0, shape: Any = None, timeout: float | None = None, *,
                     precision: str | None = None) -> Any:
@@ -415,9 +375,9 @@ class Router:
                 "engine": stage.engine.name,
                 "fallback": stage.fallback_engine.name if stage.fallback_engine else None,
                 "failovers": stage.failovers,
-                "failover_share": stage.cap.share() if stage.cap else 0.0,
-                "breaker": stage.breaker.state.value if stage.breaker else None,
-                "breaker_opened": stage.breaker.opened_count if stage.breaker else 0,
+                "failover_share": stage.rules.cap.share() if stage.rules.cap else 0.0,
+                "breaker": stage.rules.breaker.state.value if stage.rules.breaker else None,
+                "breaker_opened": stage.rules.breaker.opened_count if stage.rules.breaker else 0,
                 "retries": stage.retries,
                 "routed_by_shape_or_precision": stage.routed,
             }
@@ -437,8 +397,8 @@ class Router:
             "abandoned_at_close": abandoned,  # sync executor calls still running when the router closed
             "late_results": late,  # results of those that came afterwards, dropped
             "rejects": rejects,
-            "retries": {"allowed": self._budget.retries_total, "denied": self._budget.denied_total}
-            if self._budget else {"allowed": sum(s["retries"] for s in stages.values()), "denied": 0},
+            "retries": {"allowed": self._rules.budget.retries_total, "denied": self._rules.budget.denied_total}
+            if self._rules.budget else {"allowed": sum(s["retries"] for s in stages.values()), "denied": 0},
         }
         if self.canary is not None:
             out["canary"] = {"weight": self._canary.weight, "sent": self._canary.sent,

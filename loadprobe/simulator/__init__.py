@@ -7,9 +7,10 @@ Usage::
     result = simulate(config, arrivals_s, {"backbone": exponential(3.0)}, seed=1)
     result.latency_ms["p95"], result.rejects, result.engines["npu0"]["utilisation"]
 
-The rules (fallback caps, breakers, retry budget, shedding) are ``loadprobe.route.policy``'s
-own objects, driven by the simulated clock; docs/simulate.md describes what is modelled. The
-event loop is events.py, or its numba-compiled mirror compiled.py for long runs (``loop=``).
+Every decision (admission and shedding, batches, fallback caps, breakers, the retry budget) is
+asked of the router's own policy core, ``loadprobe.route.policy``, on the simulated clock;
+docs/simulate.md describes what is modelled. The event loop is events.py, or its numba port
+compiled/ for long runs (``loop=``), held to it by a parity test.
 """
 
 from .recorded import RecordedTimes, from_recording

@@ -125,7 +125,7 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
     ``years`` feed the power and cost figures.
 
     ``loop`` picks the event loop, which never changes the result: "python" (events.py, the
-    reference), "compiled" (compiled.py, numba; ``pip install 'loadprobe[fast]'``), or "auto":
+    reference), "compiled" (compiled/, numba; ``pip install 'loadprobe[fast]'``), or "auto":
     compiled when numba imports and the run has ``COMPILED_FROM`` arrivals or more, or the compiled
     loop is loaded in this process already; else Python.
     """
@@ -190,7 +190,7 @@ def compiled_available() -> bool:
     return _import_compiled() is not None
 
 
-_COMPILED: dict[str, Any] = {}  # "module" once compiled.py was imported (None: it cannot be), "error"
+_COMPILED: dict[str, Any] = {}  # "module" once compiled/ was imported (None: it cannot be), "error"
 
 
 def _import_compiled():
@@ -201,7 +201,7 @@ def _import_compiled():
 
 
 def _compiled_loop(loop: str, arrivals: int):
-    """compiled.py for this run, or None for events.py (see ``simulate``'s ``loop``)."""
+    """The compiled loop's package for this run, or None for events.py (see ``simulate``'s ``loop``)."""
     if loop == "python":
         return None
     if loop == "compiled":

@@ -143,3 +143,163 @@ def test_canary_split_sends_exactly_its_weight():
     assert sum(sent) == 50 and sent.index(True) == 19
     assert not any(CanarySplit(0).take() for _ in range(10))
     assert all(CanarySplit(1).take() for _ in range(10))
+
+
+# -- the policy core's engine model and stage rules: what the Router and the simulator both ask ------------
+
+PLAN = """
+version: 1
+service: rules
+engines:
+  npu: {kind: npu, max_concurrency: 1, max_queue: 3}
+  gpu: {kind: gpu, max_concurrency: 2, max_queue: 8}
+stages:
+  - name: backbone
+    engine: npu
+    timeout_ms: 100
+    batch: {size: 3, max_wait_ms: 10}
+    precision: int8
+    input: {shape: [3, 640, 640], dynamic: false}
+    fallback: {engine: gpu, when: {queue_len_over: 1}, max_ratio: 0.5, otherwise: queue}
+    breaker: {error_rate_over: 0.5, window_s: 10, min_requests: 2, open_s: 5}
+  - {name: head, engine: npu, timeout_ms: 50, retry: {max_attempts: 3}}
+routing:
+  retry: {budget_ratio: 0.5, max_attempts: 2}
+  shed: {by: priority}
+"""
+
+
+class Item:
+    """What the core queues: anything with a priority, when it was enqueued and its deadline."""
+
+    def __init__(self, priority: int, enqueued: float, deadline: float = 1.0) -> None:
+        self.priority, self.enqueued, self.deadline = priority, enqueued, deadline
+
+    def __repr__(self) -> str:
+        return f"Item({self.priority}, {self.enqueued})"
+
+
+def engine_model(shed_by: str = "priority"):
+    from loadprobe.pipeline import config as pipeline
+    from loadprobe.route.policy import Lane, Slots
+
+    config = pipeline.loads(PLAN)
+    wakes = []
+    slots = Slots(config.engines["npu"], shed_by=shed_by, wake=lambda lane, when: wakes.append((lane.stage, when)))
+    batched = slots.add(Lane(config.stages[0], slots.max_concurrency))
+    single = slots.add(Lane(config.stages[1], slots.max_concurrency))
+    return slots, batched, single, wakes
+
+
+def test_slots_admit_until_full_then_shed_only_for_a_higher_priority():
+    from loadprobe.route.policy import Admission
+
+    slots, batched, single, _ = engine_model()
+    assert slots.starts_now(single) and slots.admit(single, 0) is Admission.ADMIT
+    old, new = Item(0, 0.0), Item(0, 0.1)
+    slots.enqueue(single, old)
+    slots.enqueue(batched, Item(1, 0.2))
+    slots.enqueue(single, new)
+    assert slots.waiting == 3 == slots.peak_waiting and not slots.starts_now(single)
+    assert slots.admit(single, 0) is Admission.REJECT  # full; equal priorities keep their place
+    assert slots.admit(single, 1) is Admission.EVICT
+    assert slots.evict_lowest() == (single, new)  # the newest of the lowest priority goes
+    assert slots.waiting == 2 and single.waiting == 1
+    never, _, never_single, _ = engine_model("none")
+    for t in (0.0, 0.1, 0.2):
+        never.enqueue(never_single, Item(0, t))
+    assert never.admit(never_single, 5) is Admission.REJECT  # shed_by none: a full queue never evicts
+    slots.enqueue(single, Item(2, 0.3))
+    slots.enqueue(single, Item(1, 0.4))
+    assert slots.admit(single, 9) is Admission.EVICT  # shed_by priority
+    assert [item.priority for item in slots.take(single, 5)] == [2, 1, 0]  # highest first
+    slots.remove(batched, slots.lanes[0].queues[1][0])
+    assert slots.waiting == 0 and slots.lowest_waiting() is None
+
+
+def test_a_batch_starts_when_full_when_its_window_closes_or_when_the_queue_is_full():
+    slots, batched, single, wakes = engine_model()
+    slots.enqueue(batched, Item(0, 0.0))
+    assert slots.next_batch(0.004) is None and wakes == [("backbone", 0.010)]  # waits out max_wait_ms
+    assert slots.next_batch(0.005) is None and len(wakes) == 1  # the pending wake-up still stands
+    slots.woke(batched, 0.010)
+    lane, items = slots.next_batch(0.010)
+    assert lane is batched and len(items) == 1 and slots.busy == 1 == batched.busy
+    assert slots.next_batch(0.011) is None  # the only slot is taken
+    for t in (0.020, 0.021, 0.022):
+        slots.enqueue(batched, Item(0, t))
+    slots.end(batched)
+    lane, items = slots.next_batch(0.022)  # a full batch of 3 does not wait for its window
+    assert [item.enqueued for item in items] == [0.020, 0.021, 0.022]
+    slots.end(batched)
+    slots.enqueue(batched, Item(0, 0.030))
+    slots.enqueue(batched, Item(0, 0.031))
+    slots.enqueue(single, Item(0, 0.032))  # the engine's queue is full now: waiting for a batch would turn work away
+    lane, items = slots.next_batch(0.032)
+    assert lane is batched and len(items) == 2
+
+
+def test_the_ready_lane_has_the_highest_priority_waiting_then_the_oldest():
+    from loadprobe.route.policy import last_deadline
+
+    slots, batched, single, _ = engine_model()
+    slots.enqueue(single, Item(0, 0.0, deadline=0.05))
+    slots.enqueue(batched, Item(1, 0.5, deadline=0.6))
+    assert slots.ready_lane(1.0) is batched  # window over; priority 1 beats the older priority 0
+    lane, items = slots.next_batch(1.0)
+    assert lane is batched and last_deadline(items) == 0.6
+    slots.end(batched)
+    slots.enqueue(batched, Item(0, 0.9))
+    assert slots.ready_lane(1.0) is single  # the same priority: the oldest item's lane
+    assert last_deadline([Item(0, 0, 0.2), Item(0, 0, 0.7), Item(0, 0, 0.4)]) == 0.7
+
+
+def test_stage_rules_move_within_the_cap_and_fall_back_to_queueing():
+    from loadprobe.pipeline import config as pipeline
+    from loadprobe.route.policy import PipelineRules
+
+    clock = Clock()
+    config = pipeline.loads(PLAN)
+    rules = PipelineRules(config, window_s=10, clock=clock)
+    slots, batched, single, _ = engine_model()
+    stage = rules.stages[0]
+    assert not stage.plain and rules.stages[1].plain and rules.shed_by == "priority"
+    assert stage.steer(slots, batched, 0) == ("run", None)  # 1 of 1 would be moved: over 50%
+    slots.enqueue(batched, Item(0, 0.0))
+    slots.enqueue(batched, Item(0, 0.0))  # 2 waiting: past queue_len_over 1
+    assert stage.steer(slots, batched, 0) == ("move", None)  # 1 of 2 moved
+    assert stage.steer(slots, batched, 0) == ("run", None)  # past the cap: otherwise queue
+    slots.enqueue(batched, Item(1, 0.0))  # the queue is full: nowhere to wait
+    assert stage.steer(slots, batched, 0) == ("move", None)  # 2 of 4
+    assert stage.steer(slots, batched, 0) == ("reject", "failover_cap")
+    assert stage.cap.moved_total == 2
+
+
+def test_stage_rules_breaker_retries_and_routing_by_shape_and_precision():
+    from loadprobe.pipeline import config as pipeline
+    from loadprobe.route.policy import PipelineRules
+
+    clock = Clock()
+    rules = PipelineRules(pipeline.loads(PLAN), window_s=10, clock=clock)
+    slots, batched, single, _ = engine_model()
+    stage, head = rules.stages
+    stage.record(ok=False)
+    stage.record(ok=False)  # 2 of 2 failed: the breaker opens
+    assert stage.breaker.state.value == "open"
+    assert stage.steer(slots, batched, 0) == ("reject", "breaker_open")  # 1 of 1 would be over 50%
+    assert stage.steer(slots, batched, 0) == ("move", None)
+    clock.now += 5
+    assert stage.steer(slots, batched, 0) == ("run", None)  # half-open: this one is the trial
+    stage.release()  # it never ran: another may try
+    assert stage.breaker.allow()
+    head.record(ok=False)  # no breaker: nothing to tell
+    # retries: within max_attempts and the budget (0.5 x requests)
+    assert not head.may_retry(1)  # no requests yet: no budget
+    for _ in range(4):
+        rules.note_request()
+    assert head.may_retry(1) and head.may_retry(2) and not head.may_retry(3)  # max_attempts 3
+    assert not stage.may_retry(2)  # routing.retry.max_attempts 2
+    assert stage.may_retry(1) is False and rules.budget.denied_total == 2  # 2 of 4 retried: the budget is spent
+    assert stage.fits((3, 640, 640), "int8") and stage.fits(None, None)
+    assert not stage.fits((3, 1280, 1280), None) and not stage.fits(None, "fp16")
+    assert head.fits((1, 2), "fp32")  # no input or precision of its own

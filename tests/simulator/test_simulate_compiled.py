@@ -1,27 +1,36 @@
-"""The compiled event loop (simulator/compiled.py) against the Python one (events.py, the reference).
+"""The compiled event loop (simulator/compiled/) against the Python one (events.py, the reference).
 
-The two must give the very same SimulationResult -- every count, latency percentile, timeline
-sample and float -- for any plan, so the main test generates many plans from a seeded generator,
-each exercising a mix of the rules (shared engines, batching windows, fallbacks with caps and
-queue_len_over, breakers, retries within a budget, priorities with shedding, executor errors,
-sync and async executors, time outside the stages, queues small enough to reject and evict,
-arrivals that tie), and compares ``to_dict()`` whole. numba's first compile is cached on disk.
+The Python loop asks the policy core (loadprobe.route.policy) for every decision, as the Router
+does; the compiled loop is a numba port of both. What holds the port to the rules is this file:
+the two must give the very same SimulationResult -- every count, latency percentile, timeline
+sample and float -- for any plan, so the main tests generate plans, 400 from a seeded generator
+and more from hypothesis (which shrinks a failing plan to a small one), each exercising a mix of
+the rules (shared engines, batching windows, timeouts, fallbacks with caps and queue_len_over,
+breakers, retries within a budget, priorities with shedding, executor errors, sync and async
+executors, time outside the stages, queues small enough to reject and evict, arrivals that tie,
+a canary, which neither loop models), and compare ``to_dict()`` whole. numba is in the ``test``
+extra: without it this file fails, it does not skip. Its first compile is cached on disk.
+``LOADPROBE_PARITY_EXAMPLES=2000`` draws that many fresh hypothesis plans instead of the fixed set.
 """
 
 from __future__ import annotations
 
+import os
 import random
+from dataclasses import replace
 
+import numba  # noqa: F401 - in the test extra: a missing numba fails this file, never skips it
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-pytest.importorskip("numba")
-
-from loadprobe.load import generator as load  # noqa: E402
-from loadprobe._errors import LoadprobeError  # noqa: E402
+from loadprobe.load import generator as load
+from loadprobe._errors import LoadprobeError
 from loadprobe.pipeline.config import (
     BatchConfig,
     BreakerConfig,
+    CanaryConfig,
     EngineConfig,
     FallbackConfig,
     FallbackWhen,
@@ -32,10 +41,11 @@ from loadprobe.pipeline.config import (
     ShedConfig,
     StageConfig,
 )
-from loadprobe.simulator import constant, exponential, lognormal, result, simulate  # noqa: E402
-from loadprobe.simulator.recorded import RecordedTimes  # noqa: E402
+from loadprobe.simulator import constant, exponential, lognormal, result, simulate
+from loadprobe.simulator.recorded import RecordedTimes
 
 PLANS = 400
+EXPLORE = int(os.environ.get("LOADPROBE_PARITY_EXAMPLES", "0"))
 
 
 def sampler_for(pick: random.Random, scale_ms: float):
@@ -56,7 +66,11 @@ def sampler_for(pick: random.Random, scale_ms: float):
 
 def random_case(seed: int) -> dict:
     """A plan, its arrivals and simulate()'s other arguments, all drawn from ``seed``."""
-    pick = random.Random(seed)
+    return case_from(random.Random(seed), seed)
+
+
+def case_from(pick: random.Random, name: int, times: random.Random | None = None) -> dict:
+    """A plan and simulate()'s other arguments drawn from ``pick``; arrival gaps from ``times`` (default: ``pick``)."""
     names = [f"e{k}" for k in range(pick.randint(1, 3))]
     engines = {name: EngineConfig(kind=pick.choice(["cpu", "gpu"]), max_concurrency=pick.randint(1, 3),
                                   max_queue=pick.choice([0, 1, 2, 3, 5, 8, 30])) for name in names}
@@ -89,10 +103,9 @@ def random_case(seed: int) -> dict:
                                                         max_attempts=pick.randint(1, 3)) if pick.random() < 0.6 else None,
                                 shed=ShedConfig(by=pick.choice(["priority", "none"])) if pick.random() < 0.6 else None,
                                 window_s=pick.choice([None, 0.1, 1.0]))
-    config = PipelineConfig(service=f"case-{seed}", engines=engines, stages=tuple(stages), routing=routing)
     n = pick.choice([1, 5, 60, 200, 500])
     rate = pick.uniform(50, 900)
-    arrivals = np.cumsum([pick.expovariate(rate) for _ in range(n)]) + pick.choice([0.0, 0.0, -0.7, 3.0])
+    arrivals = np.cumsum([(times or pick).expovariate(rate) for _ in range(n)]) + pick.choice([0.0, 0.0, -0.7, 3.0])
     if pick.random() < 0.5:  # a coarse clock: many arrivals at the same instant
         arrivals = np.round(arrivals, 3)
     if pick.random() < 0.2:
@@ -106,6 +119,9 @@ def random_case(seed: int) -> dict:
         options["outside"] = lognormal(1.0, 3.0) if pick.random() < 0.5 else constant(2.0)
     if pick.random() < 0.3:
         options["window_s"] = pick.choice([0.02, 0.3, 2.0])
+    if routing is not None and pick.random() < 0.3:  # drawn last: the plans drawn before it are unchanged
+        routing = replace(routing, canary=CanaryConfig(config="canary.yaml", weight=pick.choice([0.05, 0.5, 1.0])))
+    config = PipelineConfig(service=f"case-{name}", engines=engines, stages=tuple(stages), routing=routing)
     return {"config": config, "arrivals_s": arrivals, "service_times": samplers, **options}
 
 
@@ -113,25 +129,48 @@ def both(case: dict) -> tuple[dict, dict]:
     return (simulate(**case, loop="python").to_dict(), simulate(**case, loop="compiled").to_dict())
 
 
+def assert_same(case: dict, label: str) -> dict:
+    """Both loops' results for ``case``, which must be equal; a canary must change neither (not modelled)."""
+    python, compiled = both(case)
+    assert compiled == python, f"{label}: {case['config']}"
+    routing = case["config"].routing
+    if routing is not None and routing.canary is not None:
+        without = {**case, "config": replace(case["config"], routing=replace(routing, canary=None))}
+        assert simulate(**without, loop="python").to_dict() == python, f"{label}: the canary changed the result"
+    return python
+
+
 def test_the_compiled_loop_gives_the_python_loops_result_on_generated_plans():
     seen = {"rejected": 0, "timeout": 0, "error": 0, "shed": 0, "failover_cap": 0, "breaker_open": 0,
-            "failovers": 0, "retries": 0, "breaker_opened": 0}
+            "failovers": 0, "retries": 0, "breaker_opened": 0, "batched": 0, "shared": 0, "sync": 0, "canary": 0}
     for seed in range(PLANS):
         case = random_case(seed)
-        python, compiled = both(case)
-        assert compiled == python, f"plan {seed}: {case['config']}"
+        python = assert_same(case, f"plan {seed}")
         for key in ("rejected", "timeout", "error"):
             seen[key] += python["outcomes"][key] > 0
         for key in ("shed", "failover_cap", "breaker_open"):
             seen[key] += key in python["rejects"]
         for key in ("failovers", "retries", "breaker_opened"):
             seen[key] += any(s[key] for s in python["stages"].values())
+        seen["batched"] += any((e["mean_batch"] or 0) > 1 for e in python["engines"].values())
+        lanes = [engine for stage in case["config"].stages for engine in stage.runs_on]
+        seen["shared"] += len(lanes) > len(set(lanes)) and python["outcomes"]["ok"] > 0
+        seen["sync"] += case["executors"] == "sync" and python["timeouts"] > 0
+        seen["canary"] += case["config"].routing is not None and case["config"].routing.canary is not None
     # the generator does reach every rule, in several plans each (a comparison of idle plans proves little)
     assert min(seen.values()) >= 5, seen
 
 
+@settings(max_examples=EXPLORE or 150, derandomize=not EXPLORE, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(pick=st.randoms(use_true_random=False), gaps=st.integers(0, 2**32 - 1))
+def test_the_compiled_loop_gives_the_python_loops_result_on_hypothesis_plans(pick, gaps):
+    """Plans drawn by hypothesis (extreme values included); a failure shrinks to a small plan."""
+    assert_same(case_from(pick, 0, times=random.Random(gaps)), "hypothesis plan")
+
+
 class _Spy:
-    """compiled.py for simulate(), keeping what each run returned."""
+    """The compiled loop for simulate(), keeping what each run returned."""
 
     def __init__(self, module) -> None:
         self.module, self.runs = module, []
@@ -184,6 +223,26 @@ def test_auto_picks_the_compiled_loop_for_long_runs_and_once_it_is_loaded(monkey
     simulate(config, short, times)  # and once it is loaded, short runs use it too
     simulate(config, short, times, loop="python")
     assert used == ["python"] * 5 + ["compiled", "compiled", "python"]
+
+
+def test_the_compiled_code_is_cached_under_a_stamp_of_all_its_modules(tmp_path):
+    """numba stamps a cached function with its own file only; the loop spans the package's modules,
+    so every one of them is cached under a digest of them all: an edit anywhere recompiles everything."""
+    import shutil
+
+    from loadprobe.simulator.compiled import cache, layout, loop
+
+    for function in (loop.run_events, layout.make_state):
+        locator = function._cache._impl.locator
+        assert locator.get_source_stamp()[1] == cache.package_digest()
+        assert function.stats.cache_path == locator.get_cache_path()
+    copy = tmp_path / "compiled"
+    shutil.copytree(cache.HERE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    before = cache.package_digest(copy)
+    assert before == cache.package_digest()
+    heap = copy / "heap.py"
+    heap.write_text(heap.read_text() + "\n# an edit in one module\n")
+    assert cache.package_digest(copy) != before
 
 
 def test_compiled_without_numba_says_how_to_get_it(monkeypatch):

@@ -1,35 +1,22 @@
 """loadprobe.simulate against the real Router: the same plan, arrivals and service times, over HTTP.
 
-The short form of benchmarks/fidelity_simulate.py (docs/simulate.md#fidelity): per arrival pattern,
-10 s of traffic from the loadprobe load client to a Router served on 127.0.0.1 in a subprocess, whose
-executors sleep for recorded service times (x10), then the simulator on the arrivals the router saw.
-Only the agreement between the two is asserted -- p50 and p95 end to end within 10%, the reject
-share and the failover share within 2 percentage points -- never an absolute time, so a slow or
-busy machine moves both sides together. The loads are moderate and the service-time draws paired
-(each lane's own seeded stream, on both sides), which keeps a short run's p95 steady.
+The short form of benchmarks/fidelity_simulate.py (docs/simulate.md#fidelity), through the same
+check (tests/support/fidelity.py): per arrival pattern, 10 s of traffic from the loadprobe load
+client to a Router served on 127.0.0.1 in a subprocess, whose executors sleep for recorded
+service times (x10), then the simulator on the arrivals the router saw. Only the agreement
+between the two is asserted -- p50 and p95 end to end within 10%, the reject share and the
+failover share within 2 percentage points -- never an absolute time, so a slow or busy machine
+moves both sides together. The loads are moderate and the service-time draws paired (each
+lane's own seeded stream, on both sides), which keeps a short run's p95 steady.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from ..support import fidelity
+
 SECONDS = 10.0
-
-
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location("fidelity_simulate", REPO / "benchmarks" / "fidelity_simulate.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-fidelity = _load_benchmark()
 
 
 @pytest.mark.parametrize("pattern", ["poisson", "azure-llm-2023"])

@@ -1,19 +1,21 @@
-"""One engine of a pipeline at run time: its slots, its bounded priority queue and its batches.
+"""An engine's lanes at run time: requests wait in its queue and run in its slots, on the loop or worker threads.
 
-An ``Engine`` belongs to one event loop and is only touched from it, so it needs no lock
-(its worker threads hand results over with ``call_soon_threadsafe``).
-Each stage that runs on the engine has a ``Lane`` (its executor, batch size and window,
-and its own concurrency limit within the engine's); all lanes share the engine's
-``max_concurrency`` slots and its ``max_queue``. ``Engine.run`` is one attempt of one
-request at one stage: it starts at once when a slot is free, else waits in the queue
-(or is turned away fast when the queue is full), and records the attempt as a loadprobe
-span carrying the engine, the batch size, the queue wait and the status.
+``EngineLanes`` is one engine of a pipeline in the Router: every decision about it -- may a
+request start or wait, whom a full queue sheds, which lane's batch starts next and when a
+batching window opens -- is the policy core's (``loadprobe.route.policy.Slots``, which it
+extends); this module does the running: futures for waiting requests, loop timers for batching
+windows, executions as tasks (``async def`` executors) or on the engine's daemon worker threads
+(plain functions), deadlines, a loadprobe span per attempt and the engine's metrics.
+It belongs to one event loop and is only touched from it, so it needs no lock (worker threads
+hand results over with ``call_soon_threadsafe``). Each stage that runs on the engine has a
+``Lane`` (its executor, batching, its own limit within the engine's); all lanes share the
+engine's ``max_concurrency`` slots and its ``max_queue``.
 
 Usage (inside the router's event loop)::
 
-    engine = Engine("npu0", config.engines["npu0"], window_s=10, shed_by="priority")
+    engine = EngineLanes("npu0", config.engines["npu0"], window_s=10, shed_by="priority")
     lane = engine.add_lane(stage_config, executor)
-    result = await engine.run(lane, payload, priority=0, timeout_s=0.12)
+    result = await engine.run(lane, payload, priority=0)   # within the stage's timeout_ms
 """
 
 from __future__ import annotations
@@ -21,19 +23,20 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import math
 import sys
 import time
-from collections import deque
 from time import perf_counter_ns
 from typing import Any, Callable
 
 from ..record.probe import record_span, status_of
 from ..pipeline.config import EngineConfig, StageConfig
 from .errors import Rejected, explain, timed_out
-from .policy import Admission, SlidingWindow, admission
+from .policy import Admission, SlidingWindow, Slots, last_deadline
+from .policy import Lane as LaneRule
 from .workers import Workers
 
-__all__ = ["Engine", "Lane", "is_async_callable"]
+__all__ = ["EngineLanes", "Lane", "is_async_callable"]
 
 if sys.version_info >= (3, 11):
     async def within(awaitable, timeout_s: float, on_timeout: Callable[[], TimeoutError]):
@@ -72,81 +75,36 @@ class _Item:
         self.start_ns = self.end_ns = self.batch = None
 
 
-class Lane:
-    """One stage's traffic on one engine: executor, batching, per-stage limit and waiting requests."""
+class Lane(LaneRule):
+    """One stage's traffic on one engine: the policy core's lane, plus its executor and its timer."""
 
-    def __init__(self, stage: StageConfig, engine_name: str, fn: Callable, limit: int) -> None:
-        self.stage = stage.name
+    __slots__ = ("engine", "fn", "is_async", "fallback_hint_ms", "timeout_ms", "inline", "timer")
+
+    def __init__(self, stage: StageConfig, engine_name: str, fn: Callable, max_concurrency: int) -> None:
+        super().__init__(stage, max_concurrency)
         self.engine = engine_name
         self.fn = fn
         self.is_async = is_async_callable(fn)
-        self.batched = stage.batch is not None
-        self.batch_size = stage.batch.size if stage.batch else 1
-        self.max_wait_s = stage.batch.max_wait_ms / 1000 if stage.batch else 0.0
-        self.limit = limit
         self.fallback_hint_ms = stage.service_time_ms.p50 if stage.service_time_ms else None
         self.timeout_ms = stage.timeout_ms
         # an async executor of an unbatched stage runs inside the caller's task: no hand-over
         self.inline = self.is_async and not self.batched
-        self.busy = 0
-        self.waiting = 0
-        self.queues: dict[int, deque[_Item]] = {}  # priority -> FIFO
         self.timer: asyncio.TimerHandle | None = None
-        self.timer_at = 0.0
-
-    def oldest(self) -> float:
-        return min(q[0].enqueued for q in self.queues.values())
-
-    def top_priority(self) -> int:
-        return max(self.queues)
-
-    def add(self, item: _Item) -> None:
-        self.queues.setdefault(item.priority, deque()).append(item)
-        self.waiting += 1
-
-    def take(self, n: int) -> list[_Item]:
-        """Up to ``n`` waiting requests, highest priority first, oldest first within a priority."""
-        out: list[_Item] = []
-        while len(out) < n and self.queues:
-            top = max(self.queues)
-            queue = self.queues[top]
-            while queue and len(out) < n:
-                item = queue.popleft()
-                item.queued = False
-                out.append(item)
-            if not queue:
-                del self.queues[top]
-        self.waiting -= len(out)
-        return out
-
-    def remove(self, item: _Item) -> None:
-        queue = self.queues[item.priority]
-        queue.remove(item)
-        if not queue:
-            del self.queues[item.priority]
-        item.queued = False
-        self.waiting -= 1
 
 
-class Engine:
-    """A pool of ``max_concurrency`` slots and a queue of at most ``max_queue`` waiting requests."""
+class EngineLanes(Slots):
+    """An engine's ``max_concurrency`` slots and queue of at most ``max_queue`` (``Slots``), run for real."""
 
     # fields of the metrics window
     _DONE, _FAILED, _TIMED_OUT, _SERVICE_S, _BUSY_S = range(5)
 
     def __init__(self, name: str, config: EngineConfig, *, window_s: float, shed_by: str,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(config, shed_by=shed_by, wake=self._wake_at)
         self.name = name
-        self.max_concurrency = config.max_concurrency
-        self.max_queue = config.max_queue
-        self.shed_by = shed_by
         self.window_s = window_s
         self._clock = clock
         self._started = clock()
-        self.lanes: list[Lane] = []
-        self.busy = 0
-        self.waiting = 0
-        self.peak_waiting = 0
         self._running_since = 0.0  # sum of the start times of executions in progress (utilisation)
         self._window = SlidingWindow(window_s, 5, clock)
         self.totals = {"requests": 0, "errors": 0, "timeouts": 0, "executions": 0}
@@ -160,49 +118,31 @@ class Engine:
 
     def add_lane(self, stage: StageConfig, fn: Callable) -> Lane:
         """The lane of ``stage`` on this engine; sync executors get the engine's worker threads."""
-        limit = min(stage.max_concurrency or self.max_concurrency, self.max_concurrency)
-        lane = Lane(stage, self.name, fn, limit)
+        lane = Lane(stage, self.name, fn, self.max_concurrency)
         if not lane.is_async and self._workers is None:
             # one thread per slot: a sync executor never waits for a thread, only for a slot
             self._workers = Workers(self.max_concurrency, f"loadprobe-route-{self.name}")
-        self.lanes.append(lane)
-        return lane
+        return self.add(lane)
 
     # -- one attempt ---------------------------------------------------------------------------------------
 
-    def can_admit(self, lane: Lane, priority: int) -> bool:
-        """Whether ``run`` would take the request now (a slot, or room in the queue, or a lower priority to shed)."""
-        if self._starts_now(lane) or self.waiting < self.max_queue:
-            return True
-        return self._admission(priority) is not Admission.REJECT
-
-    def _starts_now(self, lane: Lane) -> bool:
-        return self.busy < self.max_concurrency and lane.busy < lane.limit and not self.waiting
-
-    def _admission(self, priority: int) -> Admission:
-        lowest = min((min(lane.queues) for lane in self.lanes if lane.queues), default=None)
-        return admission(waiting=self.waiting, max_queue=self.max_queue, priority=priority,
-                         lowest_waiting=lowest, shed_by=self.shed_by)
-
-    async def run(self, lane: Lane, payload: Any, priority: int, timeout_s: float) -> Any:
+    async def run(self, lane: Lane, payload: Any, priority: int) -> Any:
         """One attempt of ``payload`` at ``lane``'s stage; raises Rejected, TimeoutError or the executor's error."""
         if self.closed:  # a request that was between stages when the router closed
             raise self.reject("closed", lane, "the router closed while the request was between stages")
         t0 = perf_counter_ns()
-        if lane.inline and self._starts_now(lane):
+        timeout_s = lane.timeout_s
+        if lane.inline and self.starts_now(lane):
             return await self._run_inline(lane, payload, timeout_s, t0)
-        if not (self._starts_now(lane) or self.waiting < self.max_queue):
-            decision = self._admission(priority)
-            if decision is Admission.REJECT:
-                raise self.reject("queue_full", lane)
-            self._evict_lowest()
+        decision = self.admit(lane, priority)
+        if decision is Admission.REJECT:
+            raise self.reject("queue_full", lane)
+        if decision is Admission.EVICT:
+            self._shed()
         loop = self._loop
         now = loop.time()
         item = _Item(payload, priority, loop.create_future(), now, now + timeout_s, contextvars.copy_context())
-        lane.add(item)
-        self.waiting += 1
-        if self.waiting > self.peak_waiting:
-            self.peak_waiting = self.waiting
+        self.enqueue(lane, item)
         self._pump()
         try:
             result = await within(item.future, timeout_s, lambda: self.timed_out(lane, item))
@@ -211,8 +151,8 @@ class Engine:
         except BaseException as exc:
             end = perf_counter_ns()
             if item.queued:  # timed out (or cancelled) while waiting: give its place back
-                lane.remove(item)
-                self.waiting -= 1
+                self.remove(lane, item)
+                item.queued = False
             self._count_failure(status_of(exc))
             start = item.start_ns or end
             record_span(lane.stage, start, end, status=status_of(exc), batch=item.batch, engine=self.name,
@@ -224,8 +164,7 @@ class Engine:
 
     async def _run_inline(self, lane: Lane, payload: Any, timeout_s: float, t0: int) -> Any:
         """The fast path: a free slot and an async, unbatched executor run in the caller's own task."""
-        self.busy += 1
-        lane.busy += 1
+        self.start(lane)
         start = self._clock()
         self._running_since += start
         status = "ok"
@@ -273,73 +212,42 @@ class Engine:
         """Attach to the event loop the router runs on (timers and hand-overs use it)."""
         self._loop = loop
 
-    def _evict_lowest(self) -> None:
-        """Make room in a full queue by rejecting its newest request of the lowest priority."""
-        lane = min((lane for lane in self.lanes if lane.queues), key=lambda lane: min(lane.queues))
-        queue = lane.queues[min(lane.queues)]
-        victim = queue[-1]
-        lane.remove(victim)
-        self.waiting -= 1
+    def _shed(self) -> None:
+        """Make room in a full queue: its newest request of the lowest priority is rejected (``shed``)."""
+        lane, victim = self.evict_lowest()
+        victim.queued = False
         victim.future.set_exception(self.reject("shed", lane))
 
     def _pump(self) -> None:
-        """Start batches while slots are free and some lane is ready."""
-        while self.waiting and self.busy < self.max_concurrency:
-            lane = self._ready_lane()
-            if lane is None:
-                return
-            items = lane.take(lane.batch_size)
-            self.waiting -= len(items)
-            self._start(lane, items)
-
-    def _ready_lane(self) -> Lane | None:
-        """The lane whose next batch should start now: highest waiting priority, then the oldest request.
-
-        A batched lane is ready when its batch is full, when its oldest request has waited
-        ``max_wait_ms``, or when the engine's queue is full (waiting for a batch to fill
-        must not turn requests away while slots are free); otherwise a timer wakes it.
-        """
-        best, best_key = None, None
-        now = self._loop.time()
-        for lane in self.lanes:
-            if not lane.waiting or lane.busy >= lane.limit:
-                continue
-            oldest = lane.oldest()
-            if lane.waiting < lane.batch_size and self.waiting < self.max_queue:
-                opens = oldest + lane.max_wait_s
-                if now < opens:
-                    self._wake_at(lane, opens)
-                    continue
-            key = (lane.top_priority(), -oldest)
-            if best_key is None or key > best_key:
-                best, best_key = lane, key
-        return best
+        """Start executions while the policy core has one ready and a slot free."""
+        while (batch := self.next_batch(self._loop.time())) is not None:
+            self._start(*batch)
 
     def _wake_at(self, lane: Lane, when: float) -> None:
-        if lane.timer is not None and lane.timer_at <= when:
-            return
+        """The policy core asks to be asked again at ``when`` (a batching window opens): one timer per lane."""
         if lane.timer is not None:
             lane.timer.cancel()
-        lane.timer_at = when
-        lane.timer = self._loop.call_at(when, self._on_timer, lane)
+        lane.timer = self._loop.call_at(when, self._on_timer, lane, when)
 
-    def _on_timer(self, lane: Lane) -> None:
+    def _on_timer(self, lane: Lane, when: float) -> None:
         lane.timer = None
+        self.woke(lane, when)
         self._pump()
 
     def _start(self, lane: Lane, items: list) -> None:
-        self.busy += 1
-        lane.busy += 1
+        """Hand ``items`` (their slot already taken) to the lane's executor: a task, or a worker thread."""
         start = self._clock()
         self._running_since += start
         t0 = perf_counter_ns()
+        batch = len(items) if lane.batched else None
         for item in items:
-            item.start_ns, item.batch = t0, (len(items) if lane.batched else None)
+            item.queued = False
+            item.start_ns, item.batch = t0, batch
         arg = [item.payload for item in items] if lane.batched else items[0].payload
         context = items[0].context  # the executor's own probes attach to the first member's request
         self._running[id(items)] = (lane, items)
         if lane.is_async:
-            deadline = max(item.deadline for item in items)
+            deadline = last_deadline(items)
             # the task copies the context current at its creation: the first member's
             task = context.run(self._loop.create_task, self._execute(lane, items, arg, deadline, start))
             self.tasks.add(task)
@@ -398,8 +306,7 @@ class Engine:
 
     def _release(self, lane: Lane, start: float, n: int, status: str, outcome_counted: bool = True) -> None:
         now = self._clock()
-        self.busy -= 1
-        lane.busy -= 1
+        self.end(lane)
         self._running_since -= start
         self.totals["executions"] += 1
         self._window.add(self._BUSY_S, now - start)
@@ -466,8 +373,9 @@ class Engine:
             if lane.timer is not None:
                 lane.timer.cancel()
                 lane.timer = None
-            for item in lane.take(lane.waiting):
-                self.waiting -= 1
+            lane.timer_at = math.inf
+            for item in self.take(lane, lane.waiting):
+                item.queued = False
                 if not item.future.done():
                     item.future.set_exception(self.reject("closed", lane, "the router closed while it waited"))
             if not lane.is_async and lane.busy:

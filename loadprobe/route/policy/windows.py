@@ -1,10 +1,8 @@
-"""The routing rules of pipeline.yaml as small, pure, clock-injected, thread-safe decisions.
+"""The rules that count over a sliding window: the failover cap, the breaker, the retry budget.
 
-The runtime (``loadprobe.route.Router``) and a simulator replaying recorded traffic both ask
-these objects what to do, so one description of the rules serves both. None of them knows
-about asyncio, engines or payloads: each is told what happened and when (through the
-``clock`` it was given) and answers yes or no. Every threshold comes from the pipeline's
-config; the objects only keep counts.
+Each is told what happened and when (through the ``clock`` it was given) and answers yes or
+no; every threshold comes from the pipeline's config, the objects only keep counts. They are
+thread-safe: one instance per stage (or per router) is shared by every task and thread.
 
 Usage::
 
@@ -20,8 +18,6 @@ Usage::
     budget = RetryBudget(budget_ratio=0.1, window_s=10)
     budget.note_request()
     if budget.try_retry(): ...         # retries stay within 10% of the window's requests
-
-    admission(waiting=64, max_queue=64, priority=1, lowest_waiting=0, shed_by="priority")  # -> EVICT
 """
 
 from __future__ import annotations
@@ -32,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["Admission", "Breaker", "BreakerState", "FailoverCap", "RetryBudget", "SlidingWindow", "admission"]
+__all__ = ["BUCKETS_PER_WINDOW", "Breaker", "BreakerState", "Clock", "FailoverCap", "RetryBudget", "SlidingWindow"]
 
 Clock = Callable[[], float]
 
@@ -98,6 +94,7 @@ class FailoverCap:
 
     def __init__(self, max_ratio: float, window_s: float, clock: Clock = time.monotonic) -> None:
         self.max_ratio = max_ratio
+        self.window_s = window_s
         self._window = SlidingWindow(window_s, 2, clock)
         self._lock = threading.Lock()
         self.moved_total = 0
@@ -146,6 +143,7 @@ class Breaker:
     def __init__(self, error_rate_over: float, window_s: float, min_requests: int, open_s: float,
                  clock: Clock = time.monotonic) -> None:
         self.error_rate_over = error_rate_over
+        self.window_s = window_s
         self.min_requests = min_requests
         self.open_s = open_s
         self._clock = clock
@@ -224,6 +222,7 @@ class RetryBudget:
 
     def __init__(self, budget_ratio: float, window_s: float, clock: Clock = time.monotonic) -> None:
         self.budget_ratio = budget_ratio
+        self.window_s = window_s
         self._window = SlidingWindow(window_s, 2, clock)
         self._lock = threading.Lock()
         self.retries_total = 0
@@ -243,57 +242,3 @@ class RetryBudget:
             self._window.add(self._RETRIES)
             self.retries_total += 1
             return True
-
-
-class Admission(str, enum.Enum):
-    ADMIT = "admit"  # room in the queue
-    EVICT = "evict"  # full, but a lower-priority waiting request makes room (it is rejected as shed)
-    REJECT = "reject"  # full: reject the newcomer fast
-
-
-def admission(*, waiting: int, max_queue: int, priority: int, lowest_waiting: int | None,
-              shed_by: str) -> Admission:
-    """May a request of ``priority`` wait in a queue holding ``waiting`` of at most ``max_queue``?
-
-    With ``shed_by="priority"`` a full queue sheds its lowest-priority waiting request
-    (``lowest_waiting``) for a newcomer of strictly higher priority; equal priorities keep
-    their place, so a burst of one priority cannot churn the queue. ``shed_by="none"``
-    never evicts.
-    """
-    if waiting < max_queue:
-        return Admission.ADMIT
-    if shed_by == "priority" and lowest_waiting is not None and lowest_waiting < priority:
-        return Admission.EVICT
-    return Admission.REJECT
-
-
-def steer(cap: FailoverCap | None, breaker: Breaker | None, *, queue_over: Callable[[], bool],
-          turned_away: Callable[[], bool], otherwise: str) -> tuple[str, str | None]:
-    """Where one attempt of a stage goes: ``("run", None)`` on its own engine, ``("move", None)``
-    to its fallback, or ``("reject", reason)``. The router and the simulator both ask here.
-
-    An open breaker moves the attempt within the failover cap, else rejects it
-    (``breaker_open``). With a fallback, an engine past ``queue_len_over`` (``queue_over()``)
-    or unable to admit it (``turned_away()``) moves it within the cap; past the cap it is
-    rejected (``failover_cap``) unless ``otherwise`` is ``queue`` and the engine can still
-    admit it. A breaker's half-open trial is released whenever the attempt does not run.
-    """
-    if cap is not None:
-        cap.note_request()
-    if breaker is not None and not breaker.allow():
-        if cap is None or not cap.try_move():
-            return "reject", "breaker_open"
-        return "move", None
-    if cap is not None:
-        over = queue_over()
-        away = turned_away()
-        if over or away:
-            if cap.try_move():
-                if breaker is not None:
-                    breaker.release()
-                return "move", None
-            if otherwise == "reject" or away:
-                if breaker is not None:
-                    breaker.release()
-                return "reject", "failover_cap"
-    return "run", None
