@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import loadprobe  # noqa: E402
-from loadprobe.pipeline.config import dump  # noqa: E402
+from loadprobe.pipeline.files import dump  # noqa: E402
 from loadprobe.plan.files import plan_dict  # noqa: E402
 from loadprobe.reports.html import render_report, write_html  # noqa: E402
 from tests import report_browser as browser  # noqa: E402

@@ -9,21 +9,20 @@
 Every field is described in docs/pipeline.md. Reading and writing files is ``files``
 (``load``, ``loads``, ``dump``, ``save``); checking text is ``validation`` (``validate_text``),
 with ``safe_yaml`` (the loader) and ``json_schema`` (``schema()``); ``problems`` holds
-``Problem`` and ``PipelineError``. Those names are importable from this module too.
+``Problem`` and ``PipelineError``; the package (``loadprobe.pipeline``) gives them all.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 __all__ = [
     "BatchConfig", "BreakerConfig", "CanaryConfig", "EngineConfig", "FallbackConfig", "FallbackWhen",
-    "InputConfig", "MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "PipelineConfig", "PipelineError", "Problem", "RetryBudgetConfig",
-    "RetryConfig", "RoutingConfig", "SLOConfig", "ServiceTimeConfig", "ShedConfig", "StageConfig", "dump",
-    "load", "loads", "save", "schema", "validate_text",
+    "InputConfig", "PipelineConfig", "RetryBudgetConfig", "RetryConfig", "RoutingConfig", "SLOConfig",
+    "ServiceTimeConfig", "ShedConfig", "StageConfig",
 ]
+
 
 def _nested(cls: type, **kwargs: Any) -> Any:
     """A field holding another config class (or, with ``many="list"``/``"map"``, a list or map of them)."""
@@ -195,15 +194,3 @@ def from_plain(cls: type, data: Mapping[str, Any]) -> Any:
         kwargs[f.name] = value
     return cls(**kwargs)
 
-
-# The names this module held before reading, checking and writing moved to modules of their own.
-_MOVED = {"MAX_BYTES": "validation", "validate_text": "validation", "MAX_DEPTH": "safe_yaml", "MAX_NODES": "safe_yaml",
-          "Problem": "problems", "PipelineError": "problems", "schema": "json_schema",
-          "dump": "files", "load": "files", "loads": "files", "save": "files"}
-
-
-def __getattr__(name: str):
-    # Loaded on first use: a config built in code needs neither PyYAML nor the schema.
-    if name in _MOVED:
-        return getattr(importlib.import_module(f"{__package__}.{_MOVED[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

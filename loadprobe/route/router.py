@@ -44,7 +44,7 @@ from typing import Any
 from ..record import probe as _probe
 from .._errors import LoadprobeError
 from ..pipeline.config import PipelineConfig, StageConfig
-from ..pipeline.config import load as load_pipeline
+from ..pipeline.files import load as load_pipeline
 from .errors import Rejected
 from .lanes import EngineLanes, Lane
 from .policy import PipelineRules, StageRules

@@ -366,7 +366,7 @@ def plan_with(portrait, *aligns, **kwargs):
 
 
 def test_recommend_takes_the_precision_and_kept_layers_from_align(portrait, align_files, tmp_path):
-    from loadprobe.pipeline.config import dump, loads
+    from loadprobe.pipeline.files import dump, loads
     from loadprobe.plan.files import plan_dict
     from loadprobe.reports.html import render_report
 

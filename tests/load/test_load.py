@@ -140,12 +140,14 @@ def test_schedules_never_load_the_http_client():
     assert not {"asyncio", "loadprobe.load.client", "loadprobe.load.connections"} & modules
 
 
-def test_the_generator_module_keeps_the_names_it_had():
-    from loadprobe.load import generator
+def test_the_package_gives_each_public_name_from_the_module_that_owns_it():
+    import importlib
 
-    assert {"run", "poisson", "replay", "arrivals", "MAX_ARRIVALS", "LoadReport"} <= set(generator.__all__)
-    for name in generator.__all__:
-        assert getattr(generator, name) is getattr(load, name), name
+    assert {"run", "poisson", "replay", "arrivals", "MAX_ARRIVALS", "LoadReport"} <= set(load._OWNERS)
+    for name, owner in load._OWNERS.items():
+        assert getattr(load, name) is getattr(importlib.import_module(f"loadprobe.load.{owner}"), name), name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        load.nope  # noqa: B018
 
 
 # -- a real server on 127.0.0.1 -------------------------------------------------------------------

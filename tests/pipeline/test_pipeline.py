@@ -20,9 +20,9 @@ from loadprobe.pipeline.config import (
     FallbackConfig,
     FallbackWhen,
     PipelineConfig,
-    PipelineError,
     StageConfig,
 )
+from loadprobe.pipeline.problems import PipelineError
 
 from ..conftest import REPO
 
@@ -440,14 +440,15 @@ def test_validate_schema_and_usage():
     assert result.exit_code == 2 and "give at least one FILE" in result.stderr
 
 
-def test_the_config_module_keeps_the_names_it_had():
-    """``loadprobe.pipeline.config`` held the readers and writers too; it still gives the same objects."""
-    from loadprobe.pipeline import config
+def test_the_package_gives_each_public_name_from_the_module_that_owns_it():
+    """``loadprobe.pipeline`` was one module; its names now live in the modules that own them."""
+    import importlib
 
-    for name in config.__all__:
-        assert getattr(config, name) is getattr(pipeline, name), name
+    assert {"load", "loads", "save", "dump", "validate_text", "PipelineConfig", "PipelineError"} <= set(pipeline._OWNERS)
+    for name, owner in pipeline._OWNERS.items():
+        assert getattr(pipeline, name) is getattr(importlib.import_module(f"loadprobe.pipeline.{owner}"), name), name
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        config.nope  # noqa: B018
+        pipeline.nope  # noqa: B018
 
 
 def test_the_routing_window_is_a_file_field_the_router_uses():

@@ -12,7 +12,8 @@ import loadprobe
 from loadprobe import record_span, request
 from loadprobe.cli import main
 from loadprobe.plan.constraints import Constraints
-from loadprobe.pipeline.config import loads, validate_text
+from loadprobe.pipeline.files import loads
+from loadprobe.pipeline.validation import validate_text
 from loadprobe.plan.planner import recommend
 
 from ..conftest import REPO
@@ -218,7 +219,7 @@ def test_committed_sample_recordings_get_a_plan_that_meets_its_slo(name, tmp_pat
 
 
 def _dump(plan) -> str:
-    from loadprobe.pipeline.config import dump
+    from loadprobe.pipeline.files import dump
 
     return dump(plan.to_pipeline())
 

@@ -14,7 +14,7 @@ import re
 import pytest
 
 import loadprobe
-from loadprobe.pipeline.config import dump
+from loadprobe.pipeline.files import dump
 from loadprobe.plan.files import plan_dict
 from loadprobe.plan.files import to_pipeline as plan_to_pipeline
 from loadprobe.reports.html import render_comparison, render_report, write_html
@@ -143,7 +143,7 @@ def test_comparison_report_in_chromium(chromium, tmp_path):
 
 
 def test_simulation_page_in_chromium(chromium, tmp_path):
-    from loadprobe.load.generator import bursty
+    from loadprobe.load.schedules import bursty
     from loadprobe.reports.html import write_simulation
     from loadprobe.simulator.compare import simulate_plans
 

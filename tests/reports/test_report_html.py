@@ -61,7 +61,7 @@ def test_each_sample_renders_every_section(sample):
 
 
 def test_plan_section_shows_each_decision_the_alternatives_and_pipeline_yaml(vision):
-    from loadprobe.pipeline.config import dump
+    from loadprobe.pipeline.files import dump
     from loadprobe.plan.files import plan_dict
 
     plan = loadprobe.recommend(vision)

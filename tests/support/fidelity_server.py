@@ -74,7 +74,7 @@ def serve(plan_path: str, scale: float, seed: int, first_offset: float) -> None:
     import threading
 
     from loadprobe.pipeline import config as pipeline
-    from loadprobe.load.generator import _event_loop, _timer_slack  # the load client's precise timers: sleeps wake on time
+    from loadprobe.load.timers import event_loop as _event_loop, timer_slack as _timer_slack  # the load client's precise timers: sleeps wake on time
     from loadprobe.route import Rejected, Router
 
     config = pipeline.load(plan_path)
