@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .._errors import LoadprobeError
+from .._files import write_file
 from .._version import __version__
 from .capture import Capture, load_capture
 
@@ -541,10 +542,7 @@ def write_align(doc: dict, path, *, overwrite: bool = False, protect=()) -> Path
     if path.is_dir():
         raise LoadprobeError(f"{path} is a directory; give a file name such as {path / 'align.json'}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_file(path, json.dumps(doc, indent=2, allow_nan=False) + "\n", overwrite=overwrite)
 
 
 def read_align(path) -> dict:

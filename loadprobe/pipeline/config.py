@@ -22,7 +22,6 @@ import json
 import math
 import os
 import re
-import uuid
 from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any, Mapping
 import yaml
 
 from .._errors import LoadprobeError
+from .._files import write_file
 
 __all__ = [
     "BatchConfig", "BreakerConfig", "CanaryConfig", "EngineConfig", "FallbackConfig", "FallbackWhen",
@@ -728,14 +728,8 @@ def save(config: PipelineConfig, path: str | os.PathLike, *, overwrite: bool = F
         raise PipelineError(str(path), problems)
     if path.exists() and not overwrite:
         raise LoadprobeError(f"{path} already exists; use --force (overwrite=True) to replace it")
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        with open(temporary, "x", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
+        write_file(path, text, durable=True, overwrite=overwrite)
     except OSError as exc:
-        temporary.unlink(missing_ok=True)
         raise LoadprobeError(f"{path}: cannot write the pipeline file ({exc.strerror or exc})") from None
     return path

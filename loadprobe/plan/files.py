@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..formats import PIPELINE, PLANS
+
 ESTIMATE_LABEL = ("simulated estimate: each plan's pipeline replayed by loadprobe simulate under Poisson arrivals at "
                   "the sizing rate, service times drawn from the plan's estimates; capacity and power from the "
                   "M/M/c model")
@@ -58,6 +60,8 @@ def read_plans_json(path) -> dict:
 
     hint = "give the plans.json that loadprobe recommend writes"
     document = read_json(path, str(path), hint)
+    if isinstance(document, dict):  # a newer major is refused; an older or damaged version is read as before
+        PLANS.refuse_newer(document.get("version"), str(path))
     problem = shape_problem(document, PLANS_SCHEMA)
     if problem is not None:
         raise LoadprobeError(f"{path}: not a plans.json from loadprobe recommend ({problem}); {hint}")
@@ -103,7 +107,7 @@ def pipeline_dict(plan, option=None) -> dict:
         stage["why"] = dict(d.why)
         stages.append(stage)
     return {
-        "version": 1,
+        "version": PIPELINE.value,
         "service": plan.service,
         "slo": slo,
         "engines": engines,
@@ -132,7 +136,7 @@ def to_pipeline(plan, option=None):
 def plan_dict(plan) -> dict:
     """plans.json: the scenario, the recommended option and every alternative, side by side."""
     return {
-        "version": "1.0",
+        "version": PLANS.value,
         "service": plan.service,
         "scenario": plan.scenario,
         "scenario_why": plan.scenario_why,

@@ -288,7 +288,7 @@ class Router:
         if self._budget is not None:
             self._budget.note_request()
         try:
-            if _probe._active and _probe._frame_get()[0] is None:
+            if _probe.recording() and not _probe.in_request():
                 with _probe.request():  # the root span the stage spans attach to, unless the caller has one
                     result = await self._through(payload, priority, shape, precision)
             else:

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import LoadprobeError
+from ..formats import SIMULATION
 from ..pipeline.config import PipelineConfig
 from ..plan.files import read_plans_json, text_table as _table
 from .result import SimulationResult
 
 __all__ = ["Comparison", "read_plans", "simulate_plans"]
 
-VERSION = "1.0"
+VERSION = SIMULATION.value
 
 
 def read_plans(path: str | Path) -> list[tuple[str, PipelineConfig]]:

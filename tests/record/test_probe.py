@@ -10,7 +10,7 @@ import time
 import pytest
 
 import loadprobe
-from loadprobe.record import probe as _probe
+from loadprobe.record import buffers as _buffers
 from loadprobe import probe, request
 
 from ..conftest import by_stage, stopped_spans
@@ -24,7 +24,7 @@ def test_without_a_recorder_probes_are_plain_calls():
     assert double(21) == 42
     with probe("block") as span:
         span.batch = 3
-    assert _probe.buffered() == 0
+    assert _buffers.buffered() == 0
 
 
 def test_a_20ms_sleep_records_about_20ms(recorder):
@@ -290,7 +290,7 @@ def test_probes_never_raise_into_the_host_when_the_flusher_breaks(recorder, monk
     def broken_batch(rows, offset):
         raise RuntimeError("converter bug")
 
-    monkeypatch.setattr(recorder._converter, "batch", broken_batch)
+    monkeypatch.setattr(recorder._flusher.converter, "batch", broken_batch)
 
     @probe("work")
     def work(x):
