@@ -40,7 +40,8 @@ def test_recorded_and_imported_run_json_have_the_same_fields(tmp_path):
     recorded = json.loads((Path(stats.run_dir) / "run.json").read_text())
     log = tmp_path / "r.csv"
     log.write_text("ts,latency_ms\n2026-01-01 00:00:00,3\n")
-    imported = json.loads((import_log(log, tmp_path / "imp", latency_col="latency_ms").run_dir / "run.json").read_text())
+    imported_dir = import_log(log, tmp_path / "imp", latency_col="latency_ms").run_dir
+    imported = json.loads((imported_dir / "run.json").read_text())
     assert list(imported) == [*recorded, "source"]
     assert recorded["schema"] == imported["schema"] == "run/1.0"
     assert recorded["role"] == "service" and imported["role"] == "imported"
