@@ -31,8 +31,7 @@ included). Nothing here imports Starlette: the middleware works on bare ASGI app
 
 from __future__ import annotations
 
-from ..record import probe as _probe
-from ..record.probe import Span
+from ..record.probe import Span, recording
 
 TARGET_VERSIONS = ("asgi >= 3.0", "starlette >= 0.27")
 
@@ -64,7 +63,7 @@ class LoadprobeMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
             return await self.app(scope, receive, _finish_recording_at_shutdown(send))
-        if scope["type"] != "http" or not (_probe._active or _probe._env_pending):
+        if scope["type"] != "http" or not recording():
             return await self.app(scope, receive, send)
         request_id = None
         for name, value in scope.get("headers") or ():

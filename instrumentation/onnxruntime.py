@@ -23,8 +23,7 @@ import os
 import weakref
 from pathlib import Path
 
-from loadprobe.record import probe as _probe
-from loadprobe.record.probe import Span
+from loadprobe.record.probe import Span, note_extract_error, recording
 
 from ._deps import require
 
@@ -145,14 +144,14 @@ class _Traced:
             if self.graph is not None:
                 cost = model_cost(self.graph, shapes)
         except Exception:  # shapes or a graph onnx cannot infer: count the error once, never retry
-            _probe._thread_buffer().extract_errors += 1
+            note_extract_error()
         self.costs[key] = cost
         return cost
 
 
 def _traced_run(self, *args, **kwargs):
     """``InferenceSession.run`` with a span around it."""
-    if not (_probe._active or _probe._env_pending):
+    if not recording():
         return _original_run(self, *args, **kwargs)
     traced = _sessions.get(self)
     if traced is None or not (traced.explicit or _global):
@@ -166,7 +165,7 @@ def _traced_run(self, *args, **kwargs):
     try:
         _describe(span, traced, args[1] if len(args) > 1 else kwargs.get("input_feed"))
     except Exception:  # never fail the run over its description
-        _probe._thread_buffer().extract_errors += 1
+        note_extract_error()
     with span:
         return _original_run(self, *args, **kwargs)
 

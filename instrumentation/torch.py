@@ -26,8 +26,7 @@ import sys
 import threading
 import weakref
 
-from loadprobe.record import probe as _probe
-from loadprobe.record.probe import Span
+from loadprobe.record.probe import Span, note_extract_error, recording
 
 from ._deps import require
 
@@ -121,8 +120,8 @@ class _StageHooks:
             handle.remove()
 
     def before(self, module, args, kwargs) -> None:
-        if not (_probe._active or _probe._env_pending) or _compiling():
-            return  # nothing records (one global read), or traced by torch.compile
+        if not recording() or _compiling():
+            return  # nothing records, or traced by torch.compile
         span = Span(self.stage)
         tensors, shapes, device, counter = (), (), None, None
         try:
@@ -138,7 +137,7 @@ class _StageHooks:
                 self.weight_bytes = _nbytes(module.parameters()) + _nbytes(module.buffers())
             span.bytes = self.weight_bytes + _nbytes(tensors)
         except Exception:
-            _count_error()
+            note_extract_error()  # counted like a probe's failing extractor
         if self.counter is not None:
             span.flops = self.flops.get(shapes)
             if span.flops is None and len(self.flops) < _MAX_FLOP_SHAPES:
@@ -149,7 +148,7 @@ class _StageHooks:
                     counter.__enter__()
                 except Exception:
                     counter = None
-                    _count_error()
+                    note_extract_error()
         if not (self.sync_cuda and device is not None and device.type == "cuda"):
             device = None
         else:
@@ -177,7 +176,7 @@ class _StageHooks:
             if span.bytes is not None and error is None:
                 span.bytes += _nbytes(_output_tensors(output))
         except Exception:
-            _count_error()
+            note_extract_error()
         if device is not None:
             _synchronize(device)  # last, so the span ends when the GPU is done
         span.__exit__(None if error is None else type(error), error, None)
@@ -219,9 +218,4 @@ def _synchronize(device) -> None:
     try:
         torch.cuda.synchronize(device)
     except Exception:  # a broken device fails the forward itself; the hook stays quiet
-        _count_error()
-
-
-def _count_error() -> None:
-    """Count a failure to describe a call, like a probe's failing extractor."""
-    _probe._thread_buffer().extract_errors += 1
+        note_extract_error()

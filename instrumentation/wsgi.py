@@ -23,8 +23,7 @@ Target versions: PEP 3333 WSGI; Flask >= 2.3 for :func:`instrument_flask`.
 
 from __future__ import annotations
 
-from ..record import probe as _probe
-from ..record.probe import Span
+from ..record.probe import Span, recording
 from ._deps import require
 from .asgi import http_status
 
@@ -48,7 +47,7 @@ class LoadprobeWSGIMiddleware:
         self._key = "HTTP_" + request_id_header.upper().replace("-", "_")
 
     def __call__(self, environ, start_response):
-        if not (_probe._active or _probe._env_pending):
+        if not recording():
             return self.app(environ, start_response)
         span = Span("http", request_id=environ.get(self._key), is_request=True)._open()
         response = _Response(self, environ, span)

@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
 from ._errors import LoadprobeError
+from .formats import CATALOG, UnreadableVersionError
 
 __all__ = ["PRECISIONS", "Catalog", "Device", "load_catalog"]
 
@@ -37,7 +38,6 @@ FIGURES = ("memory_bandwidth_bytes_per_s", "memory_bytes", "tdp_w", "price_usd")
 FIELDS = ("kind", "vendor", "name", "peak_flops", *FIGURES, "dynamic_shapes", "int8", "sources", "aliases",
           "notes")
 REQUIRED = tuple(f for f in FIELDS if f != "notes")
-VERSION = "1"  # major version this loader reads; a file says e.g. "1.0"
 
 _PACKAGED = "loadprobe/devices.json"
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
@@ -204,10 +204,14 @@ def _check_file(label: str, document: Any) -> dict[str, dict[str, Any]]:
     unknown = sorted(set(document) - {"version", "devices"})
     if unknown:
         raise LoadprobeError(f"{label}: unknown top-level key {unknown[0]!r}; expected \"version\" and \"devices\"")
-    version = document.get("version", VERSION + ".0")
-    if not isinstance(version, str) or version.split(".")[0] != VERSION:
+    version = document.get("version", CATALOG.value)
+    try:
+        major = CATALOG.check(version, label)[0]  # a newer major raises: upgrade loadprobe
+    except UnreadableVersionError:
+        major = None
+    if major != CATALOG.major:
         raise LoadprobeError(f"{label}: catalog version {version!r} is not supported; this loadprobe reads "
-                             f"version {VERSION}.x")
+                             f"version {CATALOG.major}.x")
     for device_id, entry in document["devices"].items():
         if not _ID.fullmatch(device_id):
             raise LoadprobeError(f"{label}: device id {device_id!r} is not a lowercase slug; "

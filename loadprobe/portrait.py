@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._errors import LoadprobeError, read_json
-from .schema import SchemaVersionError, check_version
+from ._files import write_file
+from .formats import PORTRAIT
 
-PORTRAIT_VERSION = "1.6"
+PORTRAIT_VERSION = PORTRAIT.version
 _DIGITS = 9  # significant digits kept for floats: merge order cannot change the portrait
 
 
@@ -283,10 +284,7 @@ class Portrait:
         """Write portrait.json (via a temporary file, then a rename); returns the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(self.to_json(), encoding="utf-8")
-        tmp.replace(path)
-        return path
+        return write_file(path, self.to_json())
 
     def stage(self, name: str) -> Stage | None:
         return next((s for s in self.stages if s.name == name), None)
@@ -298,10 +296,7 @@ class Portrait:
         if not isinstance(data, dict):
             raise LoadprobeError(f"{where}: holds {_shown(data)}, not a loadprobe portrait (a JSON object); "
                                  "make one with 'loadprobe analyze'")
-        try:
-            check_version(f"portrait/{data.get('version', '')}", where)
-        except SchemaVersionError as exc:
-            raise LoadprobeError(str(exc)) from None
+        PORTRAIT.check(data.get("version", ""), where)  # a LoadprobeError when newer or not a version
         try:
             return _build(cls, data, "")
         except _Wrong as exc:

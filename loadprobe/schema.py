@@ -17,9 +17,11 @@ from __future__ import annotations
 import pyarrow as pa
 
 from ._version import __version__
+from .formats import DATA, FormatVersionError
 
-SCHEMA_VERSION = "1.0"
-"""major.minor of the data format. Readers refuse a newer major; a newer minor only adds columns."""
+SCHEMA_VERSION = DATA.version
+"""major.minor of the data format (``loadprobe.formats.DATA``). Readers refuse a newer major; a newer
+minor only adds columns."""
 
 SCHEMA_KEY = b"loadprobe.schema"
 VERSION_KEY = b"loadprobe.version"
@@ -46,7 +48,7 @@ SPANS = pa.schema(
         pa.field("tokens_in", pa.int64()),  # LLM prompt tokens, where known (imported traces)
         pa.field("tokens_out", pa.int64()),  # LLM generated tokens, where known
     ],
-    metadata={SCHEMA_KEY: f"spans/{SCHEMA_VERSION}".encode(), VERSION_KEY: __version__.encode()},
+    metadata={SCHEMA_KEY: DATA.tag("spans").encode(), VERSION_KEY: __version__.encode()},
 )
 
 SAMPLES = pa.schema(
@@ -56,33 +58,24 @@ SAMPLES = pa.schema(
         pa.field("metric", _dict, nullable=False),  # util_pct, power_w, mem_used_bytes, ...
         pa.field("value", pa.float64(), nullable=False),
     ],
-    metadata={SCHEMA_KEY: f"samples/{SCHEMA_VERSION}".encode(), VERSION_KEY: __version__.encode()},
+    metadata={SCHEMA_KEY: DATA.tag("samples").encode(), VERSION_KEY: __version__.encode()},
 )
 
 SCHEMAS = {"spans": SPANS, "samples": SAMPLES}
 
 
-class SchemaVersionError(ValueError):
-    """Data written by a newer loadprobe than this one can read."""
+SchemaVersionError = FormatVersionError
+"""Data this loadprobe cannot read for its version tag: written by a newer one, or not a tag at all."""
 
 
 def check_version(tag: str, where: str) -> str:
     """Check a ``"kind/major.minor"`` tag (or a bare version) against this reader; return the kind.
 
-    Raises SchemaVersionError naming ``where`` when the major version is newer than ours.
+    Raises SchemaVersionError naming ``where`` when the major version is newer than ours, or
+    when the tag is not a version (``loadprobe.formats.DATA.check``).
     """
-    kind, _, version = tag.rpartition("/")
-    try:
-        major = int(version.split(".")[0])
-    except ValueError:
-        raise SchemaVersionError(f"{where}: unreadable schema version {tag!r}; expected like 'spans/1.0'") from None
-    ours = int(SCHEMA_VERSION.split(".")[0])
-    if major > ours:
-        raise SchemaVersionError(
-            f"{where}: written with data format {version}, newer than this loadprobe reads "
-            f"({SCHEMA_VERSION}); upgrade loadprobe (pip install -U loadprobe)"
-        )
-    return kind
+    DATA.check(tag, where)
+    return tag.rpartition("/")[0]
 
 
 def parquet_options(schema: pa.Schema) -> dict:

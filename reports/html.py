@@ -22,6 +22,7 @@ import math
 from pathlib import Path
 
 from loadprobe._errors import LoadprobeError
+from loadprobe._files import write_file
 from loadprobe._version import __version__
 
 from .assets import content_security_policy, csp_hash, plotly_payload, static_text
@@ -70,9 +71,7 @@ def write_html(path, html: str, *, overwrite: bool = False) -> int:
         raise LoadprobeError(f"{path} is a directory; give a file name such as {path / 'portrait.html'}")
     path.parent.mkdir(parents=True, exist_ok=True)
     data = html.encode("utf-8")
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    write_file(path, data, overwrite=overwrite)
     return len(data)
 
 

@@ -41,7 +41,6 @@ import functools
 import hashlib
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -49,13 +48,15 @@ from pathlib import Path
 import numpy as np
 
 from .._errors import LoadprobeError
+from .._files import pending_file
 from .._version import __version__
+from ..formats import CAPTURE
 
 __all__ = ["Capture", "CaptureWriter", "LayerData", "LayerInfo", "channel_stats", "load_capture", "project",
            "samples_digest", "summarise"]
 
 FORMAT = "loadprobe-capture"
-VERSION = 1
+VERSION = CAPTURE.value
 EXACT_MAX_VALUES = 4096  # values per sample stored as they are
 PROJECTION_DIMS = 256
 PROJECTION_SEED = 20240509  # fixed: captures made anywhere compare
@@ -209,10 +210,8 @@ class CaptureWriter:
                 "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), **self.extra}
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
+        with pending_file(path, overwrite=overwrite) as tmp, open(tmp, "xb") as f:
             np.savez(f, **arrays)
-        os.replace(tmp, path)
         return path
 
 
@@ -236,6 +235,7 @@ def load_capture(path) -> Capture:
             raise LoadprobeError(f"{path}: its metadata is not readable JSON ({exc}); capture again") from None
         if meta.get("format") != FORMAT:
             raise LoadprobeError(f"{path}: not a loadprobe capture (format {meta.get('format')!r})")
+        CAPTURE.refuse_newer(meta.get("version"), str(path))  # newer: upgrade; older or damaged: capture again
         if meta.get("version") != VERSION:
             raise LoadprobeError(f"{path}: capture format version {meta.get('version')!r}; this loadprobe reads "
                                  f"version {VERSION}: capture again with this version")

@@ -13,18 +13,19 @@ Every field of align.json is defined in docs/align.md.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._errors import LoadprobeError
+from .._files import write_file
+from ..formats import ALIGN
 from .verdict import DECISIONS
 
 __all__ = ["FORMAT", "VERSION", "AlignEvidence", "check_stages", "evidence", "load_evidence", "read_align",
            "write_align"]
 
 FORMAT = "loadprobe-align"
-VERSION = 1
+VERSION = ALIGN.value
 
 
 def write_align(doc: dict, path, *, overwrite: bool = False, protect=()) -> Path:
@@ -38,10 +39,7 @@ def write_align(doc: dict, path, *, overwrite: bool = False, protect=()) -> Path
     if path.is_dir():
         raise LoadprobeError(f"{path} is a directory; give a file name such as {path / 'align.json'}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_file(path, json.dumps(doc, indent=2, allow_nan=False) + "\n", overwrite=overwrite)
 
 
 def read_align(path) -> dict:
@@ -56,6 +54,7 @@ def read_align(path) -> dict:
         raise LoadprobeError(f"{path}: not readable JSON ({exc}); make it with loadprobe align") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise LoadprobeError(f"{path}: not an align.json from loadprobe align (format is not {FORMAT!r})")
+    ALIGN.refuse_newer(doc.get("version"), str(path))  # a newer loadprobe's: upgrade, don't re-run
     if doc.get("version") != VERSION:
         raise LoadprobeError(f"{path}: align.json version {doc.get('version')!r}; this loadprobe reads version "
                              f"{VERSION}: run loadprobe align again")

@@ -22,7 +22,8 @@ import re
 from dataclasses import dataclass, field
 
 from .._errors import LoadprobeError, listed, shape_problem
-from ..schema import SchemaVersionError, check_version
+from ..formats import RUN, UnreadableVersionError
+from ..schema import SchemaVersionError
 
 _DATA_FILE = re.compile(r"^(\.)?(spans|samples)-(\d{5,})\.(parquet|arrows)$")
 
@@ -197,15 +198,13 @@ def _read_run_json(path: str, skipped: dict[str, str]) -> dict:
     except (OSError, ValueError) as exc:
         skipped[path] = f"unreadable run.json ({exc}); its run is analysed without it"
         return {}
-    tag = info.get("schema", "run/1.0")
-    if not isinstance(tag, str) or not _RUN_TAG.match(tag):  # damaged, not newer: the spans carry their own tag
-        skipped[path] = f"run.json: schema {tag!r} is not like 'run/1.0'; its run is analysed without it"
+    tag = info.get("schema", RUN.value)
+    try:
+        RUN.check(tag, path)
+    except UnreadableVersionError:  # damaged, not newer: the spans carry their own tag
+        skipped[path] = f"run.json: schema {tag!r} is not like {RUN.value!r}; its run is analysed without it"
         return {}
-    check_version(tag, path)
     return info
-
-
-_RUN_TAG = re.compile(r"(run/)?\d+(\.\d+)*\Z")
 
 
 _NS = {"type": ["integer", "null"], "minimum": 0, "maximum": 2**63 - 1}

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from .._files import write_file
+
 
 @click.command()
 @click.argument("source", nargs=-1, required=True)
@@ -72,9 +74,7 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_bu
     plans = json.dumps(plan_dict(plan), indent=2, allow_nan=False) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     save(config, path, overwrite=force)
-    tmp = plans_path.with_name(f".{plans_path.name}.tmp")
-    tmp.write_text(plans, encoding="utf-8")
-    tmp.replace(plans_path)
+    write_file(plans_path, plans, overwrite=force)
     if as_json:
         click.echo(plans, nl=False)
         return

@@ -111,8 +111,7 @@ def service_name(command) -> str:
 
 def recover_finished_runs(out: Path) -> int:
     """Finish the segment files of every run under ``out`` whose process has ended."""
-    from ..record.inventory import host_name
-    from ..record.recorder import run_is_dead
+    from ..record.rundir import host_name, run_is_dead
     from ..record.segments import recover_run
 
     written = 0

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from .._errors import LoadprobeError, read_json
+from ..formats import SIMULATION
 
 
 @click.command()
@@ -82,6 +83,7 @@ def _simulation(path: str) -> dict:
     if not isinstance(document, dict) or not isinstance(document.get("plans"), dict) or not document["plans"]:
         raise LoadprobeError(f"--simulation {path}: not a simulation.json (no 'plans'); give the file "
                              "loadprobe simulate writes")
+    SIMULATION.refuse_newer(document.get("version"), f"--simulation {path}")  # older or damaged: read as before
     return document
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from ..formats import PIPELINE
+
 __all__ = [
     "BatchConfig", "BreakerConfig", "CanaryConfig", "EngineConfig", "FallbackConfig", "FallbackWhen",
     "InputConfig", "PipelineConfig", "RetryBudgetConfig", "RetryConfig", "RoutingConfig", "SLOConfig",
@@ -157,7 +159,7 @@ class PipelineConfig:
     The mappings (``engines``, ``why``) are plain dicts: treat them as read-only.
     """
 
-    version: int = 1
+    version: int = PIPELINE.value
     service: str
     slo: SLOConfig | None = _nested(SLOConfig, default=None)
     engines: Mapping[str, EngineConfig] = _nested(EngineConfig, many="map")

@@ -16,7 +16,6 @@ deeper than ``MAX_DEPTH`` and files over ``MAX_BYTES`` (``safe_yaml``, ``validat
 from __future__ import annotations
 
 import os
-import uuid
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,8 @@ from typing import Any
 import yaml
 
 from .._errors import LoadprobeError
+from .._files import write_file
+from ..formats import PIPELINE
 from .config import PipelineConfig, from_plain
 from .problems import PipelineError, Problem
 from .safe_yaml import TAG
@@ -31,7 +32,7 @@ from .validation import MAX_BYTES, TOO_BIG, check, validate_text
 
 __all__ = ["HEADER", "dump", "load", "loads", "save"]
 
-HEADER = "# loadprobe pipeline.yaml v1; every field is described in docs/pipeline.md\n"
+HEADER = f"# loadprobe pipeline.yaml v{PIPELINE.major}; every field is described in docs/pipeline.md\n"
 
 
 class _Flow(list):
@@ -124,14 +125,8 @@ def save(config: PipelineConfig, path: str | os.PathLike, *, overwrite: bool = F
         raise PipelineError(str(path), problems)
     if path.exists() and not overwrite:
         raise LoadprobeError(f"{path} already exists; use --force (overwrite=True) to replace it")
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        with open(temporary, "x", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
+        write_file(path, text, durable=True, overwrite=overwrite)
     except OSError as exc:
-        temporary.unlink(missing_ok=True)
         raise LoadprobeError(f"{path}: cannot write the pipeline file ({exc.strerror or exc})") from None
     return path

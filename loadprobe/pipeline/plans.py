@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from .._errors import LoadprobeError, read_json, shape_problem
+from ..formats import PLANS
 
 _NUMBER = {"type": ["number", "null"]}
 _TEXT = {"type": ["string", "null"]}
@@ -51,6 +52,8 @@ def read_plans_json(path) -> dict:
     """plans.json's content, checked against PLANS_SCHEMA: a LoadprobeError names the file and the field."""
     hint = "give the plans.json that loadprobe recommend writes"
     document = read_json(path, str(path), hint)
+    if isinstance(document, dict):  # a newer major is refused; an older or damaged version is read as before
+        PLANS.refuse_newer(document.get("version"), str(path))
     problem = shape_problem(document, PLANS_SCHEMA)
     if problem is not None:
         raise LoadprobeError(f"{path}: not a plans.json from loadprobe recommend ({problem}); {hint}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from .._table import text_table
+from ..formats import PIPELINE, PLANS
 
 ESTIMATE_LABEL = ("simulated estimate: each plan's pipeline replayed by loadprobe simulate under Poisson arrivals at "
                   "the sizing rate, service times drawn from the plan's estimates; capacity and power from the "
@@ -60,7 +61,7 @@ def pipeline_dict(plan, option=None) -> dict:
         stage["why"] = dict(d.why)
         stages.append(stage)
     return {
-        "version": 1,
+        "version": PIPELINE.value,
         "service": plan.service,
         "slo": slo,
         "engines": engines,
@@ -89,7 +90,7 @@ def to_pipeline(plan, option=None):
 def plan_dict(plan) -> dict:
     """plans.json: the scenario, the recommended option and every alternative, side by side."""
     return {
-        "version": "1.0",
+        "version": PLANS.value,
         "service": plan.service,
         "scenario": plan.scenario,
         "scenario_why": plan.scenario_why,

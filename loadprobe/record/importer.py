@@ -23,7 +23,6 @@ import gzip
 import hashlib
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,9 +36,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._errors import LoadprobeError
-from .recorder import RUN_SCHEMA, _safe_name
+from .._files import PendingFile
+from . import rundir
 from .segments import parquet_name
-from .._version import __version__
 from .timestamps import DEFAULT_ORIGIN, UNITS, Clock, numbers, parse_origin
 from ..schema import SPANS, STATUSES, parquet_options, write_row_groups
 
@@ -132,9 +131,9 @@ def import_log(
                              "give the path of a CSV or JSONL log")
     fmt = _format_of(source)
     stem = _stem(source)
-    host = _safe_name(host or "imported")
-    service = _safe_name(service or stem)
-    run_id = f"import-{_safe_name(stem)}-{_utc_stamp(time.time_ns())}"
+    host = rundir.safe_name(host or "imported")
+    service = rundir.safe_name(service or stem)
+    run_id = rundir.imported_run_id(stem, time.time_ns())
 
     try:
         handle = _open_text(source)
@@ -149,7 +148,7 @@ def import_log(
         clock = Clock(where, columns["ts"], settings.get("ts_unit"), ts_format, origin_ns)
         latency_ns = _latency_factor(columns.get("latency"), latency_unit, where)
 
-        files = _SpanFiles(Path(output_dir) / host / service, run_id)
+        files = _SpanFiles(rundir.run_path(output_dir, host, service, run_id))
         skipped: dict[str, int] = {}
         try:
             for start, lines, values in _batches(records, pick, list(columns)):
@@ -172,7 +171,8 @@ def import_log(
                 "rows": files.rows + sum(skipped.values()),
                 "rows_skipped": skipped,
             }
-            _write_json(files.run_dir / "run.json", _run_info(host, service, files, source_info))
+            _put_new(lambda: rundir.write_run_json(files.run_dir, _run_info(host, service, files, source_info),
+                                                   overwrite=False), files.run_dir / rundir.RUN_JSON)
         except BaseException as exc:
             files.discard()
             if isinstance(exc, OSError):  # reading errors were turned into LoadprobeError: this is the output
@@ -184,28 +184,14 @@ def import_log(
 
 def _run_info(host: str, service: str, files: _SpanFiles, source: dict) -> dict:
     """run.json of an imported run: the recorder's fields, no process or machine, and where the data came from."""
-    return {
-        "schema": RUN_SCHEMA,
-        "loadprobe_version": __version__,
-        "host": host,
-        "service": service,
-        "run_id": files.run_dir.name,
-        "pid": None,
-        "process_started": None,
-        "argv": list(sys.argv),
-        "started_ns": files.first_ns,
-        "stopped_ns": files.last_ns,
-        "forked_from": None,
-        "role": "imported",
-        "tags": {},
-        "settings": {},
-        "hardware": {},
-        "samplers": {},
-        "counters": {"spans_recorded": files.rows, "spans_dropped": 0, "spans_written": files.rows,
-                     "samples_written": 0, "samples_dropped": 0, "files": len(files.done),
-                     "write_errors": 0, "extractor_errors": 0, "invalid_values": 0},
-        "source": source,
-    }
+    return rundir.run_document(
+        host=host, service=service, run_id=files.run_dir.name, role="imported",
+        started_ns=files.first_ns, stopped_ns=files.last_ns,
+        counters={"spans_recorded": files.rows, "spans_dropped": 0, "spans_written": files.rows,
+                  "samples_written": 0, "samples_dropped": 0, "files": len(files.done),
+                  "write_errors": 0, "extractor_errors": 0, "invalid_values": 0},
+        source=source,
+    )
 
 
 # -- reading -------------------------------------------------------------------------------
@@ -438,19 +424,6 @@ def _latency_factor(column: str | None, unit: str | None, where: str) -> int | N
     return UNITS[unit]
 
 
-def _new_run_dir(parent: Path, run_id: str) -> Path:
-    """Create a run directory nobody has used: ``-2``, ``-3``... when the name is taken."""
-    parent.mkdir(parents=True, exist_ok=True)
-    candidate, n = parent / run_id, 1
-    while True:
-        try:
-            candidate.mkdir()
-            return candidate
-        except FileExistsError:
-            n += 1
-            candidate = parent / f"{run_id}-{n}"
-
-
 class _SpanFiles:
     """The run's ``spans-00001.parquet``, ``-00002``...: up to ROWS_PER_FILE rows each.
 
@@ -458,29 +431,31 @@ class _SpanFiles:
     trace; each file is written under a hidden temporary name and renamed once complete.
     """
 
-    def __init__(self, parent: Path, run_id: str) -> None:
-        self.parent = parent
-        self.run_id = run_id
+    def __init__(self, path: Path) -> None:
+        self.path = path  # the run directory's name, taken (or -2, -3...) with the first rows
         self.run_dir: Path | None = None
         self.done: list[Path] = []
         self.rows = 0
         self.first_ns: int | None = None
         self.last_ns: int | None = None
         self._writer: pq.ParquetWriter | None = None
+        self._file: PendingFile | None = None  # the file being written, under its temporary name
         self._rows_in_file = 0
 
     def write(self, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
         if self.run_dir is None:
-            self.run_dir = _new_run_dir(self.parent, self.run_id)
+            self.run_dir = rundir.create(self.path)
         bounds = pc.min_max(table.column("ts_ns")).as_py()
         self.first_ns = bounds["min"] if self.first_ns is None else min(self.first_ns, bounds["min"])
         self.last_ns = bounds["max"] if self.last_ns is None else max(self.last_ns, bounds["max"])
         self.rows += table.num_rows
         while table.num_rows:
             if self._writer is None:
-                self._writer = pq.ParquetWriter(self._tmp(), SPANS, **parquet_options(SPANS))
+                target = self.run_dir / parquet_name("spans", len(self.done) + 1)
+                self._file = PendingFile(target, durable=True, overwrite=False)  # imported data: kept through a crash
+                self._writer = pq.ParquetWriter(self._file.path, SPANS, **parquet_options(SPANS))
                 self._rows_in_file = 0
             part = table.slice(0, ROWS_PER_FILE - self._rows_in_file)
             table = table.slice(part.num_rows)
@@ -494,8 +469,8 @@ class _SpanFiles:
         if self._writer is not None:
             writer, self._writer = self._writer, None
             writer.close()
-            _rename_new(self._tmp(), self._target())
-            self.done.append(self._target())
+            self.done.append(_put_new(self._file.commit, self._file.target))
+            self._file = None
 
     def discard(self) -> None:
         """After a failed import, remove what it wrote so no half run is left behind."""
@@ -507,7 +482,8 @@ class _SpanFiles:
                 writer.close()
             except (OSError, pa.ArrowException):
                 pass
-        self._tmp().unlink(missing_ok=True)
+        if self._file is not None:
+            self._file.discard()
         for path in self.done:
             path.unlink(missing_ok=True)
         try:
@@ -515,28 +491,16 @@ class _SpanFiles:
         except OSError:
             pass  # something else is in it: not ours to delete
 
-    def _target(self) -> Path:
-        return self.run_dir / parquet_name("spans", len(self.done) + 1)
-
-    def _tmp(self) -> Path:
-        return self.run_dir / f".{self._target().name}.tmp"
 
 
-def _write_json(target: Path, info: dict) -> None:
-    tmp = target.with_name(f".{target.name}.tmp")
+def _put_new(write, target: Path) -> Path:
+    """Run ``write`` (which refuses to replace ``target``); the run directory is new, so a file
+    already there was put by someone else: never replace it."""
     try:
-        tmp.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        _rename_new(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _rename_new(tmp: Path, target: Path) -> None:
-    # The run directory is new, so a file already there was put by someone else: never replace it.
-    if target.exists():
-        raise LoadprobeError(f"{target}: appeared while importing; import again (a new run directory is used)")
-    os.rename(tmp, target)
+        return write()
+    except FileExistsError:
+        raise LoadprobeError(f"{target}: appeared while importing; import again (a new run directory is used)") \
+            from None
 
 
 def _sha256(source: Path) -> str:
@@ -545,11 +509,6 @@ def _sha256(source: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _utc_stamp(ns: int) -> str:
-    """Like the recorder's run names: ``20261202T143217.532Z``."""
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(ns // UNITS["s"])) + f".{ns // UNITS['ms'] % 1000:03d}Z"
 
 
 def _describe(skipped: dict[str, int]) -> str:

@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
-import socket
 import sys
-
-
-def host_name() -> str:
-    """This host's short name, safe as a directory name."""
-    name = socket.gethostname().split(".")[0] or "localhost"
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
 def cpu_model() -> str:

@@ -2,8 +2,8 @@
 
 Everything in this module runs inside the user's service. It imports only the standard
 library, never raises into the caller and never blocks: a span is a tuple appended to a
-list owned by the current thread, and the recorder's flusher thread (``_recorder.py``)
-drains those lists in the background.
+list owned by the current thread (``buffers.py``), and the recorder's flusher thread
+(``flusher.py``) drains those lists in the background.
 
 Usage::
 
@@ -24,6 +24,13 @@ Everything that can be suspended or cross threads -- requests, async functions, 
 blocks, generators -- keeps it in a ContextVar, which asyncio tasks and
 ``asyncio.to_thread`` copy. A new span attaches to whichever of the two is newer (span
 ids only grow), i.e. the innermost enclosing span.
+
+Adapters (``instrumentation/``, the router) ask the hot path through three functions, never
+its module state::
+
+    if recording(): ...        # a recorder runs, or LOADPROBE_DIR starts one at the first span
+    if not in_request(): ...   # no request span is open around the caller
+    note_extract_error()       # a call could not be described: counted like a failing extractor
 """
 
 from __future__ import annotations
@@ -31,17 +38,18 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-import threading
-import weakref
 from contextvars import ContextVar
 from time import perf_counter_ns
 
+from . import buffers as _buffers
+from .buffers import DEFAULT_MAX_BUFFERED_SPANS, ROOT, ThreadBuffer, thread_buffer
+# Module globals of their own here, so the wrappers below read them as fast as before the split.
+from .buffers import append as _append, attach as _attach, thread_local as _local
 from .env import LOADPROBE_DIR
+from .stages import stage_id
 
-__all__ = ["Span", "probe", "record_span", "request"]
+__all__ = ["Span", "in_request", "note_extract_error", "probe", "record_span", "recording", "request"]
 
-# A frame is (request_id, span_id) of the innermost open span; span_id 0 means "none".
-ROOT = (None, 0)
 _frame = ContextVar("loadprobe_frame", default=ROOT)
 _frame_get = _frame.get
 _frame_set = _frame.set
@@ -54,136 +62,39 @@ _active = False
 _env_pending = bool(os.environ.get(LOADPROBE_DIR))
 
 _CO_GENERATOR, _CO_COROUTINE, _CO_ASYNC_GENERATOR = 0x20, 0x80, 0x200
-_CHUNK = 1024  # spans a thread reserves from the process's budget at a time
-DEFAULT_MAX_BUFFERED_SPANS = 1 << 17
 _NO_EXTRAS = (None, None, None, None, None, None)
-
-
-class _Alive:
-    """Lives in a thread's ``threading.local``; its death tells the flusher the thread ended."""
-
-    __slots__ = ("__weakref__",)
-
-
-class ThreadBuffer:
-    """Spans finished on one thread, waiting for the flusher, and that thread's open sync span."""
-
-    __slots__ = ("spans", "limit", "frame", "dropped", "extract_errors", "alive")
-
-    def __init__(self, alive: _Alive) -> None:
-        self.spans: list[tuple] = []
-        self.limit = 0  # spans it may hold without asking: its share reserved from _max_buffered
-        self.frame = ROOT
-        self.dropped = 0
-        self.extract_errors = 0
-        self.alive = weakref.ref(alive)
-
-
-# Stage names are registered once and recorded as small ints: the flusher turns them into a
-# dictionary column without looking at a string per span.
-_stage_ids: dict[str, int] = {}
-_stage_names: list[str] = []
-_stage_lock = threading.Lock()
 
 
 if _env_pending:
     # Before the host's server installs its own handlers (gunicorn's uvicorn worker imports the
-    # app, then serves): see _exit.py. Standard library only, like this module.
+    # app, then serves): see exits.py. Standard library only, like this module.
     from . import exits as _exit
 
     _exit.install_signal_handlers()
 
 
-def stage_id(name: str) -> int:
-    """The registry number of a stage name (registering it on first use)."""
-    number = _stage_ids.get(name)
-    if number is None:
-        with _stage_lock:
-            number = _stage_ids.get(name)
-            if number is None:
-                _stage_names.append(name)
-                number = _stage_ids[name] = len(_stage_names) - 1
-    return number
+# -- for adapters: the hot path's state, read without touching its internals ---------------
+
+def recording() -> bool:
+    """Whether spans are recorded now, or will be once the first probe starts the recorder that
+    LOADPROBE_DIR asks for. Two global reads: cheap enough to ask per request or per call."""
+    return _active or _env_pending
 
 
-def stage_names() -> list[str]:
-    """Every registered stage name, indexed by ``stage_id`` (append-only)."""
-    return list(_stage_names)
+def in_request() -> bool:
+    """Whether the caller runs inside an open request span (in this task, or the one it came from)."""
+    return _frame_get()[0] is not None
 
 
-# One memory bound for the process. Each thread holds a reservation (``ThreadBuffer.limit``)
-# taken from ``_max_buffered`` a chunk at a time, so the hot path compares against its own
-# buffer and touches nothing shared; a thread that fills its reservation asks for another
-# chunk (``_grow``, under the lock, once per chunk). A drain empties buffers but leaves their
-# reservations, so a busy thread keeps writing without asking. When the budget is spent,
-# reservations other threads hold but do not use (an idle thread's chunk, a burst's leftover
-# after a drain) are taken back -- once per drain or grant, so a full process drops without
-# scanning every buffer each time -- and spans are dropped only when the spans actually held
-# reach the cap -- whatever the number of threads.
-_local = threading.local()
-_buffers: list[ThreadBuffer] = []
-_buffers_lock = threading.Lock()
-_max_buffered = 0
-_chunk = _CHUNK
-_reserved = 0  # sum of the buffers' limits; at most _max_buffered
-_changes = 0  # drains and grants so far: only after one can a reclaim find unused room
-_reclaimed_at = -1  # _changes at the last reclaim
-_retired = [0, 0]  # dropped, extract_errors of buffers whose threads have ended
+note_extract_error = _buffers.note_extract_error  # the buffers own the counter; adapters import it from here
 
 
-def _thread_buffer() -> ThreadBuffer:
-    """This thread's buffer, registering it on first use."""
-    try:
-        return _local.buf
-    except AttributeError:
-        return _attach()
-
-
-def _attach() -> ThreadBuffer:
-    alive = _Alive()
-    buf = ThreadBuffer(alive)
-    _local.alive, _local.buf = alive, buf
-    with _buffers_lock:
-        _buffers.append(buf)
-    return buf
-
-
-def _grow(buf: ThreadBuffer) -> bool:
-    """Room for one more span in ``buf``: reserve another chunk; False when the process is full."""
-    global _reserved, _reclaimed_at, _changes
-    if _reserved >= _max_buffered and _reclaimed_at == _changes and len(buf.spans) >= buf.limit:
-        return False  # full, and nothing drained or granted since the last reclaim: drop without the lock
-    with _buffers_lock:
-        if len(buf.spans) < buf.limit:  # drained meanwhile
-            return True
-        free = _max_buffered - _reserved
-        if free <= 0 and _reclaimed_at != _changes:
-            _reclaimed_at = _changes
-            for other in _buffers:
-                unused = other.limit - len(other.spans)
-                if unused > 0:
-                    other.limit -= unused
-                    _reserved -= unused
-            free = _max_buffered - _reserved
-        if free <= 0:
-            return False
-        grant = min(free, _chunk)
-        buf.limit += grant
-        _reserved += grant
-        _changes += 1  # the rest of this grant is room a later reclaim may take back
-        return True
-
+# -- switched by the recorder ---------------------------------------------------------
 
 def activate(max_buffered_spans: int) -> None:
     """Start accepting spans; the process buffers at most ``max_buffered_spans`` of them."""
-    global _active, _max_buffered, _chunk, _reserved
-    with _buffers_lock:
-        _max_buffered = max_buffered_spans
-        _chunk = max(1, min(_CHUNK, max_buffered_spans // 64))  # a small cap still spreads over threads
-        _reserved = 0
-        for buf in _buffers:  # reservations start afresh; what is held still counts
-            buf.limit = len(buf.spans)
-            _reserved += buf.limit
+    global _active
+    _buffers.set_budget(max_buffered_spans)
     _active = True
 
 
@@ -199,65 +110,10 @@ def deactivate() -> None:
     _active = False
 
 
-def drain() -> list[tuple]:
-    """Take every finished span from every thread (flusher thread only)."""
-    global _changes, _reserved
-    rows: list[tuple] = []
-    # No lock to read the list (copying it is atomic under the GIL): a signal handler that
-    # stops the recorder may have interrupted the thread holding it.
-    buffers = list(_buffers)
-    ended = []
-    for buf in buffers:
-        spans = buf.spans
-        n = len(spans)
-        if n:
-            # Only the owner appends, and only at the end: the first n stay put while we copy.
-            rows += spans[:n]
-            del spans[:n]
-        if buf.alive() is None and not spans:
-            ended.append(buf)
-    _changes += 1
-    if ended and _buffers_lock.acquire(timeout=1.0):
-        try:
-            for buf in ended:
-                _buffers.remove(buf)
-                _retired[0] += buf.dropped
-                _retired[1] += buf.extract_errors
-                _reserved -= buf.limit  # an ended thread's reservation returns to the budget
-        finally:
-            _buffers_lock.release()
-    return rows
-
-
-def buffered() -> int:
-    """Spans waiting in buffers now."""
-    return sum(len(buf.spans) for buf in list(_buffers))
-
-
-def counters() -> tuple[int, int]:
-    """(spans dropped at the cap, extractor errors) since the process started recording."""
-    buffers = list(_buffers)  # lock-free, as in drain()
-    retired = list(_retired)
-    return (
-        retired[0] + sum(b.dropped for b in buffers),
-        retired[1] + sum(b.extract_errors for b in buffers),
-    )
-
-
-def reset_after_fork() -> None:
-    """In a forked child: forget the parent's unflushed spans (the parent writes them)."""
-    global _buffers_lock, _stage_lock, _reserved
-    _buffers_lock = threading.Lock()
-    _stage_lock = threading.Lock()  # another thread may have held either at the fork
-    _buffers.clear()
-    _retired[:] = [0, 0]
-    _reserved = 0
-    if getattr(_local, "buf", None) is not None:
-        buf = _local.buf
-        buf.spans.clear()
-        buf.limit = 0
-        buf.dropped = buf.extract_errors = 0
-        _buffers.append(buf)
+# What starts a recorder from LOADPROBE_DIR: set by loadprobe.record's __init__, which runs
+# before this module can be imported. The recorder switches this module on and off, so this
+# module does not import it: the dependency runs one way, recorder -> probe.
+env_start = None
 
 
 def _start_from_env() -> bool:
@@ -266,19 +122,10 @@ def _start_from_env() -> bool:
     _env_pending = False
     try:
         activate(DEFAULT_MAX_BUFFERED_SPANS)  # buffer at once: other threads' spans count from here
-        from .recorder import start_from_env
-
-        start_from_env()
+        env_start()
     except Exception:  # e.g. no new threads during interpreter shutdown: record nothing, raise nothing
         deactivate()
     return _active
-
-
-def _append(buf: ThreadBuffer, record: tuple) -> None:
-    if len(buf.spans) < buf.limit or _grow(buf):
-        buf.spans.append(record)
-    else:
-        buf.dropped += 1
 
 
 def status_of(exc: BaseException) -> str:
@@ -419,7 +266,7 @@ class Span:
         """A fresh span for one call of a decorated function, extras taken from its arguments."""
         live = Span(stage, request_id=self._request, is_request=self._is_request)
         if _active or (_env_pending and _start_from_env()):
-            buf = _thread_buffer()
+            buf = thread_buffer()
             live.batch = _evaluate(self.batch, args, kwargs, buf)
             live.shape = _evaluate(self.shape, args, kwargs, buf)
             live.engine = _evaluate(self.engine, args, kwargs, buf)

@@ -1,10 +1,12 @@
 """The recorder: drains span buffers and device samples into one run directory per process.
 
-One background thread (the flusher) converts what the probes buffered into Arrow batches
-and appends them to segment files (``_segments.py``); another samples devices
-(``_samplers.py``). The host's threads never wait for either: write errors are counted,
+One background thread (the flusher, ``flusher.py``) converts what the probes buffered into
+Arrow batches and appends them to segment files (``segments.py``); another samples devices
+(``samplers.py``). The host's threads never wait for either: write errors are counted,
 logged once and retried; past the memory cap spans are dropped and counted. Counters
-land in run.json so analysis can report data loss honestly.
+land in run.json (``rundir.py``) so analysis can report data loss honestly. This module is
+the recorder's API and the process's one recorder: started by ``loadprobe.start()`` or
+LOADPROBE_DIR, carried across fork, stopped at exit.
 
 Usage::
 
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -28,27 +29,11 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from time import perf_counter_ns
 
-from . import env as _env, exits as _exit, inventory as _inventory, probe as _probe
-from .._version import __version__
+from . import buffers as _buffers, env as _env, exits as _exit, inventory as _inventory, probe as _probe
+from . import rundir, stages as _stages
 
 log = logging.getLogger("loadprobe")
-
-RUN_SCHEMA = "run/1.0"
-_CONVERT_ROWS = 1 << 14  # spans per Arrow batch: bounds the flusher's temporary memory
-_YIELD_S = 50e-6  # the flusher sleeps this long between conversion slices (_tables.SLICE_ROWS)
-# Up to this many spans per flush the flusher yields the GIL between slices, so a service's
-# threads never wait behind it; above it (a flood far beyond any service's request rate) it
-# converts at full speed instead, since each yield costs up to a 5 ms switch interval to win
-# the GIL back from busy threads, and yielding would turn the flood into dropped spans.
-_YIELD_BELOW_ROWS = 1 << 16
-
-
-def _yield_gil() -> None:
-    """Let a host thread waiting for the GIL take it now (sleep(0) would take it straight back)."""
-    time.sleep(_YIELD_S)
-_FLUSH_POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -104,7 +89,7 @@ class Recorder:
         sample_devices: bool = True,
         sample_interval_s: float = 0.5,
         flush_interval_s: float = 1.0,
-        max_buffered_spans: int = _probe.DEFAULT_MAX_BUFFERED_SPANS,
+        max_buffered_spans: int = _buffers.DEFAULT_MAX_BUFFERED_SPANS,
         rotate_interval_s: float = 60.0,
         rotate_bytes: int = 64 << 20,
         record_spans: bool = True,
@@ -118,7 +103,7 @@ class Recorder:
         if max_buffered_spans < 1 or rotate_bytes < 1:
             raise ValueError("loadprobe.start: max_buffered_spans and rotate_bytes must be positive")
         self.output_dir = Path(output_dir)
-        self.service = _safe_name(service or os.environ.get(_env.LOADPROBE_SERVICE) or _program_name())
+        self.service = rundir.safe_name(service or os.environ.get(_env.LOADPROBE_SERVICE) or _program_name())
         self.tags = {str(k): str(v) for k, v in (tags or {}).items()}
         self.sample_devices = sample_devices
         self.sample_interval_s = sample_interval_s
@@ -132,45 +117,29 @@ class Recorder:
         self.from_env = False  # started by LOADPROBE_DIR rather than by the program
         self.pid = os.getpid()
         self.started_ns = time.time_ns()
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.started_ns / 1e9))
-        self.run_id = f"{self.pid}-{stamp}.{self.started_ns // 1_000_000 % 1000:03d}Z"
-        self.run_dir = self.output_dir / _inventory.host_name() / self.service / self.run_id
+        self.run_id = rundir.recorded_run_id(self.pid, self.started_ns)
+        self.run_dir = rundir.run_path(self.output_dir, rundir.host_name(), self.service, self.run_id)
         self.stopped_ns: int | None = None
-        self._spans_drained = 0
-        self._write_errors = 0
-        self._lost_rows: dict[str, int] = {}  # rows dropped while the disk refused them
-        self._invalid_spans = 0  # spans the converter refused
-        self._final = False  # set once the last flush ran (or stop gave up waiting): pending is lost
+        self._write_errors = 0  # the run directory's and run.json's; the flusher counts its own
         self._warned: set[str] = set()
-        self._pending: dict[str, list] = {"spans": [], "samples": []}
-        self._writers: dict = {}
-        self._converter = None
         self._sampler = None
         self._availability: dict = {}
         self._hardware: dict = {}
-        self._thread: threading.Thread | None = None
-        self._wake = threading.Event()
-        self._stopping = False
-        self._flush_cond = threading.Condition()
-        self._flushes_done = 0
-        self._flushes_asked = 0
         self._last_counters: tuple | None = None
         self._counter_base = (0, 0)
+        from .flusher import Flusher  # here, not at import: it loads pyarrow
+
+        self._flusher = Flusher(self)  # the writers, the converter and the thread; started by start()
 
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> Recorder:
         """Set up samplers and the flusher thread, write run.json, start accepting spans."""
-        from . import samplers as _samplers, segments as _segments, tables as _tables
+        from . import samplers as _samplers
 
-        self._counter_base = _probe.counters()
+        self._counter_base = _buffers.counters()
         if self.record_spans:
             _probe.activate(self.max_buffered_spans)  # buffer from now; written once the flusher runs
-        self._converter = _tables.SpanConverter(self.run_id)
-        for kind in ("spans", "samples"):
-            self._writers[kind] = _segments.SegmentWriter(
-                self.run_dir, kind, rotate_bytes=self.rotate_bytes, rotate_interval_s=self.rotate_interval_s
-            )
         sources = _samplers.default_sources(self.sampler_pids, include_children=self.sampler_pids is not None)
         self._availability = {s.name: s.availability() for s in sources}
         gpus = next((s.inventory() for s in sources if s.name == "nvml"), [])
@@ -181,24 +150,17 @@ class Recorder:
             for source in sources:
                 if hasattr(source, "close"):
                     source.close()
+        self._flusher.sampler = self._sampler
         self._reserve_run_dir()
         self._write_run_json()
-        self._thread = threading.Thread(target=self._run, name="loadprobe-flusher", daemon=True)
-        self._thread.start()
+        self._flusher.start()
         if self._sampler is not None:
             self._sampler.start()
         return self
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Write everything buffered so far; True once it is on disk (or tried and counted)."""
-        thread = self._thread
-        if thread is None or not thread.is_alive():
-            return False
-        with self._flush_cond:
-            self._flushes_asked += 1
-            wanted = self._flushes_asked
-            self._wake.set()
-            return self._flush_cond.wait_for(lambda: self._flushes_done >= wanted, timeout)
+        return self._flusher.flush(timeout)
 
     def stop(self, timeout: float = 10.0) -> RecorderStats:
         """Stop sampling and recording, write what is left, finish the files as Parquet."""
@@ -213,129 +175,55 @@ class Recorder:
             _probe.deactivate()
         if self._sampler is not None:
             self._sampler.stop()
-        self._stopping = True
-        self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-        # Whatever the flusher has not written by now is lost, and counted so (a flusher still
-        # stuck on a refusing disk may yet write some; its run.json then says so).
-        self._final = True
+        self._flusher.stop(timeout)  # what it has not written by then is lost, and counted so
         return self.stats()
 
     def stats(self) -> RecorderStats:
         """The counters now (while recording, ``spans_pending`` is what waits in memory)."""
-        cap_dropped, extractor_errors = _probe.counters() if self.record_spans else (0, 0)
+        flusher = self._flusher
+        cap_dropped, extractor_errors = _buffers.counters() if self.record_spans else (0, 0)
         cap_dropped -= self._counter_base[0]  # the process-wide counters, since this recorder started
         extractor_errors -= self._counter_base[1]
-        buffered = _probe.buffered() if self.record_spans and not self._final else 0
-        spans_writer = self._writers.get("spans")
-        samples_writer = self._writers.get("samples")
-        recorded = self._spans_drained + buffered + cap_dropped
-        written = spans_writer.rows_written if spans_writer else 0
-        write_dropped, invalid = self._lost("spans"), self._invalid_spans
+        buffered = _buffers.buffered() if self.record_spans and not flusher.final else 0
+        spans_writer, samples_writer = flusher.writers["spans"], flusher.writers["samples"]
+        recorded = flusher.spans_drained + buffered + cap_dropped
+        written = spans_writer.rows_written
+        write_dropped, invalid = flusher.lost("spans"), flusher.invalid_spans
         dropped = cap_dropped + write_dropped + invalid
         # Drained but not yet written: in the flusher's hands or waiting for the disk.
         in_memory = max(0, recorded - written - dropped)
-        samples_in_memory = sum(b.num_rows for b in self._pending["samples"])
+        samples_in_memory = sum(b.num_rows for b in flusher.pending["samples"])
         return RecorderStats(
             run_dir=str(self.run_dir),
             spans_recorded=recorded,
             spans_dropped=dropped,
             spans_written=written,
-            samples_written=samples_writer.rows_written if samples_writer else 0,
-            samples_dropped=(self._sampler.dropped if self._sampler else 0) + self._lost("samples"),
-            files=sum(w.files_written for w in self._writers.values()),
-            write_errors=self._write_errors + sum(w.rotation_errors for w in self._writers.values()),
+            samples_written=samples_writer.rows_written,
+            samples_dropped=(self._sampler.dropped if self._sampler else 0) + flusher.lost("samples"),
+            files=sum(w.files_written for w in flusher.writers.values()),
+            write_errors=(self._write_errors + flusher.write_errors
+                          + sum(w.rotation_errors for w in flusher.writers.values())),
             extractor_errors=extractor_errors,
-            invalid_values=self._converter.invalid_values if self._converter else 0,
+            invalid_values=flusher.converter.invalid_values,
             spans_dropped_cap=cap_dropped,
             spans_dropped_write=write_dropped,
             spans_dropped_invalid=invalid,
-            spans_pending=0 if self._final else in_memory,
-            spans_lost=in_memory if self._final else 0,
-            samples_lost=samples_in_memory if self._final else 0,
+            spans_pending=0 if flusher.final else in_memory,
+            spans_lost=in_memory if flusher.final else 0,
+            samples_lost=samples_in_memory if flusher.final else 0,
         )
 
-    # -- the flusher thread ----------------------------------------------------------
+    # -- called back by the flusher thread ---------------------------------------------
 
-    def _run(self) -> None:
-        self._recover_dead_runs()
-        last = time.monotonic()
-        early = max(1, self.max_buffered_spans // 2)
-        while not self._stopping:
-            self._wake.wait(_FLUSH_POLL_S)
-            if self._stopping:
-                break
-            asked = self._wake.is_set()
-            if asked or time.monotonic() - last >= self.flush_interval_s or (self.record_spans and _probe.buffered() >= early):
-                self._wake.clear()
-                self._flush_once()
-                last = time.monotonic()
-        self._flush_once()
-        for writer in self._writers.values():
-            writer.close()
-        self._final = True  # what the last flush could not write is lost now, and counted
+    def _after_flush(self) -> None:
+        counters = tuple(self.stats().as_dict().values())
+        if counters != self._last_counters:
+            self._last_counters = counters
+            self._write_run_json()
+
+    def _finished(self) -> None:
         self.stopped_ns = time.time_ns()
         self._write_run_json()
-        self._notify_flushed()
-
-    def _flush_once(self) -> None:
-        done = self._flushes_asked
-        try:
-            offset = time.time_ns() - perf_counter_ns()
-            if self.record_spans:
-                rows = _probe.drain()
-                self._spans_drained += len(rows)
-                pause = _yield_gil if len(rows) <= _YIELD_BELOW_ROWS else None
-                for at in range(0, len(rows), _CONVERT_ROWS):
-                    chunk = rows[at:at + _CONVERT_ROWS]
-                    try:
-                        self._pending["spans"].append(self._converter.batch(chunk, offset, pause))
-                    except Exception as exc:  # a value the converter cannot take: count the loss, go on
-                        self._invalid_spans += len(chunk)
-                        self._warn_once("convert", f"loadprobe: could not convert {len(chunk)} spans ({exc!r}); "
-                                                   "they are counted as dropped")
-                del rows
-            if self._sampler is not None:
-                samples = self._sampler.drain()
-                if samples:
-                    from .tables import samples_batch
-
-                    self._pending["samples"].append(samples_batch(samples))
-            for kind in self._pending:
-                self._write_pending(kind)
-            counters = tuple(self.stats().as_dict().values())
-            if counters != self._last_counters:
-                self._last_counters = counters
-                self._write_run_json()
-        except Exception as exc:  # a bug here must never reach the host; say it once
-            self._warn_once("internal", f"loadprobe: flusher error, recording continues: {exc!r}")
-        with self._flush_cond:
-            self._flushes_done = max(self._flushes_done, done)
-            self._flush_cond.notify_all()
-
-    def _notify_flushed(self) -> None:
-        with self._flush_cond:
-            self._flushes_done = self._flushes_asked
-            self._flush_cond.notify_all()
-
-    def _write_pending(self, kind: str) -> None:
-        pending, writer = self._pending[kind], self._writers[kind]
-        try:
-            while pending:
-                writer.write(pending[0])
-                pending.pop(0)
-            writer.rotate_if_due()
-        except OSError as exc:
-            self._write_errors += 1
-            self._warn_once("write", f"loadprobe: cannot write to {self.run_dir} ({exc}); "
-                                     "keeping data in memory up to the cap and retrying")
-        # Data the disk refused waits in memory, bounded like the buffers: oldest goes first.
-        while sum(b.num_rows for b in pending) > self.max_buffered_spans and len(pending) > 1:
-            self._lost_rows[kind] = self._lost_rows.get(kind, 0) + pending.pop(0).num_rows
-
-    def _lost(self, kind: str) -> int:
-        return self._lost_rows.get(kind, 0)
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -346,22 +234,13 @@ class Recorder:
 
     def _reserve_run_dir(self) -> None:
         """Create a run directory nobody has used; never reuse one (nothing is overwritten)."""
-        base, n = self.run_dir, 1
-        while True:
-            try:
-                self.run_dir.parent.mkdir(parents=True, exist_ok=True)
-                self.run_dir.mkdir()
-                break
-            except FileExistsError:
-                n += 1
-                self.run_dir = base.with_name(f"{base.name}-{n}")
-            except OSError as exc:
-                self._write_errors += 1
-                self._warn_once("write", f"loadprobe: cannot create {self.run_dir} ({exc}); "
-                                         "recording continues in memory up to the cap and keeps retrying")
-                break
-        for writer in self._writers.values():
-            writer.directory = self.run_dir
+        try:
+            self.run_dir = rundir.create(self.run_dir)
+        except OSError as exc:
+            self._write_errors += 1
+            self._warn_once("write", f"loadprobe: cannot create {self.run_dir} ({exc}); "
+                                     "recording continues in memory up to the cap and keeps retrying")
+        self._flusher.move_to(self.run_dir)
 
     def run_info(self) -> dict:
         """The content of run.json."""
@@ -372,21 +251,11 @@ class Recorder:
             proc_started = psutil.Process(self.pid).create_time()
         except Exception:
             pass
-        return {
-            "schema": RUN_SCHEMA,
-            "loadprobe_version": __version__,
-            "host": _inventory.host_name(),
-            "service": self.service,
-            "run_id": self.run_id,
-            "pid": self.pid,
-            "process_started": proc_started,
-            "argv": list(sys.argv),
-            "started_ns": self.started_ns,
-            "stopped_ns": self.stopped_ns,
-            "forked_from": self.forked_from,
-            "tags": self.tags,
-            "role": "service" if self.record_spans else "supervisor",
-            "settings": {
+        return rundir.run_document(
+            host=rundir.host_name(), service=self.service, run_id=self.run_id, pid=self.pid,
+            process_started=proc_started, started_ns=self.started_ns, stopped_ns=self.stopped_ns,
+            forked_from=self.forked_from, tags=self.tags, role="service" if self.record_spans else "supervisor",
+            settings={
                 "sample_devices": self.sample_devices,
                 "sample_interval_s": self.sample_interval_s,
                 "flush_interval_s": self.flush_interval_s,
@@ -394,38 +263,21 @@ class Recorder:
                 "rotate_interval_s": self.rotate_interval_s,
                 "rotate_bytes": self.rotate_bytes,
             },
-            "hardware": self._hardware,
-            "samplers": self._availability if self.sample_devices else {},
-            "counters": {k: v for k, v in self.stats().as_dict().items() if k != "run_dir"},
-        }
+            hardware=self._hardware,
+            samplers=self._availability if self.sample_devices else {},
+            counters={k: v for k, v in self.stats().as_dict().items() if k != "run_dir"},
+        )
 
     def _write_run_json(self) -> None:
-        path = self.run_dir / "run.json"
-        tmp = self.run_dir / ".run.json.tmp"
+        # Written with room to spare: a full disk refuses a new file but not the blocks run.json
+        # already has, so the counters (loss included) still reach the disk, written in place.
         try:
-            tmp.write_bytes(_padded(self._run_json_bytes()))
-            os.replace(tmp, path)  # our own metadata: replaced whole, never half-written
-            return
+            rundir.write_run_json(self.run_dir, self.run_info(), room=True)
         except OSError as exc:
             self._write_errors += 1
-            self._warn_once("write", f"loadprobe: cannot write {path} ({exc}); recording continues")
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        # A full disk refuses a new file but not the blocks run.json already has: the padding
-        # written above leaves room, so the counters (loss included) still reach the disk.
-        data = self._run_json_bytes()
-        try:
-            with open(path, "r+b") as handle:
-                size = os.fstat(handle.fileno()).st_size
-                if len(data) <= size:
-                    handle.write(data[:-1] + b" " * (size - len(data)) + b"\n")
-        except OSError:
-            pass  # no run.json at all, or not even that: analysis reports the counters unknown
-
-    def _run_json_bytes(self) -> bytes:
-        return (json.dumps(self.run_info(), indent=2, default=str) + "\n").encode("utf-8")
+            self._warn_once("write", f"loadprobe: cannot write {self.run_dir / rundir.RUN_JSON} ({exc}); "
+                                     "recording continues")
+            rundir.rewrite_in_place(self.run_dir, self.run_info())
 
     def _recover_dead_runs(self) -> None:
         """Finish segments that crashed processes of this service left on this host."""
@@ -437,37 +289,10 @@ class Recorder:
             return
         for run_dir in siblings:
             try:
-                if run_is_dead(run_dir):
+                if rundir.run_is_dead(run_dir):
                     recover_run(run_dir)
             except Exception as exc:
                 self._warn_once("recover", f"loadprobe: could not recover {run_dir}: {exc}")
-
-
-def _padded(data: bytes) -> bytes:
-    """run.json followed by spaces (valid JSON whitespace) to room for its later, longer versions."""
-    size = -(-(len(data) + 1024) // 4096) * 4096
-    return data[:-1] + b" " * (size - len(data)) + b"\n"
-
-
-def run_is_dead(run_dir: Path) -> bool:
-    """Whether the process that wrote ``run_dir`` on this host has ended (so its files are final)."""
-    try:
-        info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-        pid = int(info["pid"])
-        started = info.get("process_started")
-    except (OSError, ValueError, KeyError, TypeError):
-        return False  # not ours to touch
-    if info.get("host") != _inventory.host_name():
-        return False
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        return started is not None and abs(proc.create_time() - float(started)) > 1.0  # pid reused
-    except psutil.NoSuchProcess:
-        return True
-    except psutil.Error:
-        return False
 
 
 def _program_name() -> str:
@@ -476,10 +301,6 @@ def _program_name() -> str:
     if name in ("__main__", "-c", ""):
         name = path.parent.name or "python"
     return name
-
-
-def _safe_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name)).strip(".") or "service"
 
 
 # -- the process-wide recorder ---------------------------------------------------------
@@ -601,7 +422,7 @@ def start_from_env() -> None:
     _install_hooks()  # now, so a short-lived program still finishes its files at exit
     _exit.install_signal_handlers()  # on the main thread only; the probe's thread may be it
     _exit.register_multiprocessing_finalizer()  # now: a short child may exit before the start ends
-    _probe.activate(_probe.DEFAULT_MAX_BUFFERED_SPANS)
+    _probe.activate(_buffers.DEFAULT_MAX_BUFFERED_SPANS)
     _env_start_done.clear()
     try:
         # Not a daemon: an interpreter that exits at once waits for it, so atexit finds a recorder.
@@ -658,7 +479,8 @@ def _after_fork_in_child() -> None:
     starting = not _env_start_done.is_set()  # the parent was still starting from the environment
     _env_start_done = threading.Event()
     _env_start_done.set()
-    _probe.reset_after_fork()
+    _buffers.reset_after_fork()  # the parent's unflushed spans are the parent's to write
+    _stages.reset_after_fork()
     _exit.after_fork_in_child()  # multiprocessing's children leave through os._exit
     if parent is None:
         if starting:  # that start's thread did not survive the fork: start afresh in this child

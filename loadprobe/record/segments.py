@@ -20,6 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._files import PendingFile, is_temporary
 from ..schema import ROW_GROUP_ROWS, SCHEMAS, parquet_options, write_row_groups
 
 _NAME = re.compile(r"^\.?(spans|samples)-(\d{5,})\.(parquet|arrows)$")
@@ -188,32 +189,29 @@ def finish_stream(stream: Path) -> bool:
     if target.exists():  # converted before a crash stopped the delete
         stream.unlink(missing_ok=True)
         return False
-    tmp = target.with_name(f".{target.name}.tmp")
-    rows = 0
+    pending = PendingFile(target, durable=True, overwrite=False)  # recorded data: it must survive a crash
     try:
         writer = None
         group: list[pa.RecordBatch] = []
         for batch in chain(_complete_batches(stream), [None]):  # None: flush the last group
             if batch is not None:
                 group.append(batch)
-                rows += batch.num_rows
             if group and (batch is None or sum(b.num_rows for b in group) >= ROW_GROUP_ROWS):
                 if writer is None:
-                    writer = pq.ParquetWriter(str(tmp), group[0].schema, **parquet_options(group[0].schema))
+                    writer = pq.ParquetWriter(str(pending.path), group[0].schema, **parquet_options(group[0].schema))
                 write_row_groups(writer, pa.Table.from_batches(group))
                 group = []
         if writer is None:  # nothing complete in it: nothing was recorded there
             stream.unlink(missing_ok=True)
             return False
         writer.close()
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        if target.exists():
-            raise FileExistsError(f"{target} appeared while writing it; left {tmp} beside it")
-        os.rename(tmp, target)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        pending.discard()
         raise
+    try:
+        pending.commit()
+    except FileExistsError:
+        raise FileExistsError(f"{target} appeared while writing it; the stream is kept") from None
     stream.unlink()
     return True
 
@@ -222,8 +220,8 @@ def recover_run(run_dir: Path) -> int:
     """Finish the segment streams a dead process left behind; returns the files written."""
     entries = sorted(os.scandir(run_dir), key=lambda e: e.name)
     for entry in entries:
-        if entry.name.endswith(".parquet.tmp"):
-            Path(entry.path).unlink(missing_ok=True)  # a conversion cut short; its stream is still there
+        if is_temporary(entry.name):
+            Path(entry.path).unlink(missing_ok=True)  # a write cut short (a conversion's stream is still there)
     written = 0
     for entry in entries:
         match = _NAME.match(entry.name)

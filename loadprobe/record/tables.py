@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import probe as _probe
+from .stages import stage_names
 from ..schema import SAMPLES, SPANS
 
 _NO_EXTRAS = (None, None, None, None, None, None)
@@ -284,7 +284,7 @@ class _Codes:
 
 def _stages(ids: np.ndarray) -> pa.DictionaryArray:
     """Stage ids from the probe's registry -> a dictionary column of just the stages present."""
-    names = _probe.stage_names()
+    names = stage_names()
     if ids.size == 0:
         return _dictionary([])
     present = np.flatnonzero(np.bincount(ids))

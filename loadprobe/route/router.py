@@ -251,7 +251,7 @@ class Router:
         counts["submitted"] += 1
         self._rules.note_request()
         try:
-            if _probe._active and _probe._frame_get()[0] is None:
+            if _probe.recording() and not _probe.in_request():
                 with _probe.request():  # the root span the stage spans attach to, unless the caller has one
                     result = await self._through(payload, priority, shape, precision)
             else:

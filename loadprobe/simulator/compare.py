@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import LoadprobeError
+from ..formats import SIMULATION
 from ..pipeline.config import PipelineConfig
 from ..pipeline.plans import read_plans_json
 from .._table import text_table
@@ -26,7 +27,7 @@ from .result import SimulationResult
 
 __all__ = ["Comparison", "read_plans", "simulate_plans"]
 
-VERSION = "1.0"
+VERSION = SIMULATION.value
 
 
 def read_plans(path: str | Path) -> list[tuple[str, PipelineConfig]]:

@@ -10,7 +10,7 @@ ort = pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from loadprobe.record import probe as _probe
+from loadprobe.record import buffers as _buffers
 from loadprobe import request  # noqa: E402
 from loadprobe.instrumentation import onnxruntime as lp_ort  # noqa: E402
 from loadprobe.instrumentation.onnx_cost import ModelCost, load_graph, model_cost  # noqa: E402
@@ -177,7 +177,7 @@ def test_without_a_recorder_runs_are_plain_calls(session):
     lp_ort.instrument_session(session)
     (out,) = session.run(None, feed(2))
     assert out.shape == (2, 10)
-    assert _probe.buffered() == 0
+    assert _buffers.buffered() == 0
 
 
 @pytest.mark.parametrize(("provider", "options", "engine"), [

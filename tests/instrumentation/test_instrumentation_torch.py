@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from loadprobe.record import probe as _probe
+from loadprobe.record import buffers as _buffers
 from loadprobe import request  # noqa: E402
 from loadprobe.instrumentation import torch as lp_torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
@@ -151,7 +151,7 @@ def test_without_a_recorder_hooks_record_nothing_and_change_nothing(net):
         expected = net(x)
         lp_torch.instrument(net, {"model": net, "backbone": net.conv}, count_flops=True)
         assert torch.equal(net(x), expected)
-    assert _probe.buffered() == 0
+    assert _buffers.buffered() == 0
     assert lp_torch._hooks[net].flops == {}  # counting only happens for recorded spans
 
 

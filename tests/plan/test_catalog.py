@@ -172,7 +172,11 @@ def test_bad_override_names_file_device_and_field(tmp_path, devices, expected):
     ("{\"devices\": {", r"not valid JSON \(.* at line 1"),
     ("[]", r"expected an object with a \"devices\" object"),
     ("{\"devices\": {}, \"extra\": 1}", r"unknown top-level key 'extra'"),
-    ("{\"version\": \"2.0\", \"devices\": {}}", r"catalog version '2.0' is not supported"),
+    ("{\"version\": \"2.0\", \"devices\": {}}",
+     r"written with catalog format 2\.0, newer than this loadprobe reads \(1\.0\); upgrade loadprobe"),
+    ("{\"version\": \"0.9\", \"devices\": {}}",
+     r"catalog version '0\.9' is not supported; this loadprobe reads version 1\.x"),
+    ("{\"version\": 1, \"devices\": {}}", r"catalog version 1 is not supported; this loadprobe reads version 1\.x"),
 ])
 def test_bad_files_are_named(tmp_path, text, expected):
     path = tmp_path / "site.json"

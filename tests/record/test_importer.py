@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadprobe.record import importer, timestamps
+from loadprobe.record import importer, rundir, timestamps
 from loadprobe._errors import LoadprobeError
 from loadprobe.cli import _Group
 from loadprobe.cli import import_ as cli_import
@@ -313,7 +313,7 @@ def test_input_is_untouched_and_importing_twice_makes_two_runs(tmp_path):
 
 
 def test_a_taken_run_name_gets_a_suffix(tmp_path, monkeypatch):
-    monkeypatch.setattr(importer, "_utc_stamp", lambda ns: "20260101T000000.000Z")
+    monkeypatch.setattr(rundir, "utc_stamp", lambda ns: "20260101T000000.000Z")
     log = write(tmp_path / "r.csv", "ts\n2026-01-01 00:00:00\n")
     names = [import_log(log, tmp_path).run_dir.name for _ in range(3)]
     assert names == ["import-r-20260101T000000.000Z", "import-r-20260101T000000.000Z-2",

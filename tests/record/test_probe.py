@@ -10,7 +10,7 @@ import time
 import pytest
 
 import loadprobe
-from loadprobe.record import probe as _probe
+from loadprobe.record import buffers as _buffers
 from loadprobe import probe, request
 
 from ..conftest import by_stage, stopped_spans
@@ -24,7 +24,7 @@ def test_without_a_recorder_probes_are_plain_calls():
     assert double(21) == 42
     with probe("block") as span:
         span.batch = 3
-    assert _probe.buffered() == 0
+    assert _buffers.buffered() == 0
 
 
 def test_a_20ms_sleep_records_about_20ms(recorder):
@@ -290,7 +290,7 @@ def test_probes_never_raise_into_the_host_when_the_flusher_breaks(recorder, monk
     def broken_batch(rows, offset):
         raise RuntimeError("converter bug")
 
-    monkeypatch.setattr(recorder._converter, "batch", broken_batch)
+    monkeypatch.setattr(recorder._flusher.converter, "batch", broken_batch)
 
     @probe("work")
     def work(x):
@@ -372,3 +372,47 @@ def test_record_span_with_a_request_id_is_that_requests_root(recorder):
     record_span("client", t0, t0 + 1000, request_id="abc-1", queue_ns=10)
     (row,) = stopped_spans(recorder)
     assert (row["stage"], row["request_id"], row["parent_id"], row["dur_ns"]) == ("client", "abc-1", None, 1000)
+
+
+def test_what_adapters_ask_the_hot_path(recorder):
+    """recording(), in_request() and note_extract_error(): the adapters' and the router's only view of it."""
+    from loadprobe.record.probe import in_request, note_extract_error, recording
+
+    assert recording() and not in_request()
+    seen = {}
+
+    async def task():
+        seen["task"] = in_request()
+
+    with request():
+        seen["request"] = in_request()
+        asyncio.run(task())  # asyncio.run copies the context: the task is inside the request too
+        with probe("inner"):
+            seen["inner"] = in_request()
+    with probe("outside"):
+        seen["outside"] = in_request()
+    assert seen == {"request": True, "task": True, "inner": True, "outside": False}
+    note_extract_error()
+    assert recorder.stats().extractor_errors == 1
+    other = threading.Thread(target=note_extract_error)  # a thread with no buffer yet gets one
+    other.start()
+    other.join()
+    assert recorder.stats().extractor_errors == 2
+    loadprobe.stop()
+    assert not recording()
+
+
+def test_the_fast_wrapper_reads_no_module_attribute_per_call():
+    """The hot path's globals are its own module's: after the split into probe/buffers/stages,
+    a plain @probe must not pay a module attribute lookup (``_buffers.x``) per call."""
+    import types
+
+    from loadprobe.record import probe as probe_module
+
+    wrapper = probe("fast")(lambda x: x)
+    names = wrapper.__code__.co_names
+    for name in names:
+        value = wrapper.__globals__.get(name)
+        assert not isinstance(value, types.ModuleType), f"{name}.<attribute> read on every call"
+    assert wrapper.__globals__ is vars(probe_module)
+    assert {"_active", "_env_pending", "_local", "_frame_get", "_span_ids", "_append"} <= set(names)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadprobe.record.probe import stage_id
+from loadprobe.record.stages import stage_id
 from loadprobe.record.tables import SpanConverter, samples_batch
 from loadprobe.schema import SAMPLES, SPANS
 
