@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from loadprobe._files import pending_file, write_file
+
 from .shapes import CHANNELS, GRID, SIZE, STRIDES
 
 INPUT, OUTPUT = "images", "features"
@@ -59,7 +61,7 @@ def build_fp32(path: Path) -> Path:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="loadprobe")
     model.ir_version = 8
     onnx.checker.check_model(model)
-    _atomic_write(path, model.SerializeToString())
+    write_file(path, model.SerializeToString())  # several servers may build the cache at once
     return path
 
 
@@ -77,12 +79,10 @@ def build_int8(fp32: Path, path: Path, calibration: np.ndarray, *, exclude: list
         def get_next(self):
             return next(self._batches, None)
 
-    tmp = path.with_name(f".{os.getpid()}.{path.name}")  # keeps .onnx; one per builder
-    with _quiet_root_logger():  # ORT advises "pre-processing" on the root logger each time
+    with pending_file(path) as tmp, _quiet_root_logger():  # ORT advises "pre-processing" on the root logger
         quantize_static(str(fp32), str(tmp), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                         nodes_to_exclude=list(exclude or []))
-    os.replace(tmp, path)
     return path
 
 
@@ -115,13 +115,6 @@ def open_session(path: Path, threads: int = 1):
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    # Several servers may build the cache at once: each writes its own file, the rename is atomic.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 @contextlib.contextmanager
