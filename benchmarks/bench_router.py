@@ -23,7 +23,7 @@ import tempfile
 import time
 
 import loadprobe
-from loadprobe.pipeline import config as pipeline
+from loadprobe import pipeline
 from loadprobe.route import Router
 
 PLAN = """

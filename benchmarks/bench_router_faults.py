@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from loadprobe.pipeline import config as pipeline
+from loadprobe import pipeline
 from loadprobe.route import Rejected, Router
 
 PLAN = """

@@ -360,6 +360,9 @@ def _fast_sync(fn, stage_name: str):
     return wrapper
 
 
+# One wrapper per calling convention -- call, await, yield from, async iteration -- each the
+# same open/close around a different way of running ``fn``: Python cannot share that body
+# between them without an extra frame or coroutine per call on the host's path.
 def _generic_sync(fn, stage: str, template: Span):
     def wrapper(*args, **kwargs):
         span = template._live(stage, args, kwargs)

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from loadprobe.pipeline import config as pipeline
+from loadprobe import pipeline
 from loadprobe._errors import LoadprobeError
 from loadprobe.route import Rejected, Router
 

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from loadprobe.pipeline import config as pipeline
+from loadprobe import pipeline
 from loadprobe.route import Rejected, Router
 
 TIMEOUT = "within its 40 ms timeout"

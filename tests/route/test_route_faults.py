@@ -11,7 +11,7 @@ import threading
 import time
 from collections import Counter
 
-from loadprobe.pipeline import config as pipeline
+from loadprobe import pipeline
 from loadprobe.route import Rejected, Router
 
 PLAN = """

@@ -180,7 +180,7 @@ class Item:
 
 
 def engine_model(shed_by: str = "priority"):
-    from loadprobe.pipeline import config as pipeline
+    from loadprobe import pipeline
     from loadprobe.route.policy import Lane, Slots
 
     config = pipeline.loads(PLAN)
@@ -255,7 +255,7 @@ def test_the_ready_lane_has_the_highest_priority_waiting_then_the_oldest():
 
 
 def test_stage_rules_move_within_the_cap_and_fall_back_to_queueing():
-    from loadprobe.pipeline import config as pipeline
+    from loadprobe import pipeline
     from loadprobe.route.policy import PipelineRules
 
     clock = Clock()
@@ -276,7 +276,7 @@ def test_stage_rules_move_within_the_cap_and_fall_back_to_queueing():
 
 
 def test_stage_rules_breaker_retries_and_routing_by_shape_and_precision():
-    from loadprobe.pipeline import config as pipeline
+    from loadprobe import pipeline
     from loadprobe.route.policy import PipelineRules
 
     clock = Clock()

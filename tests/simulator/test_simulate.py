@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from loadprobe.load import generator as load
-from loadprobe.pipeline import config as pipeline
+from loadprobe import load
+from loadprobe import pipeline
 from loadprobe.estimate.queueing import erlang_c
 from loadprobe.simulator import constant, exponential, from_config, lognormal, simulate
 

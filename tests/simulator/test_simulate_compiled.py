@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loadprobe.load import generator as load
+from loadprobe import load
 from loadprobe._errors import LoadprobeError
 from loadprobe.pipeline.config import (
     BatchConfig,

@@ -168,14 +168,14 @@ def paired(samplers: dict, seed: int) -> dict:
 
 
 def poisson(rate: float, seconds: float, seed: int) -> np.ndarray:
-    from loadprobe.load import generator as load
+    from loadprobe import load
 
     return load.poisson(rate, duration=seconds, seed=seed)
 
 
 def azure(speed: float, seconds: float, start_s: float) -> np.ndarray:
     """The Azure LLM 2023 code trace from ``start_s`` seconds in, ``speed`` times faster, ``seconds`` long."""
-    from loadprobe.load import generator as load
+    from loadprobe import load
 
     times = load.arrivals(TRACE, preset="azure-llm-2023")
     return load.replay(times[times >= times[0] + int(start_s * 1e9)], speed=speed, duration=seconds)
@@ -253,7 +253,7 @@ class Comparison:
 
 def measure(plan: str, offsets: np.ndarray, *, scale: float, seed: int) -> dict:
     """Serve the Router, send ``offsets`` with the loadprobe load client: what the server and the client saw."""
-    from loadprobe.load import generator as load
+    from loadprobe import load
 
     offsets = np.sort(np.asarray(offsets, dtype=float))
     with server_process(plan, scale, seed, float(offsets[0])) as port, \
@@ -293,7 +293,7 @@ def _percentiles_ms(values_ms) -> dict:
 def compare(name: str, offsets: np.ndarray, *, scale: float = 10.0, seed: int = 1, draws: str = "paired",
             plan: str | None = None) -> Comparison:
     """Measure ``offsets`` on the real Router, simulate the same, compare."""
-    from loadprobe.pipeline import config as pipeline
+    from loadprobe import pipeline
     from loadprobe.simulator import simulate
 
     plan = plan or plan_text(scale)

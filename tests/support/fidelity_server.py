@@ -73,7 +73,7 @@ def serve(plan_path: str, scale: float, seed: int, first_offset: float) -> None:
     import gc
     import threading
 
-    from loadprobe.pipeline import config as pipeline
+    from loadprobe import pipeline
     from loadprobe.load.timers import event_loop as _event_loop, timer_slack as _timer_slack  # the load client's precise timers: sleeps wake on time
     from loadprobe.route import Rejected, Router
 
