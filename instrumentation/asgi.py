@@ -70,7 +70,7 @@ class LoadprobeMiddleware:
             if name == self._header:
                 request_id = value.decode("latin-1")
                 break
-        span = Span("http", request_id=request_id, is_request=True)._open()
+        span = Span("http", request_id=request_id, is_request=True).open()
         code = None
         done = False
 
@@ -89,7 +89,7 @@ class LoadprobeMiddleware:
                 elif code is not None and isinstance(exc, OSError):
                     span.status = "cancelled"  # the client went away mid-response
             finally:
-                span._close(exc)
+                span.close(exc)
 
         async def send_and_time(message):
             nonlocal code

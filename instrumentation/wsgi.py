@@ -49,7 +49,7 @@ class LoadprobeWSGIMiddleware:
     def __call__(self, environ, start_response):
         if not recording():
             return self.app(environ, start_response)
-        span = Span("http", request_id=environ.get(self._key), is_request=True)._open()
+        span = Span("http", request_id=environ.get(self._key), is_request=True).open()
         response = _Response(self, environ, span)
 
         def start_and_note(status, headers, exc_info=None):
@@ -109,7 +109,7 @@ class _Response:
             self._span.stage = str(self._environ.get("REQUEST_METHOD", "HTTP"))
         if exc is None:
             self._span.status = http_status(self.code)
-        self._span._close(exc)  # never raises: Span._close only appends to the thread's buffer
+        self._span.close(exc)  # never raises: Span.close only appends to the thread's buffer
 
 
 def instrument_flask(app, **options):

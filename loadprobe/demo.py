@@ -36,6 +36,7 @@ from urllib.request import urlopen
 import numpy as np
 
 from ._errors import LoadprobeError
+from ._files import write_file
 from .plan.simulation import STRESS
 
 SERVICE = "vision"
@@ -167,7 +168,7 @@ def _simulate(sent: Path, data: Path, portrait, report: Path, plans: Path, speed
                                 arrivals=f"the recorded requests at {speed:.3g}x: the production rate, then {STRESS:g}x")
     echo("\n" + comparison.render())
     path = report / "simulation.json"
-    path.write_text(json.dumps(comparison.to_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    write_file(path, json.dumps(comparison.to_dict(), indent=2, allow_nan=False) + "\n")
     return {"simulation": path}
 
 
@@ -207,7 +208,7 @@ def _recommend(portrait, report: Path, echo, align: Path | None = None) -> dict[
     echo("\n" + render(plan))
     pipeline = save(plan.to_pipeline(), report / "pipeline.yaml")
     plans = report / "plans.json"
-    plans.write_text(json.dumps(plan_dict(plan), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    write_file(plans, json.dumps(plan_dict(plan), indent=2, allow_nan=False) + "\n")
     return {"pipeline": pipeline, "plans": plans}
 
 

@@ -23,7 +23,7 @@ from .columns import SpanColumns
 from .dataset import FileRef
 from .histogram import Histogram
 from .kernel_numpy import NS_PER_S, RUN_WINDOW_SLACK_NS, Grouped, StageRows, count_values, record_gaps
-from .kernels import compiled_library, unavailable_reason
+from .kernels import compiled_library
 from .partials import Partial, add_counts, pick
 
 _C = compiled_library()  # the ckernel module, loaded once at import; None where it was not built
@@ -44,9 +44,9 @@ class FloatSums(NamedTuple):
 def aggregate(part: Partial, cols: SpanColumns, ref: FileRef, run_window) -> None:
     """Add every figure of one file's spans to ``part``; ``run_window``: the run's (start, stop) or None."""
     k = _C
-    if k is None:  # only Filters made elsewhere could name it: kernels.resolve_kernel refuses here
-        raise ImportError(f"the compiled map step is unavailable: {unavailable_reason()}")
-    done = _integer_figures(k, part, cols, ref, run_window)
+    # None in a worker whose library does not load (a Dask worker on another machine, resolved
+    # "compiled" on the client): numpy maps the file there, to the same partial.
+    done = None if k is None else _integer_figures(k, part, cols, ref, run_window)
     if done is None:
         kernel_numpy.aggregate(part, cols, ref, run_window)
         return

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from .._errors import LoadprobeError
+from .._files import write_file
 from ._schedule import build_schedule, schedule_options
 
 
@@ -70,7 +71,7 @@ def simulate(plan, service_times, service_time_overrides, errors, outside, sync,
     out = Path(outdir)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "simulation.json").write_text(json.dumps(comparison.to_dict(), indent=2) + "\n")
+        write_file(out / "simulation.json", json.dumps(comparison.to_dict(), indent=2) + "\n")
         if not no_html:
             from ..reports.html import write_simulation
 

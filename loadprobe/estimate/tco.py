@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .._errors import LoadprobeError
+from .._table import text_table
 
 __all__ = ["TCO", "TCOInputError", "compare", "format_comparison", "format_tco", "tco"]
 
@@ -126,10 +127,6 @@ def format_tco(cost: TCO) -> str:
 def format_comparison(costs: Mapping[str, TCO]) -> str:
     """Several TCOs side by side, one column per plan."""
     names = list(costs)
-    cells = {row: [f"{getattr(costs[n], row):,.0f}" for n in names] for row in (*_ROWS, "energy_kwh")}
-    widths = [max(len(n), *(len(cells[row][i]) for row in cells)) for i, n in enumerate(names)]
-    lines = ["  " + " " * 12 + "".join(f"  {n:>{w}}" for n, w in zip(names, widths))]
-    for row, values in cells.items():
-        label = "energy (kWh)" if row == "energy_kwh" else row
-        lines.append(f"  {label:<12}" + "".join(f"  {v:>{w}}" for v, w in zip(values, widths)))
-    return "\n".join(lines)
+    rows = [["energy (kWh)" if row == "energy_kwh" else row, *(f"{getattr(costs[n], row):,.0f}" for n in names)]
+            for row in (*_ROWS, "energy_kwh")]
+    return "\n".join(text_table(["", *names], rows, numbers_right=True))

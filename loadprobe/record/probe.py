@@ -191,8 +191,13 @@ class Span:
 
     # -- context manager -------------------------------------------------------------
 
-    def _open(self, attach: bool = True) -> Span:
-        """Start timing this span (a no-op when nothing records)."""
+    def open(self, attach: bool = True) -> Span:
+        """Start timing this span (a no-op when nothing records); ``with span:`` calls it.
+
+        For a span that starts in one callback and ends in another -- an HTTP request whose body
+        finishes later, as the ASGI and WSGI middlewares time it -- call ``open()`` and then,
+        exactly once, ``close(exc_or_None)``.
+        """
         if not (_active or (_env_pending and _start_from_env())):
             self._buf = None
             return self
@@ -224,7 +229,8 @@ class Span:
         self._t0 = perf_counter_ns()
         return self
 
-    def _close(self, exc: BaseException | None) -> None:
+    def close(self, exc: BaseException | None = None) -> None:
+        """Stop timing and record the span (status from ``exc``); never raises."""
         t1 = perf_counter_ns()
         buf = self._buf
         if buf is None:
@@ -247,17 +253,17 @@ class Span:
             _append(buf, record)
 
     def __enter__(self) -> Span:
-        return self._open()
+        return self.open()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        self._close(exc)
+        self.close(exc)
         return False
 
     async def __aenter__(self) -> Span:
-        return self._open()
+        return self.open()
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:
-        self._close(exc)
+        self.close(exc)
         return False
 
     # -- decorator -------------------------------------------------------------------
@@ -274,7 +280,7 @@ class Span:
             live.bytes = _evaluate(self.bytes, args, kwargs, buf)
             if callable(self._request):
                 live._request = _evaluate(self._request, args, kwargs, buf)
-        return live._open(attach)
+        return live.open(attach)
 
     def __call__(self, fn):
         stage = self.stage or getattr(fn, "__qualname__", None) or repr(fn)
@@ -299,7 +305,7 @@ def _caller_name() -> str:
     """Stage name for ``with probe()`` given none: the function that opened it."""
     import sys
 
-    frame = sys._getframe(3)  # _caller_name <- _open <- __enter__ <- caller
+    frame = sys._getframe(3)  # _caller_name <- open <- __enter__ <- caller
     return getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
 
 
@@ -369,9 +375,9 @@ def _generic_sync(fn, stage: str, template: Span):
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            span._close(exc)
+            span.close(exc)
             raise
-        span._close(None)
+        span.close(None)
         return result
 
     return wrapper
@@ -383,9 +389,9 @@ def _generic_async(fn, stage: str, template: Span):
         try:
             result = await fn(*args, **kwargs)
         except BaseException as exc:
-            span._close(exc)
+            span.close(exc)
             raise
-        span._close(None)
+        span.close(None)
         return result
 
     return wrapper
@@ -399,9 +405,9 @@ def _generator(fn, stage: str, template: Span):
         try:
             result = yield from fn(*args, **kwargs)
         except BaseException as exc:
-            span._close(exc)
+            span.close(exc)
             raise
-        span._close(None)
+        span.close(None)
         return result
 
     return wrapper
@@ -431,7 +437,7 @@ def _async_generator(fn, stage: str, template: Span):
             failure = exc
             raise
         finally:
-            span._close(failure)
+            span.close(failure)
 
     return wrapper
 

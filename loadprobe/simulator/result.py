@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import LoadprobeError
+from .._table import text_table
 from ..analysis.histogram import Histogram
 from ..pipeline.config import PipelineConfig
 from .events import Simulation
@@ -81,15 +82,15 @@ class SimulationResult:
         lines = [f"{self.requests:,} requests in {self.duration_s:.1f} s: {o['ok']:,} ok, {o['rejected']:,} rejected, "
                  f"{o['timeout']:,} timed out, {o['error']:,} failed; {self.throughput_rps:,.1f} rps completed",
                  f"latency ms: p50 {ms(lat['p50'])}  p95 {ms(lat['p95'])}  p99 {ms(lat['p99'])}",
-                 "",
-                 f"{'stage':<20} {'p50':>8} {'p95':>8} {'p99':>8} {'timeouts':>9} {'retries':>8} {'failover':>9}"]
-        for name, s in self.stages.items():
-            lines.append(f"{name:<20} {ms(s['p50']):>8} {ms(s['p95']):>8} {ms(s['p99']):>8} {s['timeouts']:>9,} "
-                         f"{s['retries']:>8,} {s['failover_share']:>8.1%}")
-        lines += ["", f"{'engine':<20} {'utilisation':>11} {'executions':>11} {'mean batch':>11}"]
-        for name, e in self.engines.items():
-            batch = "-" if e["mean_batch"] is None else f"{e['mean_batch']:.2f}"
-            lines.append(f"{name:<20} {e['utilisation']:>10.1%} {e['executions']:>11,} {batch:>11}")
+                 ""]
+        lines += text_table(["stage", "p50 ms", "p95 ms", "p99 ms", "timeouts", "retries", "failover"],
+                            [[name, ms(s["p50"]), ms(s["p95"]), ms(s["p99"]), f"{s['timeouts']:,}", f"{s['retries']:,}",
+                              f"{s['failover_share']:.1%}"] for name, s in self.stages.items()], numbers_right=True)
+        lines.append("")
+        lines += text_table(["engine", "utilisation", "executions", "mean batch"],
+                            [[name, f"{e['utilisation']:.1%}", f"{e['executions']:,}",
+                              "-" if e["mean_batch"] is None else f"{e['mean_batch']:.2f}"]
+                             for name, e in self.engines.items()], numbers_right=True)
         if self.rejects:
             lines += ["", "rejects: " + ", ".join(f"{k} {v:,}" for k, v in sorted(self.rejects.items()))]
         p = self.power
