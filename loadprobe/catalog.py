@@ -8,6 +8,8 @@
     h100.peak("fp16")                            # 9.894e14 FLOP/s, dense
     h100.ridge_point("fp16")                     # ~295 FLOP/byte: below it a kernel is memory-bound
     catalog.match("NVIDIA H100 80GB HBM3")       # the name NVML recorded -> the same Device
+    h100.hourly_usd, h100.dates["hourly_usd"]    # 6.88 per GPU-hour on demand, as of 2026-11-09
+    h100.unpublished["price_usd"]                # why there is no purchase price: never a silent zero
 
 The entry schema, the override rules and where the figures come from: docs/catalog.md.
 Only the standard library is imported here (PyYAML only when a .yaml file is given), so the
@@ -34,14 +36,20 @@ PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4")
 KINDS = ("cpu", "gpu", "npu")
 DYNAMIC_SHAPES = ("native", "recompile", "poor")
 # Scalar figures: each must be positive when given, and cited in "sources".
-FIGURES = ("memory_bandwidth_bytes_per_s", "memory_bytes", "tdp_w", "price_usd")
-FIELDS = ("kind", "vendor", "name", "peak_flops", *FIGURES, "dynamic_shapes", "int8", "sources", "aliases",
-          "notes")
-REQUIRED = tuple(f for f in FIELDS if f != "notes")
+FIGURES = ("memory_bandwidth_bytes_per_s", "memory_bytes", "tdp_w", "idle_w", "price_usd", "hourly_usd")
+# Price and power figures: in the packaged catalog each is either given (cited; prices also dated) or null with
+# the reason in "unpublished", so that an unknown price or power is said, never read as zero.
+PRICES = ("price_usd", "hourly_usd")
+PRICE_POWER = ("tdp_w", "idle_w", *PRICES)
+FIELDS = ("kind", "vendor", "name", "peak_flops", *FIGURES, "dynamic_shapes", "int8", "sources", "dates",
+          "unpublished", "aliases", "notes")
+OPTIONAL = ("notes", "idle_w", "hourly_usd", "dates", "unpublished")  # absent = null / empty
+REQUIRED = tuple(f for f in FIELDS if f not in OPTIONAL)
 
 _PACKAGED = "loadprobe/devices.json"
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
-_SOURCE_KEYS = frozenset(FIELDS) - {"sources"} | {f"peak_flops.{p}" for p in PRECISIONS}
+_SOURCE_KEYS = frozenset(FIELDS) - {"sources", "dates", "unpublished"} | {f"peak_flops.{p}" for p in PRECISIONS}
+_DATE = re.compile(r"\d{4}-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?")
 
 
 @dataclass(frozen=True)
@@ -58,14 +66,32 @@ class Device:
     peak_flops: Mapping[str, float]
     memory_bandwidth_bytes_per_s: float | None
     memory_bytes: float | None
-    tdp_w: float | None
-    price_usd: float | None
+    tdp_w: float | None  # maximum power: the vendor's TDP or maximum board power, W
+    price_usd: float | None  # reference purchase price of one unit
     dynamic_shapes: str
     int8: bool
     sources: Mapping[str, str]
     aliases: tuple[str, ...]
     notes: str = ""
     origin: tuple[str, ...] = field(default=(), compare=False)
+    idle_w: float | None = None  # power at idle, W
+    hourly_usd: float | None = None  # cloud on-demand rate for one unit (a GPU's share of its instance), USD/h
+    dates: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # field -> when its figure held
+    unpublished: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # field -> why it is null
+
+    @property
+    def max_power_w(self) -> float | None:
+        """The maximum power figure (``tdp_w``): what a power budget must provision for."""
+        return self.tdp_w
+
+    def figure_note(self, name: str) -> str:
+        """Where a price or power figure comes from, or why there is none: one line for plan notes."""
+        value = getattr(self, name)
+        if value is None:
+            return f"{self.id} {name}: no figure ({self.unpublished.get(name, 'not in the catalog')})"
+        source = self.sources.get(name, "no source")
+        when = f", {self.dates[name]}" if name in self.dates else ""
+        return f"{self.id} {name} = {value:g} ({source}{when})"
 
     def __hash__(self) -> int:  # the mappings are unhashable; equal devices share an id
         return hash(self.id)
@@ -148,18 +174,23 @@ class Catalog:
         return device_id in self._devices
 
 
-def load_catalog(*extra: str | Path) -> Catalog:
+def load_catalog(*extra: str | Path, strict: bool = False) -> Catalog:
     """The packaged catalog, with each ``extra`` file (JSON, or YAML if PyYAML is installed) applied in order.
 
     An extra entry with a new id adds a device and must be complete; one with a known id overrides
-    only the fields it gives (``peak_flops`` and ``sources`` merge key by key). Every figure a file
-    sets needs a source in that same file, so an old citation never vouches for a new number.
+    only the fields it gives (``peak_flops``, ``sources``, ``dates`` and ``unpublished`` merge key by
+    key). Every figure a file sets needs a source in that same file, so an old citation never vouches
+    for a new number. The packaged file also accounts for every price and power figure (given, cited,
+    prices dated; or null with the reason in ``unpublished``); ``strict=True`` holds each extra file's
+    entries to that rule too (so each must then give or explain all four price and power fields).
     """
     text = resources.files("loadprobe").joinpath("devices.json").read_text(encoding="utf-8")
     entries: dict[str, dict[str, Any]] = {}
     origins: dict[str, list[str]] = {}
     for label, document in [(_PACKAGED, _parse(_PACKAGED, text, yaml=False)), *map(_read, extra)]:
         for device_id, entry in _check_file(label, document).items():
+            if label == _PACKAGED or strict:
+                _check_accounted(label, device_id, entry)
             if device_id in entries:
                 _merge(entries[device_id], entry)
             else:
@@ -259,6 +290,22 @@ def _check_field(label: str, device_id: str, key: str, value: Any) -> None:
                 raise fail(f"{cited!r} is not a field to cite; use a field name or peak_flops.<precision>")
             if not (isinstance(source, str) and source.strip()):
                 raise fail(f"the source for {cited!r} is empty; give a URL or an exact document name and section")
+    if key == "dates":
+        if not isinstance(value, dict):
+            raise fail("expected an object of field: date, e.g. {\"price_usd\": \"2026-11-09\"}")
+        for dated, when in value.items():
+            if dated not in PRICE_POWER:
+                raise fail(f"{dated!r} is not a field to date; use one of {', '.join(PRICE_POWER)}")
+            if not (isinstance(when, str) and _DATE.fullmatch(when)):
+                raise fail(f"the date for {dated!r} is {when!r}; write YYYY-MM-DD or YYYY-MM")
+    if key == "unpublished":
+        if not isinstance(value, dict):
+            raise fail("expected an object of field: why no public figure exists")
+        for missing, why in value.items():
+            if missing not in PRICE_POWER:
+                raise fail(f"{missing!r} is not a price or power field; use one of {', '.join(PRICE_POWER)}")
+            if not (isinstance(why, str) and why.strip()):
+                raise fail(f"the reason for {missing!r} is empty; say why there is no public figure")
     if key == "aliases":
         if not (isinstance(value, list) and all(isinstance(a, str) and a for a in value)):
             raise fail("expected a list of non-empty regular expressions")
@@ -280,7 +327,26 @@ def _check_cited(label: str, device_id: str, entry: Mapping[str, Any]) -> None:
                                  f"add \"sources\": {{\"{name}\": \"<URL or document, section>\"}}")
 
 
+def _check_accounted(label: str, device_id: str, entry: Mapping[str, Any]) -> None:
+    """The packaged catalog's rule: each price or power figure is given, cited and (prices) dated, or null with
+    the reason in "unpublished"; never both, never silently absent."""
+    dates, unpublished = entry.get("dates") or {}, entry.get("unpublished") or {}
+    for name in PRICE_POWER:
+        value, where = entry.get(name), f"{label}: device {device_id!r}, field {name!r}"
+        if value is None and name not in unpublished:
+            raise LoadprobeError(f"{where}: null with no reason; add \"unpublished\": {{\"{name}\": \"<why there is "
+                                 f"no public figure>\"}}")
+        if value is not None and name in unpublished:
+            raise LoadprobeError(f"{where}: {value!r} is given and also marked unpublished; remove one")
+        if value is not None and name in PRICES and name not in dates:
+            raise LoadprobeError(f"{where}: {value!r} has no date; add \"dates\": {{\"{name}\": \"YYYY-MM-DD\"}} "
+                                 f"(when the price held)")
+
+
 def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> None:
+    for key in PRICE_POWER:  # an old date never vouches for a new figure (an old "unpublished" note is dropped
+        if override.get(key) is not None and key not in (override.get("dates") or {}):  # by _device)
+            base["dates"] = {k: v for k, v in (base.get("dates") or {}).items() if k != key}
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
             base[key] = {**base[key], **value}
@@ -292,15 +358,19 @@ def _device(label: str, device_id: str, entry: Mapping[str, Any], origin: tuple[
     missing = [f for f in REQUIRED if f not in entry]
     if missing:
         raise LoadprobeError(f"{label}: device {device_id!r}, field {missing[0]!r}: missing; a new device needs "
-                             f"{', '.join(REQUIRED)} (null where a figure is unknown)")
+                             f"{', '.join(REQUIRED)} (null where a figure is unknown); {', '.join(OPTIONAL)} "
+                             f"are optional")
     peaks = {p: float(v) for p, v in entry["peak_flops"].items() if v is not None}
     return Device(
         id=device_id, kind=entry["kind"], vendor=entry["vendor"], name=entry["name"],
         peak_flops=MappingProxyType(dict(sorted(peaks.items(), key=lambda kv: PRECISIONS.index(kv[0])))),
-        **{f: None if entry[f] is None else float(entry[f]) for f in FIGURES},
+        **{f: None if entry.get(f) is None else float(entry[f]) for f in FIGURES},
         dynamic_shapes=entry["dynamic_shapes"], int8=entry["int8"],
         sources=MappingProxyType(dict(entry["sources"])), aliases=tuple(entry["aliases"]),
         notes=entry.get("notes", ""), origin=origin,
+        dates=MappingProxyType(dict(entry.get("dates") or {})),
+        unpublished=MappingProxyType({k: v for k, v in (entry.get("unpublished") or {}).items()
+                                      if entry.get(k) is None}),
     )
 
 

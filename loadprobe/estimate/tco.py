@@ -1,14 +1,16 @@
-"""Total cost of ownership: purchase + electricity + operations + migration, over a number of years.
+"""Total cost of ownership, bought or rented: purchase or rent + electricity + operations + migration, over years.
 
     from loadprobe.estimate.tco import tco, compare
 
     cost = tco(power_w=300, price_per_kwh=0.8, years=3)      # a 300 W card running all year
     round(cost.electricity)                                   # 6307
+    rented = tco(hourly_rate=1.29, years=3)                   # the same years on a rented card
+    round(rented.rent), rented.electricity                    # (33901, 0.0): electricity is in the rate
     compare([("gpu", dict(power_w=300, price_per_kwh=0.8, years=3, purchase=20000)),
              ("npu", dict(power_w=50, price_per_kwh=0.8, years=3, purchase=24000))])  # {"gpu": TCO, "npu": TCO}
 
-Amounts are in whatever currency ``price_per_kwh`` and ``purchase`` are given in; nothing here
-assumes one. The formula and every input: docs/tco.md.
+Amounts are in whatever currency ``price_per_kwh``, ``purchase`` and ``hourly_rate`` are given in;
+nothing here assumes one. The formula and every input: docs/tco.md.
 """
 
 from __future__ import annotations
@@ -35,38 +37,59 @@ class TCOInputError(LoadprobeError):
 
 @dataclass(frozen=True)
 class TCO:
-    """The cost breakdown (totals over ``years``) and the inputs it was computed from."""
+    """The cost breakdown (totals over ``years``) and the inputs it was computed from.
 
-    purchase: float  # purchase price per unit x units
-    electricity: float
+    ``mode`` is "buy" or "rent". Renting has no purchase and no electricity bill (the provider's rate
+    includes its power and cooling); ``energy_kwh`` is what the units draw, None when renting without
+    ``power_w``.
+    """
+
+    purchase: float  # purchase price per unit x units; 0 when renting
+    electricity: float  # 0 when renting: included in the hourly rate
     operations: float  # ops_per_year x years
     migration: float
     total: float
-    energy_kwh: float  # drawn from the grid, PUE included
+    energy_kwh: float | None  # drawn from the grid, PUE included
     # the inputs
-    power_w: float
+    power_w: float | None
     hours_per_year: float
-    price_per_kwh: float
+    price_per_kwh: float | None
     years: float
     pue: float
     ops_per_year: float
     units: int
     unit_price: float  # the ``purchase`` argument: what one unit costs
+    mode: str = "buy"
+    rent: float = 0.0  # hourly_rate x units x hours_per_year x years; 0 when buying
+    hourly_rate: float | None = None  # on-demand rate of one unit, per hour
 
 
-def tco(*, power_w: float, hours_per_year: float = HOURS_PER_YEAR, price_per_kwh: float, years: float,
-        purchase: float = 0, pue: float = 1.0, ops_per_year: float = 0, migration: float = 0,
-        units: int = 1) -> TCO:
-    """The cost of owning ``units`` devices that each draw ``power_w`` watts for ``hours_per_year`` hours.
+def tco(*, power_w: float | None = None, hours_per_year: float = HOURS_PER_YEAR, price_per_kwh: float | None = None,
+        years: float | None = None, purchase: float = 0, pue: float = 1.0, ops_per_year: float = 0,
+        migration: float = 0, units: int = 1, hourly_rate: float | None = None) -> TCO:
+    """The cost of owning (buying) or renting ``units`` devices for ``hours_per_year`` hours a year.
 
-    electricity = power_w x units x hours_per_year x years / 1000 x price_per_kwh x pue.
-    ``purchase`` is the price of one unit; ``ops_per_year`` (staff, support) and ``migration`` (porting
-    and validating the models, once) are for the whole deployment. PUE (data-centre power usage
-    effectiveness, 1.0 or more) accounts for cooling. Bad inputs raise TCOInputError.
+    Buy (no ``hourly_rate``): purchase x units + electricity + operations + migration, where
+    electricity = power_w x units x hours_per_year x years / 1000 x pue x price_per_kwh.
+    Rent (``hourly_rate`` given): hourly_rate x units x hours_per_year x years + operations + migration;
+    the rate includes the provider's electricity and cooling, so there is no electricity term and no
+    purchase. ``ops_per_year`` (staff, support) and ``migration`` (porting and validating the models,
+    once) are for the whole deployment. PUE (data-centre power usage effectiveness, 1.0 or more)
+    accounts for cooling. Bad inputs raise TCOInputError.
     """
-    _check("power_w", power_w, minimum=0, unit="watts")
+    renting = hourly_rate is not None
+    if not renting:
+        for name, value, what in (("power_w", power_w, "the power of one unit, watts"),
+                                  ("price_per_kwh", price_per_kwh, "the electricity price")):
+            if value is None:
+                raise TCOInputError(name, f"is required to buy ({what}); to rent instead, give the hourly rate")
+    if years is None:
+        raise TCOInputError("years", "is required (years of ownership or rental)")
+    if power_w is not None:
+        _check("power_w", power_w, minimum=0, unit="watts")
     _check("hours_per_year", hours_per_year, minimum=0, maximum=8784, above_minimum=True, unit="hours")
-    _check("price_per_kwh", price_per_kwh, minimum=0, unit="per kWh")
+    if price_per_kwh is not None:
+        _check("price_per_kwh", price_per_kwh, minimum=0, unit="per kWh")
     _check("years", years, minimum=0, above_minimum=True, unit="years")
     _check("purchase", purchase, minimum=0, unit="per unit")
     _check("pue", pue, minimum=1, unit="(power usage effectiveness: 1.0 for none, ~1.5 for a typical data centre)")
@@ -74,14 +97,22 @@ def tco(*, power_w: float, hours_per_year: float = HOURS_PER_YEAR, price_per_kwh
     _check("migration", migration, minimum=0, unit="(one-off)")
     if isinstance(units, bool) or not isinstance(units, int) or units < 1:
         raise TCOInputError("units", f"must be a whole number, 1 or more; got {units!r}")
+    if renting:
+        _check("hourly_rate", hourly_rate, minimum=0, unit="per unit and hour")
+        if purchase:
+            raise TCOInputError("purchase", "is for buying: a rented unit has no purchase price; give one or the "
+                                            "hourly rate, not both")
 
-    energy_kwh = power_w * units * hours_per_year * years / 1000 * pue
-    electricity = energy_kwh * price_per_kwh
+    hours = units * hours_per_year * years
+    energy_kwh = None if power_w is None else power_w * hours / 1000 * pue
+    electricity = 0.0 if renting else energy_kwh * price_per_kwh
+    rent = hourly_rate * hours if renting else 0.0
     bought, operations = purchase * units, ops_per_year * years
     return TCO(purchase=bought, electricity=electricity, operations=operations, migration=migration,
-               total=bought + electricity + operations + migration, energy_kwh=energy_kwh, power_w=power_w,
+               total=bought + rent + electricity + operations + migration, energy_kwh=energy_kwh, power_w=power_w,
                hours_per_year=hours_per_year, price_per_kwh=price_per_kwh, years=years, pue=pue,
-               ops_per_year=ops_per_year, units=units, unit_price=purchase)
+               ops_per_year=ops_per_year, units=units, unit_price=purchase, mode="rent" if renting else "buy",
+               rent=rent, hourly_rate=hourly_rate)
 
 
 def _check(name: str, value: Any, *, minimum: float, maximum: float = math.inf, above_minimum: bool = False,
@@ -112,21 +143,44 @@ def compare(plans: list[tuple[str, Mapping[str, Any]]]) -> dict[str, TCO]:
 _ROWS = ("purchase", "electricity", "operations", "migration", "total")
 
 
+def _rows(renting: bool) -> tuple[str, ...]:
+    return ("rent", *_ROWS[1:]) if renting else _ROWS
+
+
 def format_tco(cost: TCO) -> str:
     """The breakdown as a small table, in whole units with thousands separators."""
     units = f"{cost.units} unit{'s' * (cost.units != 1)}"
-    lines = [f"cost of ownership over {cost.years:g} year{'s' * (cost.years != 1)}: {cost.power_w:g} W x {units}, "
-             f"{cost.hours_per_year:,g} h/year, {cost.price_per_kwh:g} per kWh, PUE {float(cost.pue)!r}"]
-    width = max(len(f"{getattr(cost, row):,.0f}") for row in _ROWS)
-    for row in _ROWS:
-        note = f"   ({cost.energy_kwh:,.0f} kWh)" if row == "electricity" else ""
+    years = f"{cost.years:g} year{'s' * (cost.years != 1)}"
+    if cost.mode == "rent":
+        power = "" if cost.power_w is None else f"{cost.power_w:g} W x "
+        head = (f"cost of renting over {years}: {power}{units}, {cost.hours_per_year:,g} h/year, "
+                f"{cost.hourly_rate:g} per unit-hour")
+    else:
+        head = (f"cost of ownership over {years}: {cost.power_w:g} W x {units}, {cost.hours_per_year:,g} h/year, "
+                f"{cost.price_per_kwh:g} per kWh, PUE {float(cost.pue)!r}")
+    rows = _rows(cost.mode == "rent")
+    width = max(len(f"{getattr(cost, row):,.0f}") for row in rows)
+    lines = [head]
+    for row in rows:
+        note = ""
+        if row == "electricity":
+            note = "   (in the rate)" if cost.mode == "rent" else f"   ({cost.energy_kwh:,.0f} kWh)"
         lines.append(f"  {row:<12} {getattr(cost, row):>{width},.0f}{note}")
     return "\n".join(lines)
 
 
 def format_comparison(costs: Mapping[str, TCO]) -> str:
-    """Several TCOs side by side, one column per plan."""
+    """Several TCOs side by side, one column per plan; a rent row when any of them is rented."""
     names = list(costs)
-    rows = [["energy (kWh)" if row == "energy_kwh" else row, *(f"{getattr(costs[n], row):,.0f}" for n in names)]
-            for row in (*_ROWS, "energy_kwh")]
-    return "\n".join(text_table(["", *names], rows, numbers_right=True))
+    renting = any(c.mode == "rent" for c in costs.values())
+    rows = ("purchase", "rent", *_ROWS[1:]) if renting else _ROWS
+
+    def cell(cost: TCO, row: str) -> str:
+        value = getattr(cost, row)
+        if row == "electricity" and cost.mode == "rent":
+            return "in rate"
+        return "-" if value is None else f"{value:,.0f}"
+
+    table = [["energy (kWh)" if row == "energy_kwh" else row, *(cell(costs[n], row) for n in names)]
+             for row in (*rows, "energy_kwh")]
+    return "\n".join(text_table(["", *names], table, numbers_right=True))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 
 import pytest
 
 from loadprobe._errors import LoadprobeError
-from loadprobe.catalog import FIGURES, PRECISIONS, load_catalog
+from loadprobe.catalog import FIGURES, PRECISIONS, PRICE_POWER, PRICES, load_catalog
 
 from ..conftest import REPO, run_python
 
@@ -205,3 +206,96 @@ def test_importing_the_catalog_stays_light():
     assert done.returncode == 0, done.stderr
     loaded = {m.split(".")[0] for m in json.loads(done.stdout)}
     assert not loaded & {"yaml", "numpy", "pyarrow", "psutil", "click", "pynvml", "difflib"}
+
+
+def test_every_price_and_power_figure_is_cited_and_dated_or_said_to_be_unpublished(catalog):
+    # the walk behind "no silent zeros": a figure has a source (prices a date too), or null has a reason
+    for device in catalog:
+        for name in PRICE_POWER:
+            value = getattr(device, name)
+            if value is None:
+                assert device.unpublished.get(name, "").strip(), (device.id, name)
+                assert "no figure" in device.figure_note(name) and device.unpublished[name] in device.figure_note(name)
+            else:
+                assert value > 0 and device.sources.get(name), (device.id, name)
+                assert name not in device.unpublished, (device.id, name)
+                if name in PRICES:
+                    assert re.fullmatch(r"\d{4}-\d{2}(-\d{2})?", device.dates.get(name, "")), (device.id, name)
+        assert device.max_power_w == device.tdp_w
+
+
+def test_the_published_rates_are_the_sources_numbers(catalog):
+    h100, a100 = catalog.get("nvidia-h100-sxm"), catalog.get("nvidia-a100-sxm-80gb")
+    assert h100.hourly_usd == pytest.approx(55.04 / 8) and "p5.48xlarge" in h100.sources["hourly_usd"]
+    assert a100.hourly_usd == pytest.approx(27.44705 / 8, abs=1e-4) and "p4de.24xlarge" in a100.sources["hourly_usd"]
+    assert h100.dates["hourly_usd"] == "2026-11-09" and h100.price_usd is None
+    assert catalog.get("amd-epyc-9654").dates["price_usd"] == "2022-11-10"
+    # rented only: no purchase price, no TDP, and the entry says why
+    tpu = catalog.get("google-tpu-v5e")
+    assert tpu.price_usd is None and tpu.unpublished["price_usd"] == "rented, not sold"
+
+
+def test_an_override_figure_answers_the_unpublished_note_and_drops_an_old_date(tmp_path):
+    path = write(tmp_path, {
+        "nvidia-l4": {"price_usd": 2500, "idle_w": 16, "sources": {"price_usd": "PO 2025-0142", "idle_w": "nvidia-smi"},
+                      "dates": {"price_usd": "2025-03-01"}},
+        "nvidia-h100-sxm": {"hourly_usd": 2.5, "sources": {"hourly_usd": "our provider's quote"}}})
+    catalog = load_catalog(path)
+    l4, h100 = catalog.get("nvidia-l4"), catalog.get("nvidia-h100-sxm")
+    assert (l4.price_usd, l4.idle_w, l4.dates["price_usd"]) == (2500, 16, "2025-03-01")
+    assert "price_usd" not in l4.unpublished and "idle_w" not in l4.unpublished and "hourly_usd" in l4.unpublished
+    assert h100.hourly_usd == 2.5 and "hourly_usd" not in h100.dates  # the packaged date was for the packaged rate
+    assert l4.figure_note("price_usd") == "nvidia-l4 price_usd = 2500 (PO 2025-0142, 2025-03-01)"
+
+
+@pytest.mark.parametrize("devices, expected", [
+    ({"nvidia-l4": {"hourly_usd": 0.8}}, r"'nvidia-l4', field 'hourly_usd': 0.8 has no source"),
+    ({"nvidia-l4": {"idle_w": -3, "sources": {"idle_w": "x"}}}, r"field 'idle_w': -3 is not a positive"),
+    ({"nvidia-l4": {"dates": {"price_usd": "March 2025"}}}, r"field 'dates': the date for 'price_usd' is 'March 2025'"),
+    ({"nvidia-l4": {"dates": {"peak_flops": "2025-03"}}}, r"field 'dates': 'peak_flops' is not a field to date"),
+    ({"nvidia-l4": {"dates": "2025"}}, r"field 'dates': expected an object"),
+    ({"nvidia-l4": {"unpublished": {"price_usd": ""}}}, r"field 'unpublished': the reason for 'price_usd' is empty"),
+    ({"nvidia-l4": {"unpublished": {"memory_bytes": "x"}}}, r"field 'unpublished': 'memory_bytes' is not a price"),
+    ({"nvidia-l4": {"sources": {"dates": "x"}}}, r"field 'sources': 'dates' is not a field to cite"),
+])
+def test_bad_price_and_power_fields_name_the_field(tmp_path, devices, expected):
+    path = write(tmp_path, devices)
+    with pytest.raises(LoadprobeError, match=expected) as error:
+        load_catalog(path)
+    assert str(error.value).startswith(f"{path}: ") and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("entry, expected", [
+    ({"price_usd": 2500, "sources": {"price_usd": "PO"}}, r"field 'price_usd': 2500(\.0)? has no date"),
+    ({"unpublished": {"price_usd": "x"}, "price_usd": 2500, "sources": {"price_usd": "PO"},
+      "dates": {"price_usd": "2025-01"}}, r"field 'price_usd': 2500 is given and also marked unpublished"),
+])
+def test_strict_files_account_for_every_price_and_power_figure(tmp_path, entry, expected):
+    new = {"kind": "npu", "vendor": "Acme", "name": "Acme N1", "peak_flops": {}, "memory_bandwidth_bytes_per_s": None,
+           "memory_bytes": None, "tdp_w": 35, "price_usd": None, "dynamic_shapes": "poor", "int8": True,
+           "aliases": ["Acme N1"], "sources": {"tdp_w": "datasheet"},
+           "unpublished": {"idle_w": "not published", "hourly_usd": "not rented", "price_usd": "no list price"}}
+    assert load_catalog(write(tmp_path, {"acme-n1": new}), strict=True).get("acme-n1").tdp_w == 35
+    lax = {**new, "unpublished": {}}
+    assert load_catalog(write(tmp_path, {"acme-n1": lax})).get("acme-n1").idle_w is None  # not strict: allowed
+    with pytest.raises(LoadprobeError, match=r"'acme-n1', field 'idle_w': null with no reason"):
+        load_catalog(write(tmp_path, {"acme-n1": lax}), strict=True)
+    merged = {**new, **entry, "unpublished": {**new["unpublished"], **entry.get("unpublished", {})}}
+    if "unpublished" not in entry:
+        merged["unpublished"].pop("price_usd")
+    merged["sources"] = {**new["sources"], **entry.get("sources", {})}
+    with pytest.raises(LoadprobeError, match=expected):
+        load_catalog(write(tmp_path, {"acme-n1": merged}), strict=True)
+
+
+def test_a_bad_catalog_file_is_one_line_and_exit_2(tmp_path):
+    from click.testing import CliRunner
+
+    from loadprobe.cli import main
+
+    path = write(tmp_path, {"nvidia-l4": {"dates": {"hourly_usd": "soon"}}})
+    result = CliRunner().invoke(main, ["recommend", str(tmp_path / "none.json"), "-o", str(tmp_path / "p.yaml"),
+                                       "--catalog", str(path)])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"loadprobe: error: {path}: device 'nvidia-l4', field 'dates': the date for "
+                                    f"'hourly_usd' is 'soon'") and result.stderr.count("\n") == 1

@@ -122,3 +122,104 @@ def test_cli_bad_values_give_one_line_and_exit_2(args, message):
 def test_cli_missing_option_is_a_usage_error():
     result = invoke("--power-w", "300")
     assert result.exit_code == 2 and "--price-per-kwh" in result.stderr
+
+
+def test_rent_is_the_rate_times_the_hours_plus_operations_and_migration():
+    # 2 rented units, 4,000 h a year, 2 years at 1.29 per unit-hour: 1.29 x 2 x 4,000 x 2 = 20,640
+    cost = tco(hourly_rate=1.29, hours_per_year=4000, years=2, units=2, ops_per_year=300, migration=700,
+               power_w=150)
+    assert cost.mode == "rent" and cost.rent == pytest.approx(20640)
+    assert cost.electricity == 0 and cost.purchase == 0  # the rate includes the provider's electricity
+    assert cost.total == pytest.approx(20640 + 600 + 700)
+    assert cost.energy_kwh == pytest.approx(150 * 2 * 4000 * 2 / 1000)  # still said: what the units draw
+    assert tco(hourly_rate=1.29, years=1).energy_kwh is None  # unknown, not zero
+
+
+def test_buy_and_rent_side_by_side_against_hand_computed_figures():
+    # buy: 3,000 + 150 W x 8,760 h x 3 y / 1000 x PUE 1.5 = 5,913 kWh x 0.15 = 886.95; rent: 1.29 x 8,760 x 3
+    costs = compare([("buy", dict(power_w=150, price_per_kwh=0.15, years=3, purchase=3000, pue=1.5)),
+                     ("rent", dict(hourly_rate=1.29, years=3))])
+    assert costs["buy"].mode == "buy" and costs["buy"].rent == 0
+    assert costs["buy"].energy_kwh == pytest.approx(5913) and costs["buy"].electricity == pytest.approx(886.95)
+    assert costs["buy"].total == pytest.approx(3886.95)
+    assert costs["rent"].total == pytest.approx(33901.2)
+    table = format_comparison(costs).splitlines()
+    assert [line.split()[0] for line in table[2:]] == ["purchase", "rent", "electricity", "operations", "migration",
+                                                       "total", "energy"]
+    assert table[3].split() == ["rent", "0", "33,901"] and table[4].split() == ["electricity", "887", "in", "rate"]
+    assert table[-1].split() == ["energy", "(kWh)", "5,913", "-"]
+
+
+@pytest.mark.parametrize("inputs, name, fragment", [
+    (dict(hourly_rate=1.0, years=1, purchase=10), "purchase", "a rented unit has no purchase price"),
+    (dict(hourly_rate=-1.0, years=1), "hourly_rate", "must be 0 or more"),
+    (dict(hourly_rate=float("inf"), years=1), "hourly_rate", "must be a number"),
+    (dict(hourly_rate=1.0), "years", "is required"),
+    (dict(price_per_kwh=0.2, years=1), "power_w", "is required to buy"),
+    (dict(power_w=100, years=1), "price_per_kwh", "is required to buy"),
+])
+def test_bad_rent_inputs_name_the_input(inputs, name, fragment):
+    with pytest.raises(TCOInputError) as caught:
+        tco(**inputs)
+    assert caught.value.name == name and fragment in str(caught.value)
+
+
+def test_cli_rents():
+    result = invoke("--hourly-rate", "1.29", "--years", "3", "--units", "2", "--ops-per-year", "1000")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        "cost of renting over 3 years: 2 units, 8,760 h/year, 1.29 per unit-hour",
+        "  rent         67,802",
+        "  electricity       0   (in the rate)",
+        "  operations    3,000",
+        "  migration         0",
+        "  total        70,802",
+    ]
+    data = json.loads(invoke("--hourly-rate", "1.29", "--years", "3", "--json").stdout)
+    assert data["mode"] == "rent" and data["rent"] == data["total"] == 33901.2 and data["energy_kwh"] is None
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--hourly-rate", "1.29", "--years", "3", "--purchase", "900"], "--purchase is for buying"),
+    (["--hourly-rate", "-1", "--years", "3"], "--hourly-rate must be 0 or more"),
+    (["--hourly-rate", "1.29"], "--years is required"),
+    (["--price-per-kwh", "0.2", "--years", "3"], "--power-w is required to buy"),
+])
+def test_cli_bad_rent_values_give_one_line_and_exit_2(args, message):
+    result = invoke(*args)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"loadprobe: error: {message}") and result.stderr.count("\n") == 1
+
+
+def test_the_docs_examples_run_as_written(monkeypatch, capsys):
+    # docs/tco.md: every "$ loadprobe tco" example prints what the page shows; every Python block runs, and one
+    # followed by a text block prints that text
+    import contextlib
+    import io
+    import re
+    import shlex
+
+    from ..conftest import REPO
+
+    doc = (REPO / "docs" / "tco.md").read_text(encoding="utf-8")
+    consoles = re.findall(r"```console\n(.*?)```", doc, re.S)
+    assert len(consoles) >= 5
+    for block in consoles:
+        command, _, expected = block.partition("\n")
+        while command.endswith("\\"):
+            more, _, expected = expected.partition("\n")
+            command = command[:-1] + more
+        args = shlex.split(command.removeprefix("$ "))
+        assert args[:2] == ["loadprobe", "tco"], command
+        result = invoke(*args[2:])
+        assert result.exit_code == 0, (command, result.output)
+        assert result.stdout == expected, command
+    monkeypatch.chdir(REPO)
+    pythons = re.findall(r"```python\n(.*?)```(?:\n\n```text\n(.*?)```)?", doc, re.S)
+    assert len(pythons) >= 3
+    for code, expected in pythons:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, "docs/tco.md", "exec"), {})
+        if expected:
+            assert out.getvalue() == expected, code
