@@ -223,3 +223,45 @@ def test_the_docs_examples_run_as_written(monkeypatch, capsys):
             exec(compile(code, "docs/tco.md", "exec"), {})
         if expected:
             assert out.getvalue() == expected, code
+
+
+def test_cli_takes_the_figures_it_is_not_given_from_the_catalog(tmp_path):
+    from loadprobe.catalog import load_catalog
+
+    a10 = load_catalog().get("nvidia-a10")
+    rented = invoke("--device", "nvidia-a10", "--rent", "--years", "3", "--json")
+    assert rented.exit_code == 0, rented.output
+    data = json.loads(rented.stdout)
+    assert data["mode"] == "rent" and data["hourly_rate"] == a10.hourly_usd == 1.29
+    assert data["total"] == pytest.approx(1.29 * 8760 * 3) and data["power_w"] == a10.tdp_w
+    assert data["from_catalog"] == [a10.figure_note("hourly_usd"), a10.figure_note("tdp_w")]
+    assert "2026-09-25" in data["from_catalog"][0]
+    # buying: the catalog's maximum power and price; a given option wins over the catalog
+    bought = json.loads(invoke("--device", "intel-xeon-8480", "--price-per-kwh", "0.15", "--years", "3",
+                               "--json").stdout)
+    assert (bought["power_w"], bought["unit_price"]) == (350, 10710)
+    assert bought["total"] == pytest.approx(10710 + 350 * 8760 * 3 / 1000 * 0.15)
+    mine = json.loads(invoke("--device", "nvidia-l4", "--price-per-kwh", "0.15", "--years", "3", "--purchase", "2500",
+                             "--power-w", "60", "--json").stdout)
+    assert (mine["power_w"], mine["unit_price"], mine["from_catalog"]) == (60, 2500, [])
+    # an override file's figures are used, with their own source
+    site = tmp_path / "site.json"
+    site.write_text(json.dumps({"version": "1.0", "devices": {"nvidia-l4": {
+        "hourly_usd": 0.7, "sources": {"hourly_usd": "our provider's quote"}, "dates": {"hourly_usd": "2026-12-01"}}}}))
+    quoted = invoke("--device", "nvidia-l4", "--rent", "--years", "1", "--catalog", str(site))
+    assert quoted.exit_code == 0 and "nvidia-l4 hourly_usd = 0.7 (our provider's quote, 2026-12-01)" in quoted.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "nvidia-l4", "--price-per-kwh", "0.15", "--years", "3"],
+     "--purchase: nvidia-l4 has no price_usd in the catalog (NVIDIA publishes no list price"),
+    (["--device", "nvidia-l4", "--rent", "--years", "3"], "--hourly-rate: nvidia-l4 has no hourly_usd in the catalog"),
+    (["--device", "google-tpu-v5e", "--price-per-kwh", "0.15", "--years", "3"],
+     "--power-w: google-tpu-v5e has no tdp_w in the catalog (Google publishes no TDP"),
+    (["--rent", "--years", "3"], "--rent needs the rate"),
+    (["--device", "nvidia-l9", "--rent", "--years", "3"], "unknown device 'nvidia-l9'"),
+])
+def test_cli_a_missing_catalog_figure_is_an_error_not_zero(args, message):
+    result = invoke(*args)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"loadprobe: error: {message}") and result.stderr.count("\n") == 1
