@@ -267,6 +267,11 @@ def _bottlenecks(p) -> dict:
     return {"id": "bottlenecks", "title": "Bottlenecks", "reading": reading, "charts": [], "verdicts": verdicts}
 
 
+def _band(band) -> str:
+    """A figure's interval over resampled recordings (plans.json ``intervals``), as " [lo-hi]"."""
+    return f" [{ms(band[0])}-{ms(band[1])}]" if band else ""
+
+
 def _plan(plans: dict, pipeline_yaml: str | None) -> dict:
     recommended = plans.get("recommended") or {}
     stages = []
@@ -288,11 +293,15 @@ def _plan(plans: dict, pipeline_yaml: str | None) -> dict:
         est = o.get("estimate") or {}
         tco = o.get("tco") or {}
         feasible = o.get("feasible", True) and est
+        cost = NONE if not tco or tco.get("total") is None else (
+            num(tco["total"]) if tco.get("comparable", True) else f">= {num(tco['total'])}")
         options.append([o.get("name", NONE) + (" (recommended)" if o is recommended else ""),
                         {True: "yes", False: "no"}.get(o.get("meets_slo"), NONE) if feasible else "infeasible",
-                        ms(est.get("p50_ms")), ms(est.get("p95_ms")), ms(est.get("p99_ms")), num(est.get("max_rps")),
-                        num(est.get("power_w")), num(est.get("energy_per_request_j")),
-                        num(tco.get("total")) if tco else NONE, "; ".join(o.get("notes") or []) or NONE])
+                        ms(est.get("p50_ms")), ms(est.get("p95_ms")) + _band((o.get("intervals") or {}).get("p95_ms")),
+                        ms(est.get("p99_ms")), num(est.get("max_rps")),
+                        num(o.get("provisioned_power_w")), num(est.get("power_w")),
+                        num(est.get("energy_per_request_j")), cost,
+                        "; ".join(([o["sizing"]] if o.get("sizing") else []) + (o.get("notes") or [])) or NONE])
     years = (plans.get("constraints") or {}).get("years")
     reading = plans.get("verdict") or f"Recommended plan: {recommended.get('name', NONE)}."
     return {
@@ -302,7 +311,8 @@ def _plan(plans: dict, pipeline_yaml: str | None) -> dict:
         "stage_headers": ["stage", "engine", "precision", "batch", "window ms", "timeout ms", "concurrency",
                           "fallback", "service p50 ms"],
         "stages": stages,
-        "option_headers": ["plan", "meets SLO", "p50 ms", "p95 ms", "p99 ms", "max req/s", "power W", "J/request",
+        "option_headers": ["plan", "meets targets", "p50 ms", "p95 ms", "p99 ms", "max req/s", "max W", "mean W",
+                           "J/request",
                            f"{num(years)}-year cost" if years else "cost", "notes"],
         "options": options,
         "sizing": (f"at {num(plans.get('sizing_rate_rps'))} req/s" + (f": {plans['sizing_why']}" if plans.get("sizing_why")

@@ -14,8 +14,9 @@ from .._files import write_file
 @click.argument("source", nargs=-1, required=True)
 @click.option("-o", "--output", default="loadprobe-report/pipeline.yaml", show_default=True,
               type=click.Path(dir_okay=False), help="Where to write pipeline.yaml (plans.json goes beside it).")
-@click.option("--engines", help="Engines you have: KIND[:DEVICE][xN], e.g. cpu,gpu:nvidia-l4x2,npu:ascend-310p "
-                                "(default: cpu,gpu:nvidia-l4,npu:ascend-310p).")
+@click.option("--engines", help="Engines to plan with: KIND[:DEVICE][xN], e.g. cpu,gpu:nvidia-l4x2,npu:ascend-310p "
+                                "(default: cpu,gpu:nvidia-l4,npu:ascend-310p). An accelerator's xN is the most "
+                                "units to buy (default: up to 64); the plan says how many. A CPU's xN is hosts.")
 @click.option("--slo-p95-ms", type=float, help="End-to-end p95 latency target (default: the recorded p95).")
 @click.option("--slo-p99-ms", type=float, help="End-to-end p99 latency target.")
 @click.option("--min-rps", type=float, help="Rate to size for (default: the recorded peak).")
@@ -32,12 +33,15 @@ from .._files import write_file
 @click.option("--years", type=float, default=3.0, show_default=True, help="Lifetime for the cost of ownership.")
 @click.option("--price-per-kwh", type=float, default=0.15, show_default=True, help="Electricity price.")
 @click.option("--cpu-cores", type=click.IntRange(min=1), help="Host CPU cores (default: inferred from the recording).")
+@click.option("--cpu-power-w", type=float, help="The host CPU's maximum power, W (default: RAPL as recorded, else the "
+                                                "catalog's figure for the recorded CPU model, else an assumption per "
+                                                "core, said in the plan).")
 @click.option("--catalog", "catalogs", multiple=True, type=click.Path(dir_okay=False),
               help="Extra device catalog file (JSON); repeatable.")
 @click.option("--force", is_flag=True, help="Overwrite an existing pipeline.yaml / plans.json.")
 @click.option("--json", "as_json", is_flag=True, help="Print plans.json to stdout instead of the tables.")
 def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, precision, aligns,
-              changes_often, prices, years, price_per_kwh, cpu_cores, catalogs, force, as_json):
+              changes_often, prices, years, price_per_kwh, cpu_cores, cpu_power_w, catalogs, force, as_json):
     """Plan which engine runs each stage, and write it as pipeline.yaml.
 
     SOURCE is a portrait.json or recorded data (directories, globs, URIs), analysed first.
@@ -68,7 +72,7 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_bu
     constraints = Constraints.parse(engines=engines, slo_p95_ms=slo_p95_ms, slo_p99_ms=slo_p99_ms, min_rps=min_rps,
                                     power_budget_w=power_budget_w, precision=precision, years=years,
                                     price_per_kwh=price_per_kwh, prices=prices, changes_often=changes_often,
-                                    align=aligns, catalog=catalog)
+                                    align=aligns, catalog=catalog, cpu_power_w=cpu_power_w)
     plan = make_plan(portrait, constraints, catalog=catalog, cpu_cores=cpu_cores)
     config = plan.to_pipeline()
     plans = json.dumps(plan_dict(plan), indent=2, allow_nan=False) + "\n"

@@ -72,6 +72,7 @@ class Estimate:
     p99_ms: float | None = None
     method: str = "analytic estimate (M/M/c per engine)"
     failed_share: float | None = None  # rejected or timed out (simulated estimates only)
+    offered: dict = field(default_factory=dict)  # engine -> offered load per server at rate (above 1: saturated)
 
 
 def erlang_c(servers: int, load: float) -> float:
@@ -95,10 +96,11 @@ def estimate(placements: list[Placement], engines: dict[str, EngineCapacity], *,
     capacity = {e: engines[e].servers / w for e, w in work.items() if w > 0}
     max_rps = min(capacity.values()) if capacity else math.inf
     bottleneck = min(capacity, key=capacity.get) if capacity else None
-    util = {e: min(1.0, rate * w / engines[e].servers) for e, w in work.items()}
+    offered = {e: rate * w / engines[e].servers for e, w in work.items()}
+    util = {e: min(1.0, load) for e, load in offered.items()}
     power = _power(engines, util)
     if rate >= max_rps:
-        return Estimate(rate, None, None, max_rps, power, None, util, {}, bottleneck)
+        return Estimate(rate, None, None, max_rps, power, None, util, {}, bottleneck, offered=offered)
     # Each visit of a request to an engine queues there. Waits are per engine, shared out over the
     # stages it runs in proportion to their visits, so an engine running k stages adds its wait once.
     visits: dict[str, float] = {}
@@ -125,7 +127,7 @@ def estimate(placements: list[Placement], engines: dict[str, EngineCapacity], *,
     p95 = max(mean_total + math.sqrt(spread), p50)
     p99 = max(mean_total + math.sqrt(spread99), p95)
     energy = power / rate if power is not None and rate > 0 else None
-    return Estimate(rate, p50, p95, max_rps, power, energy, util, stage_p95, bottleneck, p99_ms=p99)
+    return Estimate(rate, p50, p95, max_rps, power, energy, util, stage_p95, bottleneck, p99_ms=p99, offered=offered)
 
 
 def _wait(servers: int, rate: float, work_s: float) -> tuple[float, float, float, float]:

@@ -26,6 +26,14 @@ ACCELERATOR_CALL_MS = 0.1
 """Fixed cost of one execution on an accelerator the stage was not recorded on: kernel launches,
 host-device copies and synchronisation, which the roofline does not see (assumption)."""
 
+ESTIMATE_ERROR = 3.0
+"""The stated error bound of a time not measured where it will run (a roofline estimate, or a time
+measured on another engine and kept): the real time may be up to this many times the estimate, or
+as little as its inverse. An assumption -- a roofline sees neither kernel efficiency nor launch
+overheads, and factors of 2-3 between such estimates and measurements are common -- so plans widen
+the timeouts built on such a time by it and say so; ``loadprobe verify --calibrate`` replaces it
+with the observed time."""
+
 DEFAULT_DEVICE = {"gpu": "nvidia-l4", "npu": "ascend-310p"}
 """Catalog device assumed for an accelerator named without one (``--engines gpu``)."""
 
@@ -106,6 +114,16 @@ class ServiceTime:
     source: str  # measured | roofline-estimate | unscaled
     how: str  # one sentence: where the figure comes from
     p99_ms: float | None = None
+
+    @property
+    def error_factor(self) -> float:
+        """How far off the figure may be: 1 where it was measured, ``ESTIMATE_ERROR`` for an estimate."""
+        return 1.0 if self.source == "measured" else ESTIMATE_ERROR
+
+    @property
+    def file_source(self) -> str:
+        """The figure's source as pipeline.yaml writes it."""
+        return {"unscaled": "measured-elsewhere"}.get(self.source, self.source)
 
 
 def service_time(profile: StageProfile, *, target, kind: str, precision: str, batch: int) -> ServiceTime:

@@ -96,6 +96,7 @@ class ServiceTimeConfig:
     p50: float | None = None
     p95: float | None = None
     source: str
+    error_factor: float = 1.0  # an estimate's stated error bound (estimate.servicetime.ESTIMATE_ERROR)
 
 
 @dataclass(frozen=True, kw_only=True)

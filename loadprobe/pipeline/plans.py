@@ -20,7 +20,13 @@ _OPTION = {"type": "object", "properties": {
     "notes": _TEXTS, "pipeline": {"type": ["object", "null"]},
     "estimate": {"type": ["object", "null"], "properties": {key: _NUMBER for key in (
         "p50_ms", "p95_ms", "p99_ms", "max_rps", "power_w", "energy_per_request_j")}},
-    "tco": {"type": ["object", "null"], "properties": {"total": _NUMBER}},
+    "tco": {"type": ["object", "null"], "properties": {"total": _NUMBER, "comparable": {"type": ["boolean", "null"]},
+                                                       "unknown": _TEXTS}},
+    "tier": {"type": ["integer", "null"]}, "provisioned_power_w": _NUMBER, "sizing": _TEXT,
+    "intervals": {"type": ["object", "null"], "additionalProperties": {
+        "type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "number"}}},
+    "buy": {"type": ["array", "null"], "items": {"type": "object", "properties": {
+        "engine": {"type": "string"}, "device": _TEXT, "count": {"type": "integer"}}}},
     "stages": {"type": ["array", "null"], "items": {"type": "object", "properties": {
         "stage": _TEXT, "engine": {"type": "string"}, "device": _TEXT, "precision": {"type": "string"},
         "batch": {"type": ["integer", "null"]}, "window_ms": _NUMBER, "timeout_ms": _NUMBER,

@@ -1,51 +1,128 @@
 """Choosing between a plan's options and saying why: the recommendation, the scenario, the verdict.
 
-Usage (``planner.recommend`` does this)::
+Usage (``planner.recommend`` and ``search`` do this)::
 
-    recommended, alternatives = select(options)           # the cheapest to own that meets the targets
+    recommended, alternatives = select(options)           # the one rule below
+    ranked = rank(options)                                 # best first, by the same rule
     name, why = name_scenario(portrait, constraints, profiles, slo_ms)   # "online-api", "offline-bulk", ...
     verdict(recommended, alternatives, slo_ms)            # one paragraph comparing them
+
+The rule, written once here: feasibility first (``Option.tier``: the SLO at the sizing rate,
+the failed share at 1.5x it, the provisioned power against the budget); then, among the
+options of the best tier, the lowest cost of ownership when every one of them has a known
+cost -- otherwise, never counting an unknown as zero, the lowest provisioned power and then
+the lowest p95, the unknown named; then the lower p95; then fewer accelerator units; then the
+order the options were built in (the hybrid first). Among options that miss, the closest:
+over the power budget, the least power; otherwise the lower p95, then the higher capacity. Costs and powers within ``COST_TIE``
+and p95s within ``P95_TIE`` count as equal, so noise does not decide.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 from .constraints import Constraints
 from .options import ranking_cost
 from .result import Option
 
-__all__ = ["name_scenario", "select", "verdict"]
+__all__ = ["COST_TIE", "P95_TIE", "compare", "name_scenario", "rank", "select", "verdict"]
+
+COST_TIE = 0.01  # costs (or provisioned powers) within 1% are the same
+P95_TIE = 0.05  # p95s within 5% are the same: within a simulation's own noise at 3,000 requests
+
+
+def rank(options: list) -> list:
+    """``options`` best first, by the module's rule (stable: equal options keep their order)."""
+    feasible = [o for o in options if o.feasible and o.estimate is not None]
+    rest = [o for o in options if o not in feasible]
+    if not feasible:
+        return list(options)
+    best_tier = min(o.tier for o in feasible)
+    by_cost = all(ranking_cost(o) < math.inf for o in feasible if o.tier == best_tier)
+    return sorted(feasible, key=functools.cmp_to_key(lambda a, b: compare(a, b, by_cost))) + rest
+
+
+def compare(a: Option, b: Option, by_cost: bool) -> int:
+    """-1 when ``a`` ranks before ``b``, 1 after, 0 equal; ``by_cost``: rank on cost (every cost known)."""
+    if a.tier != b.tier:
+        return -1 if a.tier < b.tier else 1
+    if a.tier == 0:
+        first = (ranking_cost(a), ranking_cost(b)) if by_cost else (_power(a), _power(b))
+        order = _order(*first, COST_TIE)
+        if order:
+            return order
+    if a.tier == 3:  # over the power budget: the closest to it first
+        order = _order(_power(a), _power(b), COST_TIE)
+        if order:
+            return order
+    order = _order(_p95(a), _p95(b), P95_TIE)
+    if order or a.tier:
+        return order or _order(-a.estimate.max_rps, -b.estimate.max_rps, COST_TIE)
+    return (_units(a) > _units(b)) - (_units(a) < _units(b))
+
+
+def _order(x: float, y: float, tie: float) -> int:
+    if x == y or (math.isinf(x) and math.isinf(y)):
+        return 0
+    if math.isinf(x) or math.isinf(y) or abs(x - y) > tie * max(abs(x), abs(y), 1e-9):
+        return -1 if x < y else 1
+    return 0
+
+
+def _power(o: Option) -> float:
+    return o.provisioned_w if o.provisioned_w is not None else math.inf
+
+
+def _p95(o: Option) -> float:
+    return o.estimate.p95_ms if o.estimate is not None and o.estimate.p95_ms is not None else math.inf
+
+
+def _units(o: Option) -> int:
+    return sum(e["count"] for e in o.engines.values() if e["kind"] != "cpu")
 
 
 def select(options: list) -> tuple[Option, list]:
-    """The option to recommend: the cheapest to own among those meeting the SLO and power budget.
+    """The option to recommend and the others, by ``rank``; the recommended one's notes say why.
 
-    The rule-based hybrid comes first; a single-engine plan replaces it only when it is
-    cheaper over the plan's lifetime by more than 1%, and the hybrid's notes say so. A
-    single-engine plan that places every stage exactly as the hybrid does is dropped.
+    A single-engine plan that places every stage exactly as the hybrid does is dropped (the
+    hybrid's notes say so).
     """
-    hybrid, rest = options[0], []
+    hybrid, kept = options[0], [options[0]]
     for o in options[1:]:
-        same = o.feasible and [(d.stage, d.engine) for d in o.decisions] == \
-            [(d.stage, d.engine) for d in hybrid.decisions]
+        same = o.feasible and hybrid.feasible and _placement(o) == _placement(hybrid)
         if same:
             hybrid.notes.append(f"the stage rules place every stage as the {o.name} plan does")
         else:
-            rest.append(o)
-    ok = [o for o in [hybrid, *rest] if o.feasible and o.meets_slo is not False]
-    best = hybrid
-    if hybrid in ok:
-        cheaper = [o for o in ok if ranking_cost(o) < 0.99 * ranking_cost(hybrid)]
-        if cheaper:
-            best = min(cheaper, key=ranking_cost)
-            best.notes.append(f"recommended over the stage-by-stage hybrid: it also meets the targets and costs "
-                              f"{ranking_cost(best):,.0f} vs {hybrid.tco['total']:,.0f}"
-                              + ("" if hybrid.tco.get("comparable") else " or more") + " to own")
-    elif ok:
-        best = min(ok, key=lambda o: (ranking_cost(o), o.estimate.p95_ms or math.inf))
-        best.notes.append("recommended because the stage-by-stage hybrid misses the SLO or the power budget")
-    return best, [o for o in [hybrid, *rest] if o is not best]
+            kept.append(o)
+    ranked = rank(kept)
+    best = ranked[0]
+    best.notes.append(_why_best(best, ranked[1:]))
+    return best, [o for o in kept if o is not best]
+
+
+def _placement(o: Option) -> list:
+    return [(d.stage, d.engine, o.engines[d.engine]["count"]) for d in o.decisions]
+
+
+def _why_best(best: Option, others: list) -> str:
+    peers = [o for o in others if o.feasible and o.estimate is not None and o.tier == best.tier]
+    if best.tier:
+        return ("recommended as the closest to the targets: no plan meets them all "
+                "(ranked by how far each misses, then p95, then capacity)")
+    if not peers:
+        return "recommended: the only plan that meets every target"
+    if all(ranking_cost(o) < math.inf for o in [best, *peers]):
+        return (f"recommended: the cheapest to own of the {len(peers) + 1} plans meeting every target "
+                f"({ranking_cost(best):,.0f} vs {min(ranking_cost(o) for o in peers):,.0f} for the next)")
+    unknown = sorted({u for o in [best, *peers] for u in (o.tco or {}).get("unknown", [])})
+    return (f"recommended on known figures: {len(peers) + 1} plans meet every target but their costs cannot be "
+            f"compared (unknown: {', '.join(unknown)}; give --price DEVICE=AMOUNT or a catalog entry), so the lowest "
+            f"provisioned power ({_fmt_w(best.provisioned_w)}) ranks first, then the lower p95")
+
+
+def _fmt_w(w) -> str:
+    return "unknown" if w is None else f"{w:.0f} W"
 
 
 def name_scenario(portrait, constraints: Constraints, profiles, slo) -> tuple[str, str]:
@@ -80,39 +157,38 @@ def name_scenario(portrait, constraints: Constraints, profiles, slo) -> tuple[st
 
 
 def verdict(rec: Option, alternatives: list, slo) -> str:
-    """How the recommendation compares with each alternative -- latency, targets, cost -- in one paragraph."""
+    """How the recommendation compares with each alternative -- targets, cost or power, latency -- in one
+    paragraph; by the same rule and figures as the tables."""
     parts = []
     est = rec.estimate
     if est is not None and est.p95_ms is not None:
         parts.append(f"The {rec.name} plan is estimated at p95 {est.p95_ms:.3g} ms"
-                     + (f" against a {slo:.3g} ms SLO ({'met' if rec.meets_slo else 'NOT met'})" if slo else "")
-                     + f", capacity {est.max_rps:.3g} req/s.")
+                     + (f" against a {slo:.3g} ms SLO" if slo else "")
+                     + f", capacity {est.max_rps:.3g} req/s; it " + ("meets every target." if rec.tier == 0 else
+                                                                     "misses: " + "; ".join(rec.judged) + "."))
     elif est is not None:
         parts.append(f"The {rec.name} plan cannot carry the sizing rate: capacity {est.max_rps:.3g} req/s, "
                      f"saturating {est.bottleneck}.")
     for alt in alternatives:
-        if not alt.feasible:
+        if not alt.feasible or alt.estimate is None:
             parts.append(f"{alt.name}: infeasible ({'; '.join(alt.notes)}).")
             continue
-        missing = sorted(set(_unknowns(rec) + _unknowns(alt)))
-        if missing:
-            parts.append(f"vs {alt.name}: cost not comparable (no price or power figure for {', '.join(missing)}: "
-                         "give --price DEVICE=AMOUNT or a catalog entry)"
-                         + ("" if alt.meets_slo is not False else f"; {alt.name} misses the targets") + ".")
+        if alt.tier > rec.tier:
+            parts.append(f"vs {alt.name}: it misses where {rec.name} does not ({'; '.join(alt.judged)}).")
             continue
-        rec_total, alt_total = rec.tco["total"], alt.tco["total"]
-        same = abs(rec_total - alt_total) <= 0.01 * max(rec_total, alt_total, 1.0)
-        word = "about the same cost" if same else "cheaper" if rec_total < alt_total else "dearer"
-        reason = ""
-        if word == "dearer":
-            reason = (f", but {alt.name} misses the targets" if alt.meets_slo is False else
-                      f", and {alt.name} also meets the targets: prefer it if its lower cost matters more than "
-                      f"{rec.name}'s lower latency")
-        parts.append(f"vs {alt.name}: {word} to own ({rec_total:,.0f} vs {alt_total:,.0f}){reason}.")
+        known = ranking_cost(rec) < math.inf and ranking_cost(alt) < math.inf
+        if known:
+            a, b = ranking_cost(rec), ranking_cost(alt)
+            word = "about the same cost" if not _order(a, b, COST_TIE) else "cheaper" if a < b else "dearer"
+            text = f"{word} to own ({a:,.0f} vs {b:,.0f})"
+        else:
+            unknown = sorted(set((rec.tco or {}).get("unknown", []) + (alt.tco or {}).get("unknown", [])))
+            a, b = _power(rec), _power(alt)
+            word = ("about the same" if not _order(a, b, COST_TIE) else "less" if a < b else "more")
+            text = (f"cost not comparable (unknown: {', '.join(unknown)}); {word} provisioned power "
+                    f"({_fmt_w(rec.provisioned_w)} vs {_fmt_w(alt.provisioned_w)})")
+        p95 = _order(_p95(rec), _p95(alt), P95_TIE)
+        text += ("" if not p95 or math.isinf(_p95(alt)) else
+                 f", {'lower' if p95 < 0 else 'higher'} p95 ({_p95(rec):.3g} vs {_p95(alt):.3g} ms)")
+        parts.append(f"vs {alt.name}: {text}.")
     return " ".join(parts)
-
-
-def _unknowns(option: Option) -> list:
-    if not option.tco:
-        return ["(no estimate)"]
-    return list(option.tco.get("purchase_unknown", [])) + list(option.tco.get("power_unknown", []))

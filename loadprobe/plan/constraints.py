@@ -4,12 +4,16 @@ Usage::
 
     c = Constraints.parse(engines="cpu,gpu:nvidia-l4x2,npu:ascend-310p", slo_p95_ms=200,
                           precision=["int8-ok", "head=fp16-only"])
-    c.engines[1]          # EngineSpec(kind="gpu", device="nvidia-l4", count=2, name="gpu0")
+    c.engines[1]          # EngineSpec(kind="gpu", device="nvidia-l4", count=1, name="gpu0", max_count=2)
     c.precision_for("backbone")   # "int8-ok"
     Constraints.parse(align=["align.json"])     # a stage's precision from loadprobe align's verdict
 
 Every figure is optional: a plan made without an SLO keeps the recorded p95, without
 ``min_rps`` sizes for the recorded peak rate, without a power budget ignores power.
+
+An accelerator's count is what the team may buy, not what it has: ``gpu:nvidia-l4x4`` lets the
+planner use one to four L4s, ``gpu:nvidia-l4`` up to ``MAX_SIZED_UNITS``; the plan says how many
+(``plan/lineup.py``). A CPU's count is the number of hosts, used as given.
 """
 
 from __future__ import annotations
@@ -24,18 +28,29 @@ DEFAULT_ENGINES = "cpu,gpu:nvidia-l4,npu:ascend-310p"
 
 POLICIES = ("fp16-only", "int8-ok")
 MAX_UNITS = 4096  # pipeline.yaml's limit on an engine's count
+MAX_SIZED_UNITS = 64  # an accelerator named without a count: the planner buys up to this many
 _KIND = re.compile(r"(cpu|gpu|npu)(?:x(\d+))?")  # "gpu", "gpux2"
 _COUNTED = re.compile(r"(.+?)x(\d+)")  # "nvidia-l4x2"
 
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """An engine the team has: a kind, optionally a catalog device, and how many."""
+    """An engine the team has or may buy: a kind, optionally a catalog device, how many.
+
+    ``count`` is the units a plan uses (the planner sets it); ``max_count`` the most it may use:
+    the count the team gave, else ``MAX_SIZED_UNITS`` for an accelerator. A CPU's count is fixed.
+    """
 
     kind: str
     device: str | None = None
     count: int = 1
     name: str = ""
+    max_count: int | None = None  # None: ``count``, fixed
+
+    @property
+    def limit(self) -> int:
+        """The most units a plan may use."""
+        return self.max_count if self.max_count is not None else self.count
 
 
 @dataclass(frozen=True)
@@ -52,6 +67,7 @@ class Constraints:
     prices: dict = field(default_factory=dict)  # catalog id -> purchase price per unit
     changes_often: frozenset = frozenset()  # stages whose model is replaced often (kept off NPUs)
     align: dict = field(default_factory=dict)  # stage -> align.AlignEvidence: the verdict of loadprobe align
+    cpu_power_w: float | None = None  # the host CPU's maximum power, when the user knows it (--cpu-power-w)
 
     def precision_for(self, stage: str) -> str:
         evidence = self.align.get(stage)
@@ -67,7 +83,7 @@ class Constraints:
     @classmethod
     def parse(cls, *, engines: str | None = None, slo_p95_ms=None, slo_p99_ms=None, min_rps=None,
               power_budget_w=None, precision=(), years: float = 3.0, price_per_kwh: float = 0.15,
-              prices=(), changes_often=(), align=(), catalog=None) -> Constraints:
+              prices=(), changes_often=(), align=(), catalog=None, cpu_power_w=None) -> Constraints:
         """Build from CLI-style strings; a LoadprobeError names the bad part and what is allowed.
 
         ``align``: align.json files (or ``align.AlignEvidence``), one per stage.
@@ -77,12 +93,13 @@ class Constraints:
         evidence = parse_align(align, by_stage)
         for option, value in (("--slo-p95-ms", slo_p95_ms), ("--slo-p99-ms", slo_p99_ms), ("--min-rps", min_rps),
                               ("--power-budget-w", power_budget_w), ("--years", years),
-                              ("--price-per-kwh", price_per_kwh)):
+                              ("--price-per-kwh", price_per_kwh), ("--cpu-power-w", cpu_power_w)):
             if value is not None and not value > 0:
                 raise LoadprobeError(f"{option} {value:g} must be a positive number")
         changing = frozenset(n.strip() for v in changes_often for n in str(v).split(",") if n.strip())
         return cls(specs, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, default, by_stage, float(years),
-                   float(price_per_kwh), parse_prices(prices, catalog), changing, evidence)
+                   float(price_per_kwh), parse_prices(prices, catalog), changing, evidence,
+                   float(cpu_power_w) if cpu_power_w is not None else None)
 
 
 def parse_engines(text: str, catalog=None) -> tuple[EngineSpec, ...]:
@@ -106,9 +123,10 @@ def parse_engines(text: str, catalog=None) -> tuple[EngineSpec, ...]:
             raise LoadprobeError(f"--engines: cannot read {part!r}; write KIND[:DEVICE][xN] with KIND cpu, gpu or "
                                  "npu, e.g. cpu,gpu:nvidia-l4x2,npu:ascend-310p")
         kind, count = m.group(1), int(m.group(2) or 1)
+        given = m.group(2) is not None
         counted = _COUNTED.fullmatch(device)
         if device and device not in known_ids and counted:
-            device, count = counted.group(1), int(counted.group(2))
+            device, count, given = counted.group(1), int(counted.group(2)), True
         device = device or None
         if device is not None:
             if device not in known_ids:
@@ -123,7 +141,10 @@ def parse_engines(text: str, catalog=None) -> tuple[EngineSpec, ...]:
         n = per_kind.get(kind, 0)
         per_kind[kind] = n + 1
         name = "cpu" if kind == "cpu" and n == 0 else f"{kind}{n}"
-        specs.append(EngineSpec(kind, device, count, name))
+        if kind == "cpu":
+            specs.append(EngineSpec(kind, device, count, name))
+        else:  # what may be bought: from one unit up to the count given (or MAX_SIZED_UNITS)
+            specs.append(EngineSpec(kind, device, 1, name, count if given else MAX_SIZED_UNITS))
     if not specs:
         raise LoadprobeError("--engines is empty; name at least one engine, e.g. --engines cpu")
     if not any(s.kind == "cpu" for s in specs):

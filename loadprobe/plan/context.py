@@ -34,6 +34,8 @@ class PlanContext:
     cpu_cores: tuple[int, str]
     stages: list
     cpu_load_pct: float | None = None  # the host CPU at the sizing rate with every stage where it was recorded
+    host_power: object = None  # estimate.hostpower.HostCpuPower: the host CPU's maximum power and its basis
+    draws: list = None  # confidence.resample: the resampled (profiles, ctx) pairs the decisions are checked on
 
     def budget_ms(self, stage) -> float | None:
         """A stage's share of the SLO: the SLO times its share of request time (at least 5% of it)."""

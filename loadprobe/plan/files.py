@@ -56,8 +56,9 @@ def pipeline_dict(plan, option=None) -> dict:
             stage["fallback"] = {"engine": d.fallback["engine"], "when": {"queue_len_over": d.fallback["queue_len_over"]},
                                  "max_ratio": d.fallback["max_ratio"], "otherwise": d.fallback["otherwise"]}
         stage["service_time_ms"] = {"p50": _num(d.service.p50_ms), "p95": _num(d.service.p95_ms),
-                                    "source": "measured" if d.service.source in ("measured", "unscaled")
-                                    else "roofline-estimate"}
+                                    "source": d.service.file_source}
+        if d.service.error_factor != 1.0:
+            stage["service_time_ms"]["error_factor"] = d.service.error_factor
         stage["why"] = dict(d.why)
         stages.append(stage)
     return {
@@ -112,27 +113,45 @@ def render(plan) -> str:
              d.precision + (f" ({len(d.keep_fp16)} kept fp16)" if d.keep_fp16 else ""), str(d.batch),
              f"{d.window_ms:g}", f"{d.timeout_ms:g}", str(d.max_concurrency),
              f"{d.fallback['engine']} <= {d.fallback['max_ratio']:.0%}" if d.fallback else "-",
-             f"{d.service.p50_ms:.3g} ({d.service.source})"]
+             f"{d.service.p50_ms:.3g} ({d.service.source})", d.confidence.get("state", "-")]
             for d in plan.recommended.decisions]
     lines += text_table(["stage", "engine", "precision", "batch", "window ms", "timeout ms", "concurrency", "fallback",
-                         "service ms"], rows)
+                         "service ms", "engine is"], rows)
+    ties = [f"{d.stage}: {d.confidence['why']}" for d in plan.recommended.decisions
+            if d.confidence.get("state") == "tie"]
+    lines += [f"  {t}" for t in ties]
     lines += ["", f"alternatives at {plan.rate_rps:.3g} req/s ({plan.rate_why}; {ESTIMATE_LABEL}):"
               if plan.rate_why else f"alternatives at {plan.rate_rps:.3g} req/s ({ESTIMATE_LABEL}):"]
     rows = []
     for o in [plan.recommended, *plan.alternatives]:
         est = o.estimate
         if not o.feasible or est is None:
-            rows.append([o.name, "infeasible", "", "", "", "", "", "", ""])
+            rows.append([o.name, "infeasible", "", "", "", "", "", "", "", ""])
             continue
-        rows.append([o.name + (" *" if o is plan.recommended else ""), _ms(est.p50_ms), _ms(est.p95_ms), _ms(est.p99_ms),
-                     f"{est.max_rps:.3g}", "-" if est.power_w is None else f"{est.power_w:.0f}",
+        rows.append([o.name + (" *" if o is plan.recommended else ""), _ms(est.p50_ms),
+                     _ms(est.p95_ms) + _band(o.intervals.get("p95_ms")), _ms(est.p99_ms),
+                     f"{est.max_rps:.3g}", "-" if o.provisioned_w is None else f"{o.provisioned_w:.0f}",
+                     "-" if est.power_w is None else f"{est.power_w:.0f}",
                      "-" if est.energy_per_request_j is None else f"{est.energy_per_request_j:.3g}",
-                     "-" if not o.tco else f"{o.tco['total']:,.0f}",
-                     {True: "yes", False: "no", None: "-"}[o.meets_slo]])
-    lines += text_table(["plan", "p50 ms", "p95 ms", "p99 ms", "max req/s", "power W", "J/request",
-                         f"{plan.constraints.years:g}y cost", "meets SLO"], rows)
-    lines += ["", plan.verdict]
+                     cost_text(o.tco) + _band(o.intervals.get("cost"), money=True), TARGETS[o.tier]])
+    lines += text_table(["plan", "p50 ms", "p95 ms", "p99 ms", "max req/s", "max W", "mean W", "J/request",
+                         f"{plan.constraints.years:g}y cost", "meets targets"], rows)
+    lines += ["", f"what to buy: {plan.recommended.sizing}", "", plan.verdict]
+    unknown = (plan.recommended.tco or {}).get("unknown")
+    if unknown:
+        lines += [f"(a cost marked >= leaves out what is unknown: {', '.join(unknown)})"]
     return "\n".join(lines)
+
+
+TARGETS = {0: "yes", 1: "no (1.5x)", 2: "no", 3: "no (power)", 4: "no (rate)"}
+"""The alternatives table's word for each ``Option.tier``."""
+
+
+def cost_text(tco: dict | None) -> str:
+    """A plan's cost as the tables print it: the total, or a lower bound (>=) when part of it is unknown."""
+    if not tco:
+        return "-"
+    return f"{tco['total']:,.0f}" if tco.get("comparable") else f">= {tco['total']:,.0f}"
 
 
 def _option(plan, o) -> dict:
@@ -140,6 +159,11 @@ def _option(plan, o) -> dict:
         "name": o.name,
         "feasible": o.feasible,
         "meets_slo": o.meets_slo,
+        "tier": o.tier,
+        "provisioned_power_w": o.provisioned_w,
+        "intervals": o.intervals,
+        "buy": _buy(o),
+        "sizing": o.sizing,
         "notes": o.notes,
         "estimate": _plain(o.estimate),
         "stress_1_5x": _plain(o.stress),
@@ -153,6 +177,20 @@ def _option(plan, o) -> dict:
     }
 
 
+def _band(band, *, money: bool = False) -> str:
+    """" [lo-hi]" for a figure's interval over resampled recordings; nothing without one."""
+    if not band:
+        return ""
+    lo, hi = band
+    return f" [{lo:,.0f}-{hi:,.0f}]" if money else f" [{lo:.3g}-{hi:.3g}]"
+
+
+def _buy(o) -> list:
+    """What to buy for the option: each accelerator engine's device and units."""
+    return [{"engine": n, "kind": e["kind"], "device": e["device"], "count": e["count"]}
+            for n, e in o.engines.items() if e["kind"] != "cpu"]
+
+
 def _estimate_text(est, slo) -> str:
     if est is None:
         return "no estimate"
@@ -161,7 +199,9 @@ def _estimate_text(est, slo) -> str:
     text = (f"{ESTIMATE_LABEL}: p50 {est.p50_ms:.3g} ms, p95 {est.p95_ms:.3g} ms at {est.rate_rps:.3g} req/s; "
             f"capacity {est.max_rps:.3g} req/s")
     if est.power_w is not None:
-        text += f"; {est.power_w:.0f} W, {est.energy_per_request_j:.3g} J/request"
+        text += f"; {est.power_w:.0f} W mean" + (f", {est.energy_per_request_j:.3g} J/request"
+                                                 if est.energy_per_request_j is not None else
+                                                 " of the engines whose power is known")
     return text
 
 

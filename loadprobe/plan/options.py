@@ -36,21 +36,19 @@ def assemble(name: str, decisions: list, specs, profiles, ctx: PlanContext, note
     unattributed = unattributed_ms(ctx.portrait)
     est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=unattributed)
     stress = estimate(placements, capacities, rate=ctx.rate * STRESS, unattributed_ms=unattributed)
-    host_unknown = [n for n, e in engines.items() if e["power_w"] is None and e["kind"] == "cpu" and not e["device"]]
-    accel_unknown = [n for n, e in engines.items() if e["power_w"] is None and n not in host_unknown]
+    unknown = [n for n, e in engines.items() if e["power_w"] is None]
     notes = list(notes)
-    if host_unknown or accel_unknown:
+    if unknown:
         est.power_w = known_power(engines, est.utilisation)
-        est.energy_per_request_j = est.power_w / ctx.rate if est.power_w else None
-    if host_unknown:
-        notes.append("host CPU power unknown (no RAPL reading, no catalog device): left out of every plan alike")
-    if accel_unknown:
-        notes.append("power unknown for " + ", ".join(f"{n} ({engines[n]['device'] or engines[n]['kind']})"
-                                                   for n in accel_unknown)
-                     + ": the catalog has no TDP; the power shown leaves it out")
         est.energy_per_request_j = None
+        notes.append("maximum power unknown for " + ", ".join(f"{n} ({engines[n]['device'] or engines[n]['kind']})"
+                                                           for n in unknown)
+                     + ": the power and energy shown leave it out" + (
+                         f" ({ctx.host_power.note})" if ctx.host_power is not None and "cpu" in unknown else ""))
     cover_stage_p95(decisions, est, ctx)
     option = Option(name, decisions, engines, est, stress, None, None, notes)
+    option.power_unknown = unknown
+    option.provisioned_w = None if unknown else sum(e["power_w"] for e in engines.values())
     judge(option, ctx)
     option.tco = price_option(option, ctx)
     return option
@@ -109,53 +107,69 @@ def tune_option(option: Option, ctx: PlanContext, profiles) -> None:
 
 
 def judge(option: Option, ctx: PlanContext) -> None:
-    """Whether the option meets the SLO, p99 target and power budget, by its current estimate; notes why not.
+    """How far the option is from its targets, by its current estimates (``Option.tier``), with a note for each miss.
 
-    Called again once the estimate is simulated: the notes of the earlier verdict are replaced.
+    Feasible (tier 0) means: it carries the sizing rate within the p95 SLO (and p99 target) failing
+    at most ``FAILED_SHARE_OK`` of requests, does so at ``STRESS`` x the rate too, and its
+    provisioned power -- every unit's maximum, summed -- fits the power budget. Called again once
+    the estimate is simulated: the notes of the earlier verdict are replaced.
     """
-    est, engines = option.estimate, option.engines
+    est, stress = option.estimate, option.stress
     for note in option.judged:
         option.notes.remove(note)
-    notes = []
-    meets = None
+    notes, tier = [], 0
+
+    def miss(level: int, note: str) -> None:
+        nonlocal tier
+        tier = max(tier, level)
+        notes.append(note)
+
     if est.p95_ms is None:  # saturated: it cannot carry the sizing rate, SLO or not
-        meets = False
-        notes.append(f"cannot carry {ctx.rate:.3g} req/s: capacity {est.max_rps:.3g} req/s ({est.bottleneck} saturates)")
-    elif ctx.slo_ms is not None:
-        meets = est.p95_ms <= ctx.slo_ms
-    if est.failed_share is not None and est.failed_share > FAILED_SHARE_OK:
-        meets = False
-        notes.append(f"rejects or times out {est.failed_share:.1%} of requests at {ctx.rate:.3g} req/s (simulated)")
-    elif est.failed_share is not None and meets is None:
-        meets = True
-    p99_target = ctx.constraints.slo_p99_ms
-    if p99_target is not None and est.p99_ms is not None:
-        if est.p99_ms > p99_target:
-            meets = False
-            notes.append(f"misses the p99 target: {est.p99_ms:.3g} ms > {p99_target:g} ms")
-        elif meets is None:
-            meets = True
-    accel_unknown = [n for n, e in engines.items() if e["power_w"] is None and (e["kind"] != "cpu" or e["device"])]
+        miss(4, f"cannot carry {ctx.rate:.3g} req/s: capacity {est.max_rps:.3g} req/s ({est.bottleneck} saturates)")
+    else:
+        if ctx.slo_ms is not None and est.p95_ms > ctx.slo_ms:
+            miss(2, f"misses the p95 SLO: {est.p95_ms:.3g} ms > {ctx.slo_ms:.3g} ms at {ctx.rate:.3g} req/s")
+        if est.failed_share is not None and est.failed_share > FAILED_SHARE_OK:
+            miss(2, f"rejects or times out {est.failed_share:.1%} of requests at {ctx.rate:.3g} req/s (simulated)")
+        p99_target = ctx.constraints.slo_p99_ms
+        if p99_target is not None and est.p99_ms is not None and est.p99_ms > p99_target:
+            miss(2, f"misses the p99 target: {est.p99_ms:.3g} ms > {p99_target:g} ms")
+        peak = ctx.rate * STRESS
+        # the queueing model's capacity bounds what a finite simulation can show: at or past it, queues grow
+        if stress is None or stress.p95_ms is None or stress.max_rps <= peak:
+            capacity = f"capacity {stress.max_rps:.3g} req/s, {stress.bottleneck} saturates" if stress else "no estimate"
+            miss(1, f"cannot carry {STRESS:g}x the rate ({peak:.3g} req/s): {capacity}")
+        elif stress.failed_share is not None and stress.failed_share > FAILED_SHARE_OK:
+            miss(1, f"fails {stress.failed_share:.1%} of requests at {STRESS:g}x the rate ({peak:.3g} req/s, simulated), "
+                    f"more than the {FAILED_SHARE_OK:.0%} allowed")
     budget = ctx.constraints.power_budget_w
-    if budget and est.power_w and est.power_w > budget:
-        notes.append(f"over the power budget: {est.power_w:.0f} W > {budget:g} W")
-        meets = False
-    elif budget and accel_unknown:
-        notes.append(f"the {budget:g} W power budget cannot be checked without those power figures")
-        meets = False
-    option.meets_slo = meets
+    if budget and option.power_unknown:
+        miss(3, f"the {budget:g} W power budget cannot be checked: no maximum power for "
+                f"{', '.join(option.power_unknown)}" + ("; give --cpu-power-w" if "cpu" in option.power_unknown else ""))
+    elif budget and option.provisioned_w is not None and option.provisioned_w > budget:
+        parts = ", ".join(f"{n} {e['power_w']:.3g} W" for n, e in option.engines.items())
+        miss(3, f"over the power budget: {option.provisioned_w:.0f} W provisioned ({parts}: each unit's maximum) > "
+                f"{budget:g} W")
+    option.tier = tier
+    option.meets_slo = tier == 0
     option.notes.extend(notes)
     option.judged = notes
 
 
 def price_option(option: Option, ctx: PlanContext) -> dict | None:
-    """The option's cost of ownership (``tco``), with what could not be priced; None without an estimate."""
+    """The option's cost of ownership (``tco``) on known figures, with what could not be priced; None without
+    an estimate.
+
+    Electricity covers every engine whose power is known, the host CPU included, at its utilisation in
+    this plan. The host's purchase is left out of every plan alike (each plan runs on it). A device
+    with no price, or an engine with no power figure, makes the total a lower bound: ``comparable``
+    is then False and ``unknown`` names what is missing, so no plan is ranked as if it cost nothing.
+    """
     from ..estimate.tco import tco
 
     est = option.estimate
     if est is None:
         return None
-    # Engines without a power figure (a host CPU without RAPL) are left out of every plan alike.
     power = known_power(option.engines, est.utilisation) or 0.0
     purchase, unknown = 0.0, []
     for name, engine in option.engines.items():
@@ -165,23 +179,22 @@ def price_option(option: Option, ctx: PlanContext) -> dict | None:
         if price is None and engine["device"]:
             price = ctx.catalog.get(engine["device"]).price_usd
         if price is None:
-            unknown.append(engine["device"] or name)
+            unknown.append(f"{engine['device'] or name} price")
         else:
             purchase += price * engine["count"]
     cost = tco(power_w=power, price_per_kwh=ctx.constraints.price_per_kwh, years=ctx.constraints.years,
                purchase=purchase)
-    out = asdict(cost) if hasattr(cost, "__dataclass_fields__") else dict(cost)
-    out["purchase_unknown"] = unknown
-    out["power_unknown"] = [n for n, e in option.engines.items()
-                            if e["power_w"] is None and not (e["kind"] == "cpu" and not e["device"])]
-    # Unknown is not free: a plan with a device of unknown price or power ranks as costing more
-    # than any plan whose cost is known, and its total is shown as a lower bound.
-    out["comparable"] = not unknown and not out["power_unknown"]
+    out = asdict(cost)
+    out["purchase_unknown"] = [u.removesuffix(" price") for u in unknown]
+    out["power_unknown"] = list(option.power_unknown)
+    out["unknown"] = unknown + [f"{n} power" for n in option.power_unknown]
+    out["comparable"] = not out["unknown"]
+    out["host_purchase"] = "left out: every plan runs on the same host"
     return out
 
 
 def ranking_cost(option: Option) -> float:
-    """The lifetime cost used to rank plans: infinite when part of it is unknown."""
+    """The lifetime cost plans are ranked by when every plan compared has one; infinite when part is unknown."""
     if not option.tco or not option.tco.get("comparable"):
         return math.inf
     return option.tco["total"]

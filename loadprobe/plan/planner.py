@@ -46,16 +46,19 @@ from .choice import name_scenario, select, verdict
 from .constraints import Constraints, EngineSpec
 from .context import PlanContext, cpu_load_pct, plan_stages, recorded_kind, service_name
 from .context import cpu_cores as recorded_cpu_cores, host_cpu_capacity  # noqa: F401 - importable from here
-from .options import assemble, simulate_option, tune_option
+from ..estimate.hostpower import host_cpu_power
+from .confidence import intervals, resample, settle, stage_votes
+from .lineup import describe, size
+from .options import simulate_option, tune_option
 from .placement import candidates, explain_engine
 from .result import Decision, Option, Plan  # noqa: F401 - importable from here, as they always were
 from .search import search
 from ..estimate.servicetime import StageProfile
-from .sizing import make_decision
 
 __all__ = ["Decision", "Option", "PLAN_KINDS", "Plan", "host_cpu_capacity", "recommend"]
 
 PLAN_KINDS = {"hybrid": None, "all-gpu": "gpu", "all-npu": "npu", "all-cpu": "cpu"}
+RESIZES = 3  # a simulation that finds a sized option short of its targets grows it again, at most this often
 
 
 def recommend(portrait, constraints: Constraints | None = None, *, catalog=None, cpu_cores: int | None = None,
@@ -89,13 +92,17 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
     cores = (cpu_cores, f"{cpu_cores} cores (given)") if cpu_cores else recorded_cpu_cores(portrait)
     ctx = PlanContext(portrait, constraints, catalog, rate, slo, cores, stages,
                       cpu_load_pct(portrait, rate, cores[0] * next((s.count for s in constraints.engines
-                                                                      if s.kind == "cpu"), 1)))
-    options = [_build_option(name, kind, profiles, ctx) for name, kind in PLAN_KINDS.items()]
-    options = [o for o in options if o is not None]
-    for option in options:
-        simulate_option(option, ctx, profiles)
+                                                                      if s.kind == "cpu"), 1)),
+                      host_cpu_power(portrait, catalog, cpu_power_w=constraints.cpu_power_w))
+    ctx.draws = resample(profiles, ctx)
+    built = [_build_option(name, kind, profiles, ctx) for name, kind in PLAN_KINDS.items()]
+    options = []
+    for option, rebuild in (b for b in built if b is not None):
+        options.append(_simulated(option, rebuild, ctx, profiles))
     recommended, alternatives = select(options)
     tune_option(recommended, ctx, profiles)
+    for option in options:
+        option.intervals = intervals(option, ctx.draws, rebuild=lambda p, c, o=option: _redrawn(o, p, c, ctx, profiles))
     scenario, why = name_scenario(portrait, constraints, profiles, slo)
     return Plan(service_name(portrait), scenario, why, constraints, rate, slo, recommended, alternatives,
                 verdict(recommended, alternatives, slo), rate_why)
@@ -119,9 +126,9 @@ def _engine_specs(ctx: PlanContext, kind: str | None) -> list[EngineSpec]:
     return [s for s in specs if s.kind in ("cpu", kind)]
 
 
-def _build_option(name: str, kind: str | None, profiles, ctx: PlanContext) -> Option | None:
-    """One option: the hybrid (``kind`` None: searched) or every stage on ``kind`` where it can run; None
-    when the line-up has no engine of that kind."""
+def _build_option(name: str, kind: str | None, profiles, ctx: PlanContext):
+    """One option and how to size it again: the hybrid (``kind`` None: searched) or every stage on ``kind``
+    where it can run; None when the line-up has no engine of that kind."""
     specs = _engine_specs(ctx, kind)
     if kind not in (None, "cpu") and not any(s.kind == kind for s in specs):
         return None  # the team has no such engine
@@ -129,11 +136,13 @@ def _build_option(name: str, kind: str | None, profiles, ctx: PlanContext) -> Op
     for stage, (admissible, excluded) in zip(ctx.stages, choices):
         if not admissible:
             return Option(name, [], {}, None, None, None, None,
-                          [f"{stage.name} cannot run on any engine of this plan"], feasible=False)
+                          [f"{stage.name} cannot run on any engine of this plan"], feasible=False), None
     notes = []
     met = True
+    confidence = [{} for _ in choices]
     if kind is None:
-        picks, searched, met = search(choices, profiles, specs, ctx)
+        settled, confidence = settle(choices, stage_votes(choices, specs, ctx.draws or []), ctx)
+        picks, searched, met = search(settled, profiles, specs, ctx)
         notes.append(searched)
     else:
         picks = []
@@ -143,12 +152,63 @@ def _build_option(name: str, kind: str | None, profiles, ctx: PlanContext) -> Op
                 pick = next(c for c in admissible if c["spec"].kind == "cpu")
                 notes.append(f"{stage.name} stays on the CPU: " + "; ".join(excluded.values()))
             picks.append(pick)
-    decisions = []
+    whys = []
     for stage, profile, pick, (admissible, excluded) in zip(ctx.stages, profiles, picks, choices):
         basis = (f"{kind} plan" if kind is not None and pick["spec"].kind == kind else
                  "the plan's engine cannot run it" if kind is not None else
-                 "part of the cheapest line-up meeting the targets" if met else
+                 "part of the best line-up meeting the targets" if met else
                  "part of the line-up closest to the targets (none meets them)")
         why = explain_engine(basis, stage, profile, pick, admissible, excluded)
-        decisions.append(make_decision(stage, profile, pick, why, ctx.budget_ms(stage), ctx))
-    return assemble(name, decisions, specs, profiles, ctx, notes)
+        whys.append(why + (f"; {words['why']}" if (words := confidence[len(whys)]).get("why") else ""))
+
+    def rebuild(start=None):
+        option = size(name, picks, whys, specs, profiles, ctx, notes, start=start)
+        for decision, words in zip(option.decisions, confidence):
+            decision.confidence = words
+        return option
+
+    return rebuild(), rebuild
+
+
+def _redrawn(option: Option, profiles, ctx_draw, ctx: PlanContext, point_profiles):
+    """The option's line-up (each stage's engine, each engine's units) assembled analytically from one draw's
+    profiles and rate (``None``: the point figures); None when a stage cannot run there any more."""
+    from dataclasses import replace
+
+    from .options import assemble
+    from .sizing import make_decision
+
+    profiles, at = profiles or point_profiles, ctx_draw or ctx
+    counts = {n: e["count"] for n, e in option.engines.items()}
+    specs = [replace(s, count=counts.get(s.name, s.count)) for s in ctx.constraints.engines]
+    decisions = []
+    for stage, profile, d in zip(at.stages, profiles, option.decisions):
+        admissible, _ = candidates(stage, profile, specs, at)
+        pick = next((c for c in admissible if c["spec"].name == d.engine), None)
+        if pick is None:
+            return None
+        decisions.append(make_decision(stage, profile, pick, "", at.budget_ms(stage), at))
+    return assemble(option.name, decisions, specs, profiles, at, [], fallbacks=False)
+
+
+def _simulated(option: Option, rebuild, ctx: PlanContext, profiles) -> Option:
+    """The option simulated; when the simulation finds it short of a target that more units could meet (the
+    analytic sizing was optimistic), sized again from one more unit of its busiest accelerator, up to
+    ``RESIZES`` times."""
+    simulate_option(option, ctx, profiles)
+    trial = option
+    for _ in range(RESIZES if rebuild is not None else 0):
+        if option.tier not in (1, 2):
+            break
+        counts = {n: e["count"] for n, e in trial.engines.items() if e["kind"] != "cpu"}
+        room = [n for n in counts if counts[n] < next(s.limit for s in ctx.constraints.engines if s.name == n)]
+        if not room:
+            break
+        busiest = max(room, key=lambda n: (trial.estimate.utilisation.get(n, 0.0), n))
+        trial = rebuild({**counts, busiest: counts[busiest] + 1})
+        simulate_option(trial, ctx, profiles)
+        if trial.tier < option.tier:  # kept only when the units bought a target; else the fewer units stand
+            option = trial
+    if rebuild is not None:
+        option.sizing = describe(option, ctx)  # by the simulated verdict
+    return option

@@ -38,6 +38,7 @@ class Decision:
     dynamic_shape: bool
     why: dict = field(default_factory=dict)
     keep_fp16: tuple = ()  # layers kept in FP16 in an INT8 stage (loadprobe align)
+    confidence: dict = field(default_factory=dict)  # decided or a tie within noise, and why (confidence.settle)
 
 
 @dataclass
@@ -55,6 +56,14 @@ class Option:
     feasible: bool = True
     judged: list = field(default_factory=list)  # the notes of the latest verdict (see judge)
     tuning: list = field(default_factory=list)  # the settings the simulator tried (the recommended option)
+    # How far from its targets (options.judge): 0 meets them all; 1 fails only at STRESS x the rate;
+    # 2 misses the SLO or fails requests at the rate; 3 over the power budget (or it cannot be
+    # checked); 4 cannot carry the rate at all. Plans are ranked on it first (choice.py).
+    tier: int = 0
+    provisioned_w: float | None = None  # summed maximum power of the line-up; None when part is unknown
+    power_unknown: list = field(default_factory=list)  # engines whose maximum power is unknown
+    sizing: str = ""  # how many units of each accelerator, and why (lineup.py)
+    intervals: dict = field(default_factory=dict)  # figure -> [lo, hi] over resampled recordings (confidence.py)
 
 
 @dataclass

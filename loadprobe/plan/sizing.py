@@ -15,7 +15,7 @@ import math
 
 from ..pipeline.json_schema import maximum
 from .constraints import EngineSpec
-from .context import PlanContext, calls_per_request, cpu_util
+from .context import PlanContext, calls_per_request
 from ..estimate.queueing import IDLE_POWER_SHARE
 from .result import Decision
 from ..estimate.servicetime import ServiceTime, service_time
@@ -77,7 +77,7 @@ def make_decision(stage, profile, c, engine_why, budget, ctx) -> Decision:
     """Rule 7: candidate ``c``'s placement as a Decision: timeout, concurrency and the reason for each."""
     spec, svc, batch, window = c["spec"], c["svc"], c["batch"], c["window"]
     p99 = svc.p50_ms * (profile.p99_ms / profile.p50_ms if profile.p50_ms > 0 else 1.0)
-    timeout = min(MAX_TIMEOUT_MS, max(1.0, math.ceil(2 * (p99 + window))))
+    timeout = min(MAX_TIMEOUT_MS, max(1.0, math.ceil(2 * (p99 * svc.error_factor + window))))
     calls = calls_per_request(ctx).get(stage.name, 1.0)
     in_flight = ctx.rate * calls / batch * svc.p50_ms / 1000.0
     servers = ctx.cpu_cores[0] * spec.count if spec.kind == "cpu" else spec.count
@@ -86,8 +86,8 @@ def make_decision(stage, profile, c, engine_why, budget, ctx) -> Decision:
         "engine": engine_why,
         "precision": c["precision_why"],
         "batch": c["batch_why"],
-        "timeout_ms": f"2 x (estimated p99 {p99:.3g} ms + window {window:g} ms), from the recorded p99/p50 of "
-                      f"{profile.p99_ms / profile.p50_ms if profile.p50_ms else 1:.3g}",
+        "timeout_ms": (f"2 x (estimated p99 {p99:.3g} ms" + _widened(svc) + f" + window {window:g} ms), from the "
+                       f"recorded p99/p50 of {profile.p99_ms / profile.p50_ms if profile.p50_ms else 1:.3g}"),
         "max_concurrency": f"max({servers} servers of {spec.name}, Little's law: {ctx.rate:.3g} req/s"
                            + (f" x {calls:.3g} calls" if calls > 1 else "")
                            + f" / batch {batch} x {svc.p50_ms:.3g} ms = {in_flight:.2f} executions in flight, "
@@ -150,24 +150,30 @@ def cover_stage_p95(decisions, est, ctx: PlanContext) -> bool:
     raised = False
     for d in decisions:
         stage_p95 = est.stage_p95_ms.get(d.stage)
-        if stage_p95 and 2 * stage_p95 > d.timeout_ms:
-            d.timeout_ms = float(min(MAX_TIMEOUT_MS, math.ceil(2 * stage_p95)))
+        wanted = 2 * stage_p95 * d.service.error_factor if stage_p95 else 0.0
+        if wanted > d.timeout_ms:
+            d.timeout_ms = float(min(MAX_TIMEOUT_MS, math.ceil(wanted)))
             how = "simulated" if est.method.startswith("discrete-event") else "estimated"
             d.why["timeout_ms"] = (f"2 x the stage's {how} p95 of {stage_p95:.3g} ms at {ctx.rate:.3g} req/s, "
-                                   "queueing and batching wait included")
+                                   "queueing and batching wait included" + _widened(d.service))
             raised = True
     return raised
 
 
+def _widened(svc) -> str:
+    """The words for a timeout widened by an estimate's error bound (nothing for a measured time)."""
+    if svc.error_factor == 1.0:
+        return ""
+    return (f", x {svc.error_factor:g} for the {svc.source} it rests on (its stated error bound; "
+            "loadprobe verify --calibrate replaces it with the observed time)")
+
+
 def unit_power(spec: EngineSpec, device, ctx) -> float | None:
-    """One unit's power at full load (W): the device's TDP, or the host CPU's from its RAPL reading; None unknown."""
+    """One unit's maximum power (W), what a power budget provisions for: the device's TDP, or the host
+    CPU's (``estimate.hostpower``: given, RAPL's maximum, the catalog's, or assumed); None when unknown."""
     if spec.kind != "cpu" or spec.device:
-        return device.tdp_w if device is not None else None
-    measured = next((m.mean for m in ctx.portrait.devices.metrics if m.device == "cpu" and m.metric == "power_w"), None)
-    util = cpu_util(ctx.portrait)
-    if measured is not None and util is not None:
-        return measured / (IDLE_POWER_SHARE + (1 - IDLE_POWER_SHARE) * util / 100.0)
-    return None
+        return device.max_power_w if device is not None else None
+    return ctx.host_power.watts if ctx.host_power is not None else None
 
 
 def known_power(engines, util) -> float | None:

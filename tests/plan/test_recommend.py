@@ -21,19 +21,25 @@ from ..conftest import REPO
 FIELDS = ("engine", "precision", "batch", "timeout_ms", "max_concurrency", "service_time_ms", "fallback")
 
 
-def record(tmp_path, stages: dict, *, requests: int = 120, gap_ms: float = 4.0):
+def record(tmp_path, stages: dict, *, requests: int = 120, gap_ms: float = 4.0, jitter: float = 0.0, seed: int = 0):
     """Record ``requests`` requests whose stages take the given times, then analyse them.
+
+    ``jitter``: each time is drawn lognormal around the given one with this sigma (``seed``: which
+    draws), so that two recordings of one workload differ as real ones do.
 
     ``stages``: name -> {"ms": self time, "flops", "bytes", "shapes": [shape per request, cycled],
     "engine", "batch"}. Each request is a real request span; its stages are recorded with
     ``record_span`` inside it, back to back, and the request lasts until they are done.
     """
+    import random
+
+    rng = random.Random(seed)
     loadprobe.start(tmp_path / "data", service="scenario", sample_devices=False, flush_interval_s=0.05)
     for i in range(requests):
         with request(id=f"r{i}"):
             t = time.perf_counter_ns()
             for name, s in stages.items():
-                dur = int(s["ms"] * 1e6)
+                dur = int(s["ms"] * 1e6 * (rng.lognormvariate(0.0, jitter) if jitter else 1.0))
                 shapes = s.get("shapes")
                 record_span(name, t, t + dur, engine=s.get("engine", "cpu"), batch=s.get("batch"),
                             shape=shapes[i % len(shapes)] if shapes else None,
@@ -62,7 +68,7 @@ def hybrid_of(plan):
 
 def test_inspection_line_up_cpu_decode_npu_backbone_gpu_nms(tmp_path):
     portrait = record(tmp_path, VISION, requests=40)
-    constraints = Constraints.parse(engines="cpu,gpu:nvidia-l4,npu:ascend-310px2", slo_p95_ms=50, min_rps=300,
+    constraints = Constraints.parse(engines="cpu,gpu:nvidia-l4x1,npu:ascend-310p", slo_p95_ms=50, min_rps=300,
                                     precision=["backbone=int8-ok"], prices=PRICES)
     plan = recommend(portrait, constraints, cpu_cores=4)
     assert plan.recommended.name == "hybrid", plan.verdict
@@ -94,6 +100,75 @@ def test_a_tight_power_budget_sends_the_frozen_backbone_to_the_npu(tmp_path):
     assert plan.recommended.estimate.power_w <= 100
     gpu = next(o for o in plan.alternatives if o.name == "all-gpu")
     assert gpu.meets_slo is False and any("power budget" in n for n in gpu.notes)  # cheaper, but 350 W TDP
+
+
+EDGE = {  # a small frozen INT8-friendly backbone behind host-side decoding
+    "decode": {"ms": 1.0},
+    "backbone": {"ms": 2.0, "flops": 2.0e8, "bytes": 4.0e6, "shapes": [(3, 224, 224)], "batch": 1},
+}
+
+
+def test_the_power_budget_is_held_against_provisioned_power(tmp_path):
+    """Issue #21.4: a 10 W budget with a 25 W Jetson and 2.5 W Hailo-8s, at a rate the host's two cores cannot
+    carry alone: the backbone goes to the NPUs, and every plan whose units' summed maximum power exceeds the
+    budget is excluded, however idle its units would be."""
+    portrait = record(tmp_path, EDGE, requests=40)
+    plan = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-jetson-orin-nx,npu:hailo-8",
+                                                 power_budget_w=10, slo_p95_ms=20, min_rps=700,
+                                                 precision=["int8-ok"], cpu_power_w=2), cpu_cores=2)
+    rec = plan.recommended
+    assert {d.stage: d.device for d in rec.decisions}["backbone"] == "hailo-8", plan.verdict
+    units = rec.engines["npu0"]["count"]
+    assert rec.meets_slo and rec.provisioned_w == 2 + 2.5 * units <= 10, rec.sizing
+    for gpu in (o for o in [rec, *plan.alternatives] if o.name == "all-gpu"):
+        assert gpu.tier == 3 and gpu.provisioned_w >= 2 + 25 > 10
+        assert any("provisioned" in n and "over the power budget" in n for n in gpu.notes)
+    assert plan.to_dict()["recommended"]["provisioned_power_w"] == rec.provisioned_w
+
+
+def test_an_unknown_price_is_never_counted_as_zero(tmp_path):
+    """Issue #21.1: without prices for the accelerators, costs are lower bounds, named, and plans are ranked on
+    provisioned power and p95; the host CPU's power is counted in every plan (here: given)."""
+    from loadprobe.plan.files import render
+
+    portrait = record(tmp_path, VISION, requests=40)
+    plan = recommend(portrait, Constraints.parse(slo_p95_ms=500, min_rps=150, precision=["backbone=int8-ok"],
+                                                 cpu_power_w=120), cpu_cores=4)
+    options = [plan.recommended, *plan.alternatives]
+    for o in options:
+        if o.tco is None:
+            continue
+        assert o.tco["electricity"] > 0  # the host draws power in every plan
+        uses_accelerator = any(e["kind"] != "cpu" for e in o.engines.values())
+        assert o.tco["comparable"] is not uses_accelerator, (o.name, o.tco["unknown"])
+        if uses_accelerator:
+            assert any(u.endswith(" price") for u in o.tco["unknown"])
+    table = render(plan)
+    assert ">= " in table and "cost not comparable" in plan.verdict or plan.recommended.name == "all-cpu"
+    feasible = [o for o in options if o.feasible and o.tier == 0]
+    if len(feasible) > 1 and not all(o.tco["comparable"] for o in feasible):
+        assert plan.recommended.provisioned_w == min(o.provisioned_w for o in feasible)
+        assert "recommended on known figures" in plan.recommended.notes[-1] or \
+            any("recommended on known figures" in n for n in plan.recommended.notes)
+
+
+def test_with_every_price_known_the_cheapest_feasible_plan_is_recommended(tmp_path):
+    """Issue #21.1/#21.8: one rule for the recommendation, the verdict and the tables."""
+    llm = {
+        "tokenize": {"ms": 0.05},
+        "prefill": {"ms": 8.0, "flops": 4.0e10, "bytes": 4.0e7, "shapes": [(512,)]},
+        "decode": {"ms": 12.0, "flops": 6.0e8, "bytes": 3.0e8, "shapes": [(1,)]},
+    }
+    portrait = record(tmp_path, llm, requests=40)
+    plan = recommend(portrait, Constraints.parse(min_rps=40, prices=PRICES, cpu_power_w=100), cpu_cores=4)
+    options = [plan.recommended, *plan.alternatives]
+    feasible = [o for o in options if o.feasible and o.tier == 0]
+    assert feasible and all(o.tco["comparable"] for o in feasible)
+    cheapest = min(o.tco["total"] for o in feasible)
+    assert plan.recommended.tier == 0 and plan.recommended.tco["total"] <= 1.01 * cheapest
+    for o in plan.alternatives:  # the verdict says the same as the figures
+        if o.tier == 0 and o.tco["total"] > 1.01 * plan.recommended.tco["total"]:
+            assert f"vs {o.name}: cheaper to own" in plan.verdict
 
 
 def test_fp16_only_backbone_goes_to_the_gpu(tmp_path):
@@ -145,20 +220,30 @@ def test_prefill_and_decode_are_split(tmp_path):
     assert "memory-bound" in placed["decode"].why["engine"], placed["decode"].why["engine"]
 
 
-def test_prefill_goes_to_compute_and_decode_to_bandwidth(tmp_path):
+def test_the_plan_says_how_many_units_to_buy_and_when_its_bounds_are_too_few(tmp_path):
+    """Issue #21.2: counts are upper bounds; the plan buys the fewest units that carry the rate and 1.5x it."""
     llm = {
         "prefill": {"ms": 40.0, "flops": 4.0e10, "bytes": 4.0e7, "shapes": [(512,)]},
         "decode": {"ms": 60.0, "flops": 6.0e9, "bytes": 3.0e9, "shapes": [(1,)]},
     }
     portrait = record(tmp_path, llm, requests=20)
-    # At 300 req/s the A100 cannot run both phases, two L4s cannot keep up with decode's bytes:
-    # only the split carries the load.
-    plan = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-l4x2,gpu:nvidia-a100-sxm-80gb",
+    # At 300 req/s (450 at the 1.5x stress) one A100 and two L4s cannot carry decode's bytes.
+    few = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-l4x2,gpu:nvidia-a100-sxm-80gbx1",
+                                                slo_p95_ms=400, min_rps=300, prices=PRICES), cpu_cores=4)
+    assert not few.recommended.meets_slo and few.recommended.tier == 1, few.verdict
+    assert "no count within the bounds meets every target" in few.recommended.sizing
+    # Allowed more, it buys units until the targets hold (at least two: one of either cannot carry it).
+    plan = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-l4x8,gpu:nvidia-a100-sxm-80gbx8",
                                                  slo_p95_ms=400, min_rps=300, prices=PRICES), cpu_cores=4)
-    placed = {d.stage: d for d in plan.recommended.decisions}
-    assert placed["prefill"].device == "nvidia-l4", placed["prefill"].why["engine"]
-    assert placed["decode"].device == "nvidia-a100-sxm-80gb", placed["decode"].why["engine"]
-    assert plan.recommended.meets_slo
+    rec = plan.recommended
+    assert rec.meets_slo and rec.tier == 0, plan.verdict
+    bought = {e["device"]: e["count"] for e in rec.engines.values() if e["kind"] != "cpu"}
+    assert sum(bought.values()) >= 2 and "the fewest units that meet every target" in rec.sizing, rec.sizing
+    assert plan.to_pipeline().engines[next(n for n, e in rec.engines.items() if e["kind"] != "cpu")].count >= 1
+    plans = plan.to_dict()["recommended"]
+    assert {b["device"]: b["count"] for b in plans["buy"]} == bought
+    # every decision's engine is one the plan buys
+    assert {d.device for d in rec.decisions if d.kind != "cpu"} <= set(bought)
 
 
 def test_power_budget_scenario_and_plans_file(tmp_path):
@@ -283,7 +368,7 @@ def test_the_cpu_engine_is_sized_from_the_recorded_cores(tmp_path):
 
 def test_alternatives_are_simulated_and_the_plan_is_tuned_by_simulation(tmp_path):
     portrait = record(tmp_path, VISION, requests=40)
-    constraints = Constraints.parse(engines="cpu,gpu:nvidia-l4,npu:ascend-310px2", slo_p95_ms=50, min_rps=300,
+    constraints = Constraints.parse(engines="cpu,gpu:nvidia-l4x1,npu:ascend-310p", slo_p95_ms=50, min_rps=300,
                                     precision=["backbone=int8-ok"], prices=PRICES)
     plan = recommend(portrait, constraints, cpu_cores=4)
     rec = plan.recommended

@@ -279,8 +279,9 @@ def test_the_cap_is_one_bound_for_the_process_whatever_the_thread_count(tmp_path
         assert stats.spans_recorded == 100 + burst == stats.spans_written + stats.spans_dropped
         if 100 + burst <= cap:
             assert stats.spans_dropped == 0
-        else:  # dropped only once the spans held reached the cap (no flush ran in between)
-            assert stats.spans_written == cap and stats.spans_dropped == stats.spans_dropped_cap == 100 + burst - cap
+        else:  # dropped only once the spans held reached the cap: at least a cap's worth is written (more
+            # when the flusher's half-cap round drained some during the burst), and every drop is the cap's
+            assert stats.spans_written >= cap and stats.spans_dropped == stats.spans_dropped_cap
 
 
 def test_unwritable_output_leaves_results_untouched_and_warns_once(tmp_path, caplog):
