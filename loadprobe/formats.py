@@ -31,7 +31,7 @@ from ._errors import LoadprobeError
 
 __all__ = [
     "ALIGN", "CAPTURE", "CATALOG", "DATA", "FORMATS", "Format", "FormatVersionError", "NewerVersionError", "PIPELINE",
-    "PLANS", "PORTRAIT", "RUN", "SIMULATION", "UnreadableVersionError",
+    "PLANS", "PORTRAIT", "RUN", "SIMULATION", "UnreadableVersionError", "VERIFY",
 ]
 
 UPGRADE = "upgrade loadprobe (pip install -U loadprobe)"
@@ -159,4 +159,7 @@ CAPTURE = Format("capture format", "1", "number")
 CATALOG = Format("catalog format", "1.0", "text")
 """A device catalog's (devices.json, ``--catalog`` files) ``version`` field."""
 
-FORMATS = (DATA, RUN, PORTRAIT, PLANS, PIPELINE, SIMULATION, ALIGN, CAPTURE, CATALOG)
+VERIFY = Format("verify.json format", "1.0", "text")
+"""verify.json: a plan's predictions against its recording (``loadprobe verify``)."""
+
+FORMATS = (DATA, RUN, PORTRAIT, PLANS, PIPELINE, SIMULATION, ALIGN, CAPTURE, CATALOG, VERIFY)

@@ -32,6 +32,7 @@ MAY_IMPORT = {
     "simulator": CONTRACTS | {"route", "load", "analysis", "estimate"},
     "plan": CONTRACTS | {"analysis", "align", "load", "simulator", "estimate"},
     "reports": CONTRACTS | {"analysis", "align", "plan", "simulator", "estimate"},
+    "verify": CONTRACTS | {"analysis", "simulator", "estimate"},
 }
 
 

@@ -82,6 +82,7 @@ def _register() -> None:
     from .simulate import simulate
     from .tco import tco
     from .validate import validate
+    from .verify import verify
 
     main.add_command(align)
     main.add_command(analyze)
@@ -94,6 +95,7 @@ def _register() -> None:
     main.add_command(simulate)
     main.add_command(tco)
     main.add_command(validate)
+    main.add_command(verify)
 
 
 _register()

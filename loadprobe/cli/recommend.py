@@ -36,12 +36,16 @@ from .._files import write_file
 @click.option("--cpu-power-w", type=float, help="The host CPU's maximum power, W (default: RAPL as recorded, else the "
                                                 "catalog's figure for the recorded CPU model, else an assumption per "
                                                 "core, said in the plan).")
+@click.option("--calibration", type=click.Path(dir_okay=False), metavar="PIPELINE",
+              help="A pipeline.yaml that loadprobe verify --calibrate corrected: its observed service-time scales "
+                   "(for the same stage on the same kind of engine and device) and hand-off delay are applied.")
 @click.option("--catalog", "catalogs", multiple=True, type=click.Path(dir_okay=False),
               help="Extra device catalog file (JSON); repeatable.")
 @click.option("--force", is_flag=True, help="Overwrite an existing pipeline.yaml / plans.json.")
 @click.option("--json", "as_json", is_flag=True, help="Print plans.json to stdout instead of the tables.")
 def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, precision, aligns,
-              changes_often, prices, years, price_per_kwh, cpu_cores, cpu_power_w, catalogs, force, as_json):
+              changes_often, prices, years, price_per_kwh, cpu_cores, cpu_power_w, calibration, catalogs, force,
+              as_json):
     """Plan which engine runs each stage, and write it as pipeline.yaml.
 
     SOURCE is a portrait.json or recorded data (directories, globs, URIs), analysed first.
@@ -72,7 +76,8 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_bu
     constraints = Constraints.parse(engines=engines, slo_p95_ms=slo_p95_ms, slo_p99_ms=slo_p99_ms, min_rps=min_rps,
                                     power_budget_w=power_budget_w, precision=precision, years=years,
                                     price_per_kwh=price_per_kwh, prices=prices, changes_often=changes_often,
-                                    align=aligns, catalog=catalog, cpu_power_w=cpu_power_w)
+                                    align=aligns, catalog=catalog, cpu_power_w=cpu_power_w,
+                                    calibration=calibration)
     plan = make_plan(portrait, constraints, catalog=catalog, cpu_cores=cpu_cores)
     config = plan.to_pipeline()
     plans = json.dumps(plan_dict(plan), indent=2, allow_nan=False) + "\n"

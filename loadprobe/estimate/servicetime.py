@@ -111,19 +111,19 @@ class ServiceTime:
     p50_ms: float  # one execution of ``batch`` items
     p95_ms: float
     batch: int
-    source: str  # measured | roofline-estimate | unscaled
+    source: str  # measured | roofline-estimate | unscaled | calibrated (observed by loadprobe verify)
     how: str  # one sentence: where the figure comes from
     p99_ms: float | None = None
 
     @property
     def error_factor(self) -> float:
         """How far off the figure may be: 1 where it was measured, ``ESTIMATE_ERROR`` for an estimate."""
-        return 1.0 if self.source == "measured" else ESTIMATE_ERROR
+        return 1.0 if self.source in ("measured", "calibrated") else ESTIMATE_ERROR
 
     @property
     def file_source(self) -> str:
         """The figure's source as pipeline.yaml writes it."""
-        return {"unscaled": "measured-elsewhere"}.get(self.source, self.source)
+        return {"unscaled": "measured-elsewhere", "calibrated": "measured"}.get(self.source, self.source)
 
 
 def service_time(profile: StageProfile, *, target, kind: str, precision: str, batch: int) -> ServiceTime:

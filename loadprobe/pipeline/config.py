@@ -20,9 +20,9 @@ from typing import Any, Mapping
 from ..formats import PIPELINE
 
 __all__ = [
-    "BatchConfig", "BreakerConfig", "CanaryConfig", "EngineConfig", "FallbackConfig", "FallbackWhen",
+    "BatchConfig", "BreakerConfig", "CalibrationConfig", "CanaryConfig", "EngineConfig", "FallbackConfig", "FallbackWhen",
     "InputConfig", "PipelineConfig", "RetryBudgetConfig", "RetryConfig", "RoutingConfig", "SLOConfig",
-    "ServiceTimeConfig", "ShedConfig", "StageConfig",
+    "ServiceTimeConfig", "ShedConfig", "StageCalibration", "StageConfig",
 ]
 
 
@@ -154,6 +154,32 @@ class RoutingConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StageCalibration:
+    service_time_scale: float
+    observed_p50_ms: float | None = None
+    observed_p95_ms: float | None = None
+    executions: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationConfig:
+    """What ``loadprobe verify --calibrate`` measured from the plan running (docs/verify.md)."""
+
+    source: str
+    handoff_ms: float = 0.0
+    tolerance: float | None = None
+    stages: Mapping[str, StageCalibration] = _nested(StageCalibration, many="map", default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stages", dict(self.stages))
+
+    def scale(self, stage: str) -> float:
+        """The stage's service-time scale (1 where none was measured)."""
+        found = self.stages.get(stage)
+        return found.service_time_scale if found is not None else 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
 class PipelineConfig:
     """A whole plan. Build one from keywords, or read one with :func:`load`; lists become tuples.
 
@@ -166,6 +192,7 @@ class PipelineConfig:
     engines: Mapping[str, EngineConfig] = _nested(EngineConfig, many="map")
     stages: tuple[StageConfig, ...] = _nested(StageConfig, many="list")
     routing: RoutingConfig | None = _nested(RoutingConfig, default=None)
+    calibration: CalibrationConfig | None = _nested(CalibrationConfig, default=None)
     why: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

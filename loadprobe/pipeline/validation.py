@@ -122,6 +122,12 @@ def _semantic_problems(data: Mapping[str, Any], walk: Walk, catalog: Any) -> lis
         if stage.get("keep_fp16") and stage.get("precision") != "int8":
             has = f"precision: {stage['precision']}" if stage.get("precision") else "no precision"
             out.append((("stages", i, "keep_fp16"), f"only applies with precision: int8, and the stage has {has}"))
+    calibration = data.get("calibration") if isinstance(data.get("calibration"), dict) else {}
+    calibrated = calibration.get("stages") if isinstance(calibration.get("stages"), dict) else {}
+    for name in calibrated:
+        if name not in first_at:
+            out.append((("calibration", "stages", name), f"no stage {name!r} in this plan; its stages are: "
+                                                         f"{', '.join(first_at) or 'none'}"))
     for name, engine in engines.items():
         if isinstance(engine, dict) and isinstance(engine.get("device"), str):
             message = _device_problem(engine["device"], engine.get("kind"), catalog)

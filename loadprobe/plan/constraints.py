@@ -68,6 +68,7 @@ class Constraints:
     changes_often: frozenset = frozenset()  # stages whose model is replaced often (kept off NPUs)
     align: dict = field(default_factory=dict)  # stage -> align.AlignEvidence: the verdict of loadprobe align
     cpu_power_w: float | None = None  # the host CPU's maximum power, when the user knows it (--cpu-power-w)
+    calibration: object = None  # Calibrated: what loadprobe verify --calibrate measured of a plan (--calibration)
 
     def precision_for(self, stage: str) -> str:
         evidence = self.align.get(stage)
@@ -83,10 +84,12 @@ class Constraints:
     @classmethod
     def parse(cls, *, engines: str | None = None, slo_p95_ms=None, slo_p99_ms=None, min_rps=None,
               power_budget_w=None, precision=(), years: float = 3.0, price_per_kwh: float = 0.15,
-              prices=(), changes_often=(), align=(), catalog=None, cpu_power_w=None) -> Constraints:
+              prices=(), changes_often=(), align=(), catalog=None, cpu_power_w=None,
+              calibration=None) -> Constraints:
         """Build from CLI-style strings; a LoadprobeError names the bad part and what is allowed.
 
-        ``align``: align.json files (or ``align.AlignEvidence``), one per stage.
+        ``align``: align.json files (or ``align.AlignEvidence``), one per stage. ``calibration``: a
+        pipeline.yaml with a ``calibration:`` section (``loadprobe verify --calibrate``).
         """
         specs = parse_engines(engines or DEFAULT_ENGINES, catalog)
         default, by_stage = parse_precision(precision)
@@ -99,7 +102,8 @@ class Constraints:
         changing = frozenset(n.strip() for v in changes_often for n in str(v).split(",") if n.strip())
         return cls(specs, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, default, by_stage, float(years),
                    float(price_per_kwh), parse_prices(prices, catalog), changing, evidence,
-                   float(cpu_power_w) if cpu_power_w is not None else None)
+                   float(cpu_power_w) if cpu_power_w is not None else None,
+                   parse_calibration(calibration) if calibration is not None else None)
 
 
 def parse_engines(text: str, catalog=None) -> tuple[EngineSpec, ...]:
@@ -184,6 +188,40 @@ def parse_align(values, precision_by_stage: dict | None = None) -> dict:
                                  f"{evidence.source} both set {evidence.stage!r}'s precision; give one of them")
         out[evidence.stage] = evidence
     return out
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """A verified plan's correction: per stage, where it ran (kind, device) and its service-time scale; the
+    runtime's hand-off delay per stage; the file it came from."""
+
+    stages: dict  # stage -> (kind, device or None, scale)
+    handoff_ms: float
+    source: str
+
+    def scale(self, stage: str, kind: str, device: str | None) -> float | None:
+        """The scale measured for ``stage`` on this kind of engine and device, or None."""
+        found = self.stages.get(stage)
+        if found is None or found[0] != kind or (found[1] is not None and device is not None and found[1] != device):
+            return None
+        return found[2]
+
+
+def parse_calibration(path) -> Calibrated:
+    """A calibrated pipeline.yaml -> Calibrated; a file without a calibration section is an error naming it."""
+    from ..pipeline import files as pipeline
+
+    config = pipeline.load(path)
+    if config.calibration is None:
+        raise LoadprobeError(f"--calibration {path}: the file has no calibration: section; run loadprobe verify "
+                             f"{path} DATA --calibrate first")
+    stages = {}
+    for stage in config.stages:
+        measured = config.calibration.stages.get(stage.name)
+        if measured is not None:
+            engine = config.engines[stage.engine]
+            stages[stage.name] = (engine.kind, engine.device, measured.service_time_scale)
+    return Calibrated(stages, config.calibration.handoff_ms, str(path))
 
 
 def parse_prices(values, catalog=None) -> dict:

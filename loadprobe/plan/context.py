@@ -17,7 +17,8 @@ from .constraints import Constraints, EngineSpec
 from ..estimate.servicetime import DEFAULT_DEVICE, engine_kind
 
 __all__ = ["DEFAULT_CPU_CORES", "PlanContext", "calls_per_request", "cpu_cores", "cpu_load_pct", "cpu_util",
-           "host_cpu_capacity", "plan_stages", "recorded_kind", "service_name", "unattributed_ms"]
+           "host_cpu_capacity", "plan_stages", "recorded_kind", "service_name", "time_outside_stages",
+           "unattributed_ms"]
 
 DEFAULT_CPU_CORES = 4
 
@@ -136,6 +137,14 @@ def unattributed_ms(portrait) -> float:
     if req is None or req.latency_ms is None or req.unattributed_share is None or req.latency_ms.mean is None:
         return 0.0
     return req.latency_ms.mean * req.unattributed_share
+
+
+def time_outside_stages(ctx: PlanContext) -> float:
+    """What every plan adds to each request's latency: the recorded time outside every stage, plus the
+    runtime's hand-off delay per stage when a calibration (``--calibration``) measured one."""
+    calibration = ctx.constraints.calibration
+    handoff = calibration.handoff_ms * len(ctx.stages) if calibration is not None else 0.0
+    return unattributed_ms(ctx.portrait) + handoff
 
 
 def service_name(portrait) -> str:

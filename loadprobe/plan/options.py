@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 
-from .context import PlanContext, calls_per_request, service_name, unattributed_ms
+from .context import PlanContext, calls_per_request, service_name, time_outside_stages
 from .placement import add_fallbacks
 from ..estimate.queueing import EngineCapacity, Placement, estimate
 from .result import Option, Plan
@@ -33,7 +33,7 @@ def assemble(name: str, decisions: list, specs, profiles, ctx: PlanContext, note
     calls = calls_per_request(ctx)
     placements = [Placement(d.stage, d.engine, d.service.p50_ms, d.service.p95_ms, d.batch, d.window_ms,
                             calls.get(d.stage, 1.0), d.service.p99_ms) for d in decisions]
-    unattributed = unattributed_ms(ctx.portrait)
+    unattributed = time_outside_stages(ctx)
     est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=unattributed)
     stress = estimate(placements, capacities, rate=ctx.rate * STRESS, unattributed_ms=unattributed)
     unknown = [n for n, e in engines.items() if e["power_w"] is None]
@@ -58,7 +58,7 @@ def option_check(option: Option, ctx: PlanContext, profiles) -> OptionCheck:
     """The option as a pipeline the simulator can replay (``simulation.OptionCheck``)."""
     stub = Plan(service_name(ctx.portrait), "", "", ctx.constraints, ctx.rate, ctx.slo_ms, option, [], "")
     return OptionCheck(stub, option, {p.name: p for p in profiles}, calls_per_request(ctx),
-                       unattributed_ms(ctx.portrait))
+                       time_outside_stages(ctx))
 
 
 def simulate_option(option: Option, ctx: PlanContext, profiles) -> None:

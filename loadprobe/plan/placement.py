@@ -50,6 +50,7 @@ def candidates(stage, profile: StageProfile, specs, ctx: PlanContext) -> tuple[l
         precision, precision_why = choose_precision(stage, spec, ctx)
         device = ctx.device(spec)
         batch, window, svc, batch_why = choose_batch(profile, spec, device, precision, budget, ctx, stage)
+        svc = calibrated(svc, stage.name, spec, device, ctx)
         if svc.source == "unscaled" and spec.kind != profile.kind and not (saturated and profile.kind == "cpu"):
             excluded[spec.name] = (f"no estimate of its time there ({svc.how})"
                                    + (f" and the CPU is not saturated ({_fmt_pct(util)})"
@@ -62,6 +63,19 @@ def candidates(stage, profile: StageProfile, specs, ctx: PlanContext) -> tuple[l
                                energy=power * per_item_s if power is not None else None,
                                fits=budget is None or svc.p95_ms + window <= budget))
     return admissible, excluded
+
+
+def calibrated(svc, stage: str, spec, device, ctx):
+    """``svc`` times the scale ``loadprobe verify --calibrate`` observed for the stage on this engine (``--calibration``)."""
+    calibration = ctx.constraints.calibration
+    scale = calibration.scale(stage, spec.kind, device.id if device is not None else None) if calibration else None
+    if scale is None:
+        return svc
+    from dataclasses import replace
+
+    return replace(svc, p50_ms=svc.p50_ms * scale, p95_ms=svc.p95_ms * scale,
+                   p99_ms=None if svc.p99_ms is None else svc.p99_ms * scale, source="calibrated",
+                   how=f"{svc.how}; x {scale:.3g} as observed running ({calibration.source}, loadprobe verify)")
 
 
 def cannot_run(stage, profile, spec, ctx, tensor) -> str | None:

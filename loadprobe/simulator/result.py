@@ -122,7 +122,8 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
     recorded ones) and ``executors`` ("async": a timed-out execution is stopped; "sync": it keeps
     its slot until it ends, as threads do) follow the router. ``outside`` samples the time a
     request spends outside every stage (``recorded.outside_stages``), added to its end-to-end
-    latency as a delay that holds no engine. ``catalog`` (default: the built-in one), ``prices`` ({device: price}), ``price_per_kwh`` and
+    latency as a delay that holds no engine; without it, a file's ``calibration.handoff_ms`` (per
+    stage) is that delay. ``catalog`` (default: the built-in one), ``prices`` ({device: price}), ``price_per_kwh`` and
     ``years`` feed the power and cost figures.
 
     ``loop`` picks the event loop, which never changes the result: "python" (events.py, the
@@ -149,6 +150,11 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
             raise ValueError(f"{len(priorities)} priorities for {len(times)} arrivals; give one per arrival")
         priorities = np.asarray(priorities)[order].tolist()
     times = times[order]
+    if outside is None and config.calibration is not None and config.calibration.handoff_ms > 0:
+        # the runtime's own delay, measured by loadprobe verify --calibrate: once per stage a request passes
+        from .servicetimes import constant
+
+        outside = constant(config.calibration.handoff_ms * len(config.stages))
     options = dict(seed=seed, window_s=config.window_s if window_s is None else window_s, error_rates=error_rates,
                    executors=executors, outside=outside)
     samplers = _samplers(config, service_times)

@@ -169,7 +169,8 @@ def from_config(config: PipelineConfig, overrides: Overrides | None = None, *,
     ``overrides`` maps a stage to a sampler (every engine) or to ``{engine: sampler}``; then
     ``measured(stage, engine)`` is asked (recorded times, see ``recorded.from_recording``); the
     rest come from the stage's ``service_time_ms`` (lognormal through p50 and p95), used on the
-    fallback engine too, since the file gives one figure per stage.
+    fallback engine too, since the file gives one figure per stage, and multiplied by the stage's
+    ``calibration`` scale where ``loadprobe verify --calibrate`` measured one.
     """
     overrides = overrides or {}
     unknown = sorted(set(overrides) - {s.name for s in config.stages})
@@ -194,6 +195,8 @@ def from_config(config: PipelineConfig, overrides: Overrides | None = None, *,
                         f"stage {stage.name!r} has no service_time_ms (p50, p95) for engine {engine!r}"
                         + (" and was not recorded" if measured is not None else "")
                         + f"; add it to the pipeline file or pass service_times={{{stage.name!r}: sampler}}")
-                sampler = lognormal(st.p50, st.p95) if st.p50 is not None else constant(st.p95)
+                scale = config.calibration.scale(stage.name) if config.calibration is not None else 1.0
+                p50, p95 = (None if v is None else v * scale for v in (st.p50, st.p95))
+                sampler = lognormal(p50, p95) if p50 is not None else constant(p95)
             out[(stage.name, engine)] = sampler
     return out

@@ -1,0 +1,128 @@
+"""What a plan did once it ran, read from the recording: arrivals, latencies, outcomes, each stage's times.
+
+Usage::
+
+    seen = observe(config, ["data/"])      # the stages of ``config``, as loadprobe recorded them
+    seen.arrivals_s, seen.latency_ms, seen.outcomes, seen.stages["backbone"].service_ms
+    seen.handoff_ms                        # the runtime's own delay per stage a request passes
+
+A request is a root span (no parent) of the commonest root name -- the ``request`` span
+``loadprobe.route.Router`` opens, or a service's own route span; its stages are the spans of
+the plan's stages beneath it. A stage span's ``queue_ns`` is its wait for a slot (and a
+batch); its duration the execution. What a request spent outside every stage's wait and
+execution is the runtime's own: divided by the stage spans it passed, the hand-off overhead.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._errors import LoadprobeError
+
+__all__ = ["Observed", "StageObserved", "observe"]
+
+
+@dataclass
+class StageObserved:
+    """One stage's spans: times in milliseconds, of the spans that ended ok."""
+
+    latency_ms: np.ndarray  # wait + execution: from reaching the stage to leaving it
+    service_ms: np.ndarray  # execution
+    queue_ms: np.ndarray  # wait for a slot or a batch
+    engines: Counter = field(default_factory=Counter)  # engine -> spans (every status)
+    batches: np.ndarray | None = None  # batch size of each ok span, where recorded
+
+
+@dataclass
+class Observed:
+    source: str
+    requests: int
+    arrivals_s: np.ndarray  # request starts, seconds from the first
+    latency_ms: np.ndarray  # end to end, the requests that ended ok
+    outcomes: dict  # ok, timeout, error (a Router's fast reject is recorded as an error), cancelled
+    stages: dict  # stage name -> StageObserved
+    handoff_ms: float | None  # median over requests of (outside every stage) / (stage spans passed)
+    root: str  # the root span's name
+
+
+def observe(config, data: list) -> Observed:
+    """The recording of ``config``'s plan running; LoadprobeError when it holds no request of it."""
+    from ..analysis.reading import read_spans
+
+    wanted = {s.name for s in config.stages}
+    columns: dict[str, list] = {k: [] for k in ("stage", "engine", "status", "ts", "dur", "queue", "span", "parent",
+                                                 "batch", "run")}
+    for number, span_file in enumerate(read_spans(data)):
+        table = span_file.table
+        n = table.num_rows
+        for key, name, fill in (("ts", "ts_ns", 0), ("dur", "dur_ns", -1), ("queue", "queue_ns", 0),
+                                ("span", "span_id", -1), ("parent", "parent_id", -1), ("batch", "batch", 0)):
+            col = table.column(name).fill_null(fill) if name in table.column_names else None
+            columns[key].append(col.to_numpy().astype(np.int64) if col is not None else np.full(n, fill, np.int64))
+        for key in ("stage", "engine", "status"):
+            col = table.column(key).cast("string").fill_null("cpu" if key == "engine" else "") \
+                if key in table.column_names else None
+            columns[key].append(np.asarray(col.to_pylist() if col is not None else [""] * n, dtype=object))
+        columns["run"].append(np.full(n, number, np.int64))
+    if not columns["ts"]:
+        raise LoadprobeError(f"{', '.join(map(str, data))}: no spans to verify the plan against")
+    c = {k: np.concatenate(v) for k, v in columns.items()}
+    # span ids are unique within a run directory: key them with the file's run
+    key = c["run"] * (1 << 40) + c["span"]
+    parent_key = np.where(c["parent"] >= 0, c["run"] * (1 << 40) + c["parent"], -1)
+    roots = c["parent"] < 0
+    root_names = Counter(c["stage"][roots & ~np.isin(c["stage"], list(wanted))].tolist())
+    if not root_names:
+        raise LoadprobeError(f"{', '.join(map(str, data))}: no request spans above the plan's stages "
+                             f"({', '.join(sorted(wanted))}); record the service with loadprobe (the Router opens one "
+                             "per request)")
+    root = root_names.most_common(1)[0][0]
+    is_root = roots & (c["stage"] == root)
+    in_plan = np.isin(c["stage"], list(wanted)) & np.isin(parent_key, key[is_root])
+    if not in_plan.any():
+        raise LoadprobeError(f"{', '.join(map(str, data))}: no spans of the plan's stages ({', '.join(sorted(wanted))}) "
+                             f"under its {root!r} requests; is this the recording of this plan?")
+    missing = sorted(wanted - set(c["stage"][in_plan].tolist()))
+    if missing:
+        raise LoadprobeError(f"{', '.join(map(str, data))}: no spans of the plan's stage{'s' * (len(missing) > 1)} "
+                             f"{', '.join(map(repr, missing))} under its {root!r} requests; is this the recording of "
+                             "this plan? (verify compares a plan with the recording of that plan running)")
+    starts = np.sort(c["ts"][is_root]) / 1e9
+    arrivals = starts - starts[0]
+    status = c["status"]
+    outcomes = Counter(("ok" if s == "ok" else s or "error") for s in status[is_root].tolist())
+    ok_root = is_root & (status == "ok") & (c["dur"] >= 0)
+    latency = c["dur"][ok_root] / 1e6
+    stages = {}
+    for name in (s.name for s in config.stages):
+        mine = in_plan & (c["stage"] == name)
+        ok = mine & (status == "ok") & (c["dur"] >= 0)
+        queue = np.maximum(c["queue"][ok], 0) / 1e6
+        service = c["dur"][ok] / 1e6
+        stages[name] = StageObserved(latency_ms=queue + service, service_ms=service, queue_ms=queue,
+                                     engines=Counter(c["engine"][mine].tolist()),
+                                     batches=c["batch"][ok] if (c["batch"][ok] > 0).any() else None)
+    return Observed(source=", ".join(map(str, data)), requests=int(is_root.sum()), arrivals_s=arrivals,
+                    latency_ms=latency, outcomes=dict(outcomes), stages=stages,
+                    handoff_ms=_handoff(c, key, parent_key, ok_root, in_plan), root=root)
+
+
+def _handoff(c: dict, key: np.ndarray, parent_key: np.ndarray, ok_root: np.ndarray, in_plan: np.ndarray):
+    """Median over ok requests of the time outside every stage span's wait and execution, per stage span."""
+    if not ok_root.any():
+        return None
+    index = {k: i for i, k in enumerate(key[ok_root].tolist())}
+    inside = np.zeros(len(index))
+    passed = np.zeros(len(index))
+    for parent, dur, queue in zip(parent_key[in_plan].tolist(), c["dur"][in_plan].tolist(),
+                                  c["queue"][in_plan].tolist()):
+        at = index.get(parent)
+        if at is not None and dur >= 0:
+            inside[at] += dur + max(queue, 0)
+            passed[at] += 1
+    outside = c["dur"][ok_root] - inside
+    per = outside[passed > 0] / passed[passed > 0] / 1e6
+    return float(np.median(np.maximum(per, 0.0))) if len(per) else None
