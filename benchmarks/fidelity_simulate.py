@@ -1,6 +1,7 @@
 """Fidelity of ``loadprobe simulate``: the real Router over HTTP against the simulator, on the same inputs.
 
     python benchmarks/fidelity_simulate.py [--seconds 30] [--scale 10] [--seed 1] [--draws paired] [--json]
+    python benchmarks/fidelity_simulate.py --extrapolate [--seconds 30] [--rate 20] [--speed 3]
 
 For each arrival pattern -- steady Poisson, and a window of the real, bursty Azure LLM 2023 code
 trace (samples/traces/azure_llm_2023) -- it serves the Router on the plan of
@@ -11,6 +12,11 @@ requests rejected and each fallback stage's failover share (difference, limit 2 
 points) -- and exits 1 when a limit is passed. The check itself (server, client, comparison,
 ``--scale`` and ``--draws``) is tests/support/fidelity.py, which the short test
 tests/simulator/test_simulate_fidelity.py runs too; docs/simulate.md#fidelity has the results.
+
+``--extrapolate`` checks loads never recorded instead: the Router runs each pattern recorded by
+loadprobe, and from that recording alone (its stages' executions and each request's time outside
+them) the simulator, drawing its own service times (21 seeds, medians), predicts the same arrivals
+1.5x and 2x faster, which the real Router then runs (``fidelity.extrapolate``).
 
 A miss is measured once more when the run's executors overslept by more than 2% of the mean
 service time on average, or 20% at the 99th percentile: the machine was busy with other work,
@@ -43,8 +49,23 @@ def main(argv=None) -> int:
     parser.add_argument("--pattern", choices=("poisson", "azure-llm-2023"), action="append",
                         help="only this pattern (repeatable); default both")
     parser.add_argument("--json", action="store_true", help="print the comparisons as JSON")
+    parser.add_argument("--extrapolate", action="store_true",
+                        help="predict 1.5x and 2x the recorded load from the recording (default rate 20, speed 3)")
     args = parser.parse_args(argv)
     results = []
+    if args.extrapolate:
+        arrivals = fidelity.patterns(args.seconds, args.scale, args.seed, args.rate or 20 * 10 / args.scale,
+                                     args.speed or 3 * 10 / args.scale, args.start)
+        for name, offsets in arrivals.items():
+            if args.pattern and name not in args.pattern:
+                continue
+            for result in fidelity.extrapolate(name, offsets, scale=args.scale, seed=args.seed):
+                results.append(result)
+                if not args.json:
+                    print(fidelity.render_extrapolated(result), flush=True)
+        if args.json:
+            print(json.dumps([r.to_dict() for r in results], indent=2))
+        return 0 if all(r.ok for r in results) else 1
     arrivals = fidelity.patterns(args.seconds, args.scale, args.seed, args.rate, args.speed, args.start)
     for name, offsets in arrivals.items():
         if args.pattern and name not in args.pattern:

@@ -198,12 +198,15 @@ def patterns(seconds: float, scale: float = 10.0, seed: int = 1, rate: float | N
 
 
 @contextlib.contextmanager
-def server_process(plan: str, scale: float, seed: int, first_offset: float):
-    """The server subprocess; yields its port, stops it after."""
+def server_process(plan: str, scale: float, seed: int, first_offset: float, record: str | None = None):
+    """The server subprocess; yields its port, stops it after. ``record``: loadprobe records the Router there."""
     with tempfile.TemporaryDirectory(prefix="loadprobe-fidelity-") as tmp:
         path = Path(tmp) / "pipeline.yaml"
         path.write_text(plan)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOADPROBE_")}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        if record:
+            env.update(LOADPROBE_DIR=record, LOADPROBE_SERVICE="fidelity", LOADPROBE_SAMPLE_DEVICES="0")
         command = [sys.executable, "-m", "tests.support.fidelity_server", str(path), "--scale", repr(scale),
                    "--seed", str(seed), "--first-offset", repr(first_offset)]
         with subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True) as proc:
@@ -251,12 +254,13 @@ class Comparison:
         return {**asdict(self), "ok": self.ok}
 
 
-def measure(plan: str, offsets: np.ndarray, *, scale: float, seed: int) -> dict:
-    """Serve the Router, send ``offsets`` with the loadprobe load client: what the server and the client saw."""
+def measure(plan: str, offsets: np.ndarray, *, scale: float, seed: int, record: str | None = None) -> dict:
+    """Serve the Router, send ``offsets`` with the loadprobe load client: what the server and the client saw.
+    ``record``: a directory where loadprobe records the Router's spans (as a deployment would)."""
     from loadprobe import load
 
     offsets = np.sort(np.asarray(offsets, dtype=float))
-    with server_process(plan, scale, seed, float(offsets[0])) as port, \
+    with server_process(plan, scale, seed, float(offsets[0]), record) as port, \
             tempfile.TemporaryDirectory(prefix="loadprobe-fidelity-client-") as client_dir:
         _get(port, "/ping")
         report = load.run(f"http://127.0.0.1:{port}/infer", offsets, timeout=60, connections=1024,
@@ -389,6 +393,89 @@ def compare(name: str, offsets: np.ndarray, *, scale: float = 10.0, seed: int = 
         "independent_range_ms": spread,
     }
     return Comparison(name, n, rows, info)
+
+
+FACTORS = (1.5, 2.0)  # the loads never recorded, as multiples of the recorded one
+
+
+def extrapolate(name: str, offsets: np.ndarray, *, factors=FACTORS, scale: float = 10.0, seed: int = 1,
+                plan: str | None = None) -> list[Comparison]:
+    """From a recording at the rate of ``offsets``, predictions at ``factors`` x it against the real Router there.
+
+    The Router runs ``offsets`` recorded by loadprobe, as a deployment would be. From that recording
+    alone -- each stage's recorded executions (``from_recording``) and each request's recorded time
+    outside every stage, the runtime's own hand-offs (``outside_stages``) -- the simulator predicts
+    each faster schedule (the same arrivals, ``f`` x faster), drawing its own service times:
+    ``INDEPENDENT_RUNS`` seeds, medians compared. The real Router then runs that schedule.
+    """
+    from loadprobe import pipeline
+    from loadprobe.simulator import from_recording, simulate
+    from loadprobe.simulator.recorded import outside_stages, read_self_times
+
+    plan = plan or plan_text(scale)
+    config = pipeline.loads(plan)
+    out = []
+    with tempfile.TemporaryDirectory(prefix="loadprobe-fidelity-recording-") as recording:
+        base = np.sort(np.asarray(offsets, dtype=float))
+        measure(plan, base, scale=scale, seed=seed, record=recording)
+        recorded = read_self_times(recording)
+        samplers = from_recording(config, recording, recorded=recorded)
+        outside = outside_stages(recorded)
+        for factor in factors:
+            faster = base[0] + (base - base[0]) / factor
+            measured = measure(plan, faster, scale=scale, seed=seed + 7)
+            records = sorted(measured["server"]["records"])
+            arrivals = np.array([r[1] for r in records])
+            runs = [simulate(config, arrivals, samplers, seed=seed + 1000 + k, outside=outside)
+                    for k in range(INDEPENDENT_RUNS)]
+            latency = _percentiles_ms([r[2] * 1000 for r in records if r[3] == "ok"])
+            rows = []
+            for q in (50, 95):
+                m = latency[q]
+                values = [r.latency_ms[f"p{q}"] for r in runs]
+                p = None if m is None or any(v is None for v in values) else float(np.median(values))
+                err = None if p is None else p / m - 1
+                rows.append({"metric": f"p{q} ms", "measured": m, "predicted": p, "error": err, "limit": P_LIMIT,
+                             "ok": err is not None and abs(err) <= P_LIMIT})
+            n = len(records)
+            rejected = sum(1 for r in records if r[3] == "rejected") / n if n else 0.0
+            rows.append({"metric": "rejected", "measured": rejected,
+                         "predicted": float(np.median([r.outcomes["rejected"] / r.requests for r in runs])),
+                         "error": None, "limit": None, "ok": True})
+            rows[-1]["error"] = rows[-1]["predicted"] - rejected
+            overslept = measured["server"]["overslept_ms"]
+            drawn = measured["server"]["drawn_mean_ms"]
+            out.append(Comparison(f"{name} at {factor:g}x", n, rows, {
+                "factor": factor, "recorded_requests": len(base), "served": n, "scale": scale, "seed": seed,
+                "outside_ms": {"p50": float(np.median(recorded.outside)) * 1000 if recorded.outside is not None
+                               and len(recorded.outside) else None},
+                "independent_range_ms": {f"p{q}": [min(r.latency_ms[f"p{q}"] for r in runs),
+                                                   max(r.latency_ms[f"p{q}"] for r in runs)] for q in (50, 95)}
+                if all(r.latency_ms["p95"] is not None for r in runs) else None,
+                "starved": bool(overslept and drawn and (overslept["mean"] > STARVED_MEAN * drawn
+                                                         or overslept["p99"] > STARVED_P99 * drawn)),
+                "utilisation": {e: round(v["utilisation"], 3) for e, v in runs[0].engines.items()}}))
+    return out
+
+
+def render_extrapolated(result: Comparison) -> str:
+    i = result.info
+    lines = [f"{result.pattern}: {result.requests} requests (recorded: {i['recorded_requests']} at 1x; time "
+             f"outside the stages p50 {i['outside_ms']['p50'] or 0:.2f} ms)"]
+    for row in result.rows:
+        if row["metric"].endswith("ms"):
+            m = "-" if row["measured"] is None else f"{row['measured']:.1f}"
+            p = "-" if row["predicted"] is None else f"{row['predicted']:.1f}"
+            err = "-" if row["error"] is None else f"{row['error']:+.1%}"
+            flag = "ok" if row["ok"] else "FAIL"
+        else:
+            m, p, err, flag = f"{row['measured']:.1%}", f"{row['predicted']:.1%}", f"{100 * row['error']:+.1f} pt", ""
+        lines.append(f"  {row['metric']:<10} measured {m:>8}  predicted {p:>8}  {err:>8}  {flag}")
+    r = i.get("independent_range_ms")
+    if r:
+        lines.append(f"  {INDEPENDENT_RUNS} simulations, own draws: p50 {r['p50'][0]:.1f} to {r['p50'][1]:.1f}, "
+                     f"p95 {r['p95'][0]:.1f} to {r['p95'][1]:.1f} ms; utilisation {i['utilisation']}")
+    return "\n".join(lines)
 
 
 def _brief(result) -> dict:
