@@ -30,6 +30,9 @@ from .._files import write_file
               help="Stages whose model is replaced often (monthly): kept off NPUs that need offline conversion.")
 @click.option("--price", "prices", multiple=True, metavar="DEVICE=AMOUNT",
               help="Purchase price per unit of a catalog device, any currency (repeatable).")
+@click.option("--rent", is_flag=True, help="Price accelerators by their hourly rate (rented) instead of their purchase.")
+@click.option("--hourly-rate", "hourly_rates", multiple=True, metavar="DEVICE=RATE",
+              help="On-demand rate per unit and hour of a catalog device, any currency (repeatable; with --rent).")
 @click.option("--years", type=float, default=3.0, show_default=True, help="Lifetime for the cost of ownership.")
 @click.option("--price-per-kwh", type=float, default=0.15, show_default=True, help="Electricity price.")
 @click.option("--cpu-cores", type=click.IntRange(min=1), help="Host CPU cores (default: inferred from the recording).")
@@ -44,8 +47,8 @@ from .._files import write_file
 @click.option("--force", is_flag=True, help="Overwrite an existing pipeline.yaml / plans.json.")
 @click.option("--json", "as_json", is_flag=True, help="Print plans.json to stdout instead of the tables.")
 def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, precision, aligns,
-              changes_often, prices, years, price_per_kwh, cpu_cores, cpu_power_w, calibration, catalogs, force,
-              as_json):
+              changes_often, prices, rent, hourly_rates, years, price_per_kwh, cpu_cores, cpu_power_w, calibration,
+              catalogs, force, as_json):
     """Plan which engine runs each stage, and write it as pipeline.yaml.
 
     SOURCE is a portrait.json or recorded data (directories, globs, URIs), analysed first.
@@ -77,7 +80,7 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_bu
                                     power_budget_w=power_budget_w, precision=precision, years=years,
                                     price_per_kwh=price_per_kwh, prices=prices, changes_often=changes_often,
                                     align=aligns, catalog=catalog, cpu_power_w=cpu_power_w,
-                                    calibration=calibration)
+                                    calibration=calibration, rent=rent, hourly_rates=hourly_rates)
     plan = make_plan(portrait, constraints, catalog=catalog, cpu_cores=cpu_cores)
     config = plan.to_pipeline()
     plans = json.dumps(plan_dict(plan), indent=2, allow_nan=False) + "\n"

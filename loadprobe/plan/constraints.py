@@ -69,6 +69,8 @@ class Constraints:
     align: dict = field(default_factory=dict)  # stage -> align.AlignEvidence: the verdict of loadprobe align
     cpu_power_w: float | None = None  # the host CPU's maximum power, when the user knows it (--cpu-power-w)
     calibration: object = None  # Calibrated: what loadprobe verify --calibrate measured of a plan (--calibration)
+    rent: bool = False  # price accelerators by their hourly rates (rented) instead of their purchase (bought)
+    hourly_rates: dict = field(default_factory=dict)  # catalog id -> on-demand rate per unit and hour (--hourly-rate)
 
     def precision_for(self, stage: str) -> str:
         evidence = self.align.get(stage)
@@ -85,7 +87,7 @@ class Constraints:
     def parse(cls, *, engines: str | None = None, slo_p95_ms=None, slo_p99_ms=None, min_rps=None,
               power_budget_w=None, precision=(), years: float = 3.0, price_per_kwh: float = 0.15,
               prices=(), changes_often=(), align=(), catalog=None, cpu_power_w=None,
-              calibration=None) -> Constraints:
+              calibration=None, rent: bool = False, hourly_rates=()) -> Constraints:
         """Build from CLI-style strings; a LoadprobeError names the bad part and what is allowed.
 
         ``align``: align.json files (or ``align.AlignEvidence``), one per stage. ``calibration``: a
@@ -103,7 +105,8 @@ class Constraints:
         return cls(specs, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, default, by_stage, float(years),
                    float(price_per_kwh), parse_prices(prices, catalog), changing, evidence,
                    float(cpu_power_w) if cpu_power_w is not None else None,
-                   parse_calibration(calibration) if calibration is not None else None)
+                   parse_calibration(calibration) if calibration is not None else None, bool(rent),
+                   parse_prices(hourly_rates, catalog, option="--hourly-rate", example="nvidia-l4=0.85"))
 
 
 def parse_engines(text: str, catalog=None) -> tuple[EngineSpec, ...]:
@@ -224,8 +227,9 @@ def parse_calibration(path) -> Calibrated:
     return Calibrated(stages, config.calibration.handoff_ms, str(path))
 
 
-def parse_prices(values, catalog=None) -> dict:
-    """``["nvidia-l4=2500"]`` -> {"nvidia-l4": 2500.0}: purchase prices per unit, any currency.
+def parse_prices(values, catalog=None, *, option: str = "--price", example: str = "nvidia-l4=2500") -> dict:
+    """``["nvidia-l4=2500"]`` -> {"nvidia-l4": 2500.0}: an amount per unit of a catalog device, any currency
+    (``--price``: its purchase price; ``--hourly-rate``: its rent per hour).
 
     A device must be in the hardware catalog (default: the built-in one).
     """
@@ -237,12 +241,12 @@ def parse_prices(values, catalog=None) -> dict:
     for value in values or ():
         device, _, amount = str(value).partition("=")
         if device.strip() not in set(catalog.ids()):
-            raise LoadprobeError(f"--price {value!r}: {device.strip()!r} is not in the hardware catalog; known "
+            raise LoadprobeError(f"{option} {value!r}: {device.strip()!r} is not in the hardware catalog; known "
                                  f"devices: {', '.join(catalog.ids())} (add your own with --catalog)")
         try:
             prices[device.strip()] = float(amount)
         except ValueError:
-            raise LoadprobeError(f"--price {value!r}: write DEVICE=AMOUNT, e.g. --price nvidia-l4=2500") from None
+            raise LoadprobeError(f"{option} {value!r}: write DEVICE=AMOUNT, e.g. {option} {example}") from None
         if not prices[device.strip()] >= 0:
-            raise LoadprobeError(f"--price {value!r}: the amount must be zero or more")
+            raise LoadprobeError(f"{option} {value!r}: the amount must be zero or more")
     return prices

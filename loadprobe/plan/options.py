@@ -160,36 +160,49 @@ def price_option(option: Option, ctx: PlanContext) -> dict | None:
     """The option's cost of ownership (``tco``) on known figures, with what could not be priced; None without
     an estimate.
 
-    Electricity covers every engine whose power is known, the host CPU included, at its utilisation in
-    this plan. The host's purchase is left out of every plan alike (each plan runs on it). A device
-    with no price, or an engine with no power figure, makes the total a lower bound: ``comparable``
-    is then False and ``unknown`` names what is missing, so no plan is ranked as if it cost nothing.
+    Bought (the default): each accelerator's purchase, plus electricity for every engine whose power is
+    known, the host CPU included, at its utilisation in this plan. Rented (``--rent``): each
+    accelerator's hourly rate x units x hours x years; the provider's rate includes its power. The
+    host's purchase or rent is left out of every plan alike (each plan runs on it). A device with no
+    price or rate, or (bought) an engine with no power figure, makes the total a lower bound:
+    ``comparable`` is then False and ``unknown`` names what is missing, so no plan is ranked as if it
+    cost nothing.
     """
-    from ..estimate.tco import tco
+    from ..estimate.tco import HOURS_PER_YEAR, tco
 
     est = option.estimate
     if est is None:
         return None
-    power = known_power(option.engines, est.utilisation) or 0.0
-    purchase, unknown = 0.0, []
+    renting = ctx.constraints.rent
+    figure = "hourly rate" if renting else "price"
+    total, unknown = 0.0, []
     for name, engine in option.engines.items():
         if engine["kind"] == "cpu" and not engine["device"]:
             continue  # the host is common to every plan
-        price = ctx.constraints.prices.get(engine["device"]) if engine["device"] else None
-        if price is None and engine["device"]:
-            price = ctx.catalog.get(engine["device"]).price_usd
-        if price is None:
-            unknown.append(f"{engine['device'] or name} price")
+        device = ctx.catalog.get(engine["device"]) if engine["device"] else None
+        given = ctx.constraints.hourly_rates if renting else ctx.constraints.prices
+        amount = given.get(engine["device"]) if engine["device"] else None
+        if amount is None and device is not None:
+            amount = device.hourly_usd if renting else device.price_usd
+        if amount is None:
+            unknown.append(f"{engine['device'] or name} {figure}")
         else:
-            purchase += price * engine["count"]
-    cost = tco(power_w=power, price_per_kwh=ctx.constraints.price_per_kwh, years=ctx.constraints.years,
-               purchase=purchase)
+            total += amount * engine["count"]
+    years = ctx.constraints.years
+    if renting:
+        cost = tco(hourly_rate=total, years=years)
+        power_unknown = []
+    else:
+        power = known_power(option.engines, est.utilisation) or 0.0
+        cost = tco(power_w=power, price_per_kwh=ctx.constraints.price_per_kwh, years=years, purchase=total)
+        power_unknown = list(option.power_unknown)
     out = asdict(cost)
-    out["purchase_unknown"] = [u.removesuffix(" price") for u in unknown]
-    out["power_unknown"] = list(option.power_unknown)
-    out["unknown"] = unknown + [f"{n} power" for n in option.power_unknown]
+    out["purchase_unknown"] = [u.rsplit(" ", 2 if renting else 1)[0] for u in unknown]
+    out["power_unknown"] = power_unknown
+    out["unknown"] = unknown + [f"{n} power" for n in power_unknown]
     out["comparable"] = not out["unknown"]
-    out["host_purchase"] = "left out: every plan runs on the same host"
+    out["host_purchase"] = f"left out: every plan runs on the same host ({'rented' if renting else 'bought'})"
+    out["hours_per_year"] = HOURS_PER_YEAR
     return out
 
 

@@ -152,6 +152,30 @@ def test_an_unknown_price_is_never_counted_as_zero(tmp_path):
             any("recommended on known figures" in n for n in plan.recommended.notes)
 
 
+def test_rented_plans_are_priced_by_hourly_rates_the_catalogs_or_the_users(tmp_path):
+    """Issue #21.1: the plans follow the seeds' formula in rent mode too: rate x units x hours x years."""
+    from loadprobe.catalog import load_catalog
+    from loadprobe.estimate.tco import HOURS_PER_YEAR
+
+    portrait = record(tmp_path, VISION, requests=40)
+    plan = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-a10", slo_p95_ms=100, min_rps=300,
+                                                 precision=["int8-ok"], rent=True), cpu_cores=4)
+    rec = plan.recommended
+    units = sum(e["count"] for e in rec.engines.values() if e["device"] == "nvidia-a10")
+    rate = load_catalog().get("nvidia-a10").hourly_usd
+    assert units and rec.tco["comparable"] and rec.tco["mode"] == "rent" and rec.tco["electricity"] == 0
+    assert rec.tco["total"] == pytest.approx(rate * units * HOURS_PER_YEAR * 3)
+    given = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-l4", slo_p95_ms=100, min_rps=300,
+                                                  precision=["int8-ok"], rent=True,
+                                                  hourly_rates=["nvidia-l4=0.5"]), cpu_cores=4)
+    l4 = sum(e["count"] for e in given.recommended.engines.values() if e["device"] == "nvidia-l4")
+    assert given.recommended.tco["total"] == pytest.approx(0.5 * l4 * HOURS_PER_YEAR * 3)
+    unknown = recommend(portrait, Constraints.parse(engines="cpu,gpu:nvidia-l4", slo_p95_ms=100, min_rps=300,
+                                                    precision=["int8-ok"], rent=True), cpu_cores=4)
+    if any(e["kind"] != "cpu" for e in unknown.recommended.engines.values()):
+        assert "nvidia-l4 hourly rate" in unknown.recommended.tco["unknown"]
+
+
 def test_with_every_price_known_the_cheapest_feasible_plan_is_recommended(tmp_path):
     """Issue #21.1/#21.8: one rule for the recommendation, the verdict and the tables."""
     llm = {
