@@ -54,30 +54,24 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     results = []
     if args.extrapolate:
-        arrivals = fidelity.patterns(args.seconds, args.scale, args.seed, args.rate or 20 * 10 / args.scale,
-                                     args.speed or 3 * 10 / args.scale, args.start)
-        for name, offsets in arrivals.items():
-            if args.pattern and name not in args.pattern:
-                continue
-            for result in fidelity.extrapolate(name, offsets, scale=args.scale, seed=args.seed):
-                results.append(result)
-                if not args.json:
-                    print(fidelity.render_extrapolated(result), flush=True)
-        if args.json:
-            print(json.dumps([r.to_dict() for r in results], indent=2))
-        return 0 if all(r.ok for r in results) else 1
-    arrivals = fidelity.patterns(args.seconds, args.scale, args.seed, args.rate, args.speed, args.start)
+        rate, speed = args.rate or 20 * 10 / args.scale, args.speed or 3 * 10 / args.scale
+    else:
+        rate, speed = args.rate, args.speed
+    arrivals = fidelity.patterns(args.seconds, args.scale, args.seed, rate, speed, args.start)
     for name, offsets in arrivals.items():
         if args.pattern and name not in args.pattern:
             continue
-        result = fidelity.run_pattern(name, offsets, scale=args.scale, seed=args.seed, draws=args.draws)
-        results.append(result)
-        if not args.json:
-            print(fidelity.render(result), flush=True)
+        if args.extrapolate:
+            found = fidelity.extrapolate(name, offsets, scale=args.scale, seed=args.seed)
+        else:
+            found = [fidelity.run_pattern(name, offsets, scale=args.scale, seed=args.seed, draws=args.draws)]
+        for result in found:
+            results.append(result)
+            if not args.json:
+                print((fidelity.render_extrapolated if args.extrapolate else fidelity.render)(result), flush=True)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2))
     return 0 if all(r.ok for r in results) else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

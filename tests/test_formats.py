@@ -9,7 +9,7 @@ import pytest
 
 from loadprobe import formats
 from loadprobe._errors import LoadprobeError
-from loadprobe.formats import (ALIGN, CAPTURE, CATALOG, DATA, PIPELINE, PLANS, PORTRAIT, RUN, SIMULATION,
+from loadprobe.formats import (ALIGN, CAPTURE, CATALOG, DATA, PIPELINE, PLANS, PORTRAIT, RUN, SIMULATION, VERIFY,
                                FormatVersionError, NewerVersionError, UnreadableVersionError)
 
 from .conftest import REPO
@@ -19,9 +19,9 @@ def test_each_format_writes_the_spelling_its_files_have_always_had():
     assert DATA.tag("spans") == "spans/1.0" and DATA.tag("samples") == "samples/1.0"
     assert RUN.value == "run/1.0"
     assert PORTRAIT.value == "1.6"
-    assert PLANS.value == "1.0" and SIMULATION.value == "1.0" and CATALOG.value == "1.0"
+    assert PLANS.value == "1.0" and SIMULATION.value == "1.0" and CATALOG.value == "1.0" and VERIFY.value == "1.0"
     assert PIPELINE.value == 1 and ALIGN.value == 1 and CAPTURE.value == 1
-    assert len(set(formats.FORMATS)) == len(formats.FORMATS) == 9
+    assert len(set(formats.FORMATS)) == len(formats.FORMATS) == 10
 
 
 def test_the_copies_that_cannot_import_it_agree_with_it():

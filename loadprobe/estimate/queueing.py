@@ -73,6 +73,7 @@ class Estimate:
     method: str = "analytic estimate (M/M/c per engine)"
     failed_share: float | None = None  # rejected or timed out (simulated estimates only)
     offered: dict = field(default_factory=dict)  # engine -> offered load per server at rate (above 1: saturated)
+    stage_p99_ms: dict = field(default_factory=dict)  # simulated estimates only
 
 
 def erlang_c(servers: int, load: float) -> float:

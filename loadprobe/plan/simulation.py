@@ -107,6 +107,7 @@ def as_estimate(analytic: Estimate, result, unattributed_ms: float) -> Estimate:
     return replace(analytic, p50_ms=shift(lat["p50"]), p95_ms=shift(lat["p95"]), p99_ms=shift(lat["p99"]),
                    utilisation={n: e["utilisation"] for n, e in result.engines.items()},
                    stage_p95_ms={n: s["p95"] for n, s in result.stages.items() if s["p95"] is not None},
+                   stage_p99_ms={n: s["p99"] for n, s in result.stages.items() if s["p99"] is not None},
                    failed_share=failed,
                    method=f"discrete-event simulation of {result.requests:,} Poisson arrivals "
                           f"at {analytic.rate_rps:.3g} req/s")

@@ -25,6 +25,7 @@ __all__ = ["BATCHES", "HEADROOM", "MAX_CONCURRENCY", "MAX_QUEUE", "MAX_TIMEOUT_M
 
 BATCHES = (1, 2, 4, 8, 16, 32)
 HEADROOM = 1.5  # concurrency: Little's law at the sizing rate, plus half again
+P99_COVER = 1.5  # a timeout covers 1.5 x a stage's simulated p99 (and 2 x its p95)
 NO_SLO_WINDOW_MS = 100.0  # without an SLO, batching windows stay online-short (the seeds' advice)
 # pipeline.yaml's limits (loadprobe/pipeline.schema.json): a plan the planner writes always loads.
 MAX_TIMEOUT_MS = maximum("stage", "timeout_ms")
@@ -144,18 +145,22 @@ def engine_limits(decisions, specs, ctx) -> dict:
     return engines
 
 
-def cover_stage_p95(decisions, est, ctx: PlanContext) -> bool:
-    """Timeouts cover queueing and batching too (docs/pipeline.md): at least twice each stage's
-    estimated p95. Returns whether a timeout was raised."""
+def cover_stage_p95(decisions, est, ctx: PlanContext, *, rate: float | None = None) -> bool:
+    """Timeouts cover queueing and batching too (docs/pipeline.md): at least twice each stage's estimated
+    p95 and, where simulated, 1.5 x its p99 -- a light stage queued behind a heavy-tailed one waits in
+    that tail. Returns whether a timeout was raised."""
     raised = False
     for d in decisions:
-        stage_p95 = est.stage_p95_ms.get(d.stage)
-        wanted = 2 * stage_p95 * d.service.error_factor if stage_p95 else 0.0
+        stage_p95, stage_p99 = est.stage_p95_ms.get(d.stage), est.stage_p99_ms.get(d.stage)
+        wanted = max(2 * (stage_p95 or 0.0), P99_COVER * (stage_p99 or 0.0)) * d.service.error_factor
         if wanted > d.timeout_ms:
             d.timeout_ms = float(min(MAX_TIMEOUT_MS, math.ceil(wanted)))
             how = "simulated" if est.method.startswith("discrete-event") else "estimated"
-            d.why["timeout_ms"] = (f"2 x the stage's {how} p95 of {stage_p95:.3g} ms at {ctx.rate:.3g} req/s, "
-                                   "queueing and batching wait included" + _widened(d.service))
+            basis = (f"{P99_COVER:g} x the stage's {how} p99 of {stage_p99:.3g} ms"
+                     if stage_p99 and P99_COVER * stage_p99 > 2 * (stage_p95 or 0.0)
+                     else f"2 x the stage's {how} p95 of {stage_p95:.3g} ms")
+            d.why["timeout_ms"] = (f"{basis} at {rate or ctx.rate:.3g} req/s, queueing and batching wait included"
+                                   + _widened(d.service))
             raised = True
     return raised
 

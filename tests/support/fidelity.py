@@ -463,13 +463,8 @@ def render_extrapolated(result: Comparison) -> str:
     lines = [f"{result.pattern}: {result.requests} requests (recorded: {i['recorded_requests']} at 1x; time "
              f"outside the stages p50 {i['outside_ms']['p50'] or 0:.2f} ms)"]
     for row in result.rows:
-        if row["metric"].endswith("ms"):
-            m = "-" if row["measured"] is None else f"{row['measured']:.1f}"
-            p = "-" if row["predicted"] is None else f"{row['predicted']:.1f}"
-            err = "-" if row["error"] is None else f"{row['error']:+.1%}"
-            flag = "ok" if row["ok"] else "FAIL"
-        else:
-            m, p, err, flag = f"{row['measured']:.1%}", f"{row['predicted']:.1%}", f"{100 * row['error']:+.1f} pt", ""
+        m, p, err, _ = _cells(row)
+        flag = ("ok" if row["ok"] else "FAIL") if row["limit"] is not None else ""
         lines.append(f"  {row['metric']:<10} measured {m:>8}  predicted {p:>8}  {err:>8}  {flag}")
     r = i.get("independent_range_ms")
     if r:
@@ -493,6 +488,19 @@ def run_pattern(name: str, offsets: np.ndarray, *, attempts: int = 2, **options)
     return result
 
 
+def _cells(row: dict) -> tuple[str, str, str, str]:
+    """A comparison row's measured, predicted, error and limit, as the tables print them."""
+    if row["metric"].endswith("ms"):
+        m = "-" if row["measured"] is None else f"{row['measured']:.1f}"
+        p = "-" if row["predicted"] is None else f"{row['predicted']:.1f}"
+        err = "-" if row["error"] is None else f"{row['error']:+.1%}"
+        return m, p, err, f"{row['limit']:.0%}"
+    if row["metric"] == "executor errors":
+        return str(row["measured"]), "0", "-", "0"
+    limit = "-" if row["limit"] is None else f"{100 * row['limit']:.0f} pt"
+    return f"{row['measured']:.1%}", f"{row['predicted']:.1%}", f"{100 * row['error']:+.1f} pt", limit
+
+
 def render(result: Comparison) -> str:
     i = result.info
     again = f", measured {i['attempt']} times (the machine was busy)" if i.get("attempt", 1) > 1 else ""
@@ -500,17 +508,7 @@ def render(result: Comparison) -> str:
              f"{i['outcomes']['rejected']} rejected, {i['outcomes']['timeout']} timed out; {i['wall_s']} s{again}",
              f"  {'':<18} {'measured':>9} {'predicted':>10} {'error':>9} {'limit':>7}"]
     for row in result.rows:
-        if row["metric"].endswith("ms"):
-            m = "-" if row["measured"] is None else f"{row['measured']:.1f}"
-            p = "-" if row["predicted"] is None else f"{row['predicted']:.1f}"
-            err = "-" if row["error"] is None else f"{row['error']:+.1%}"
-            limit = f"{row['limit']:.0%}"
-        elif row["metric"] == "executor errors":
-            m, p, err, limit = str(row["measured"]), "0", "-", "0"
-        else:
-            m, p = f"{row['measured']:.1%}", f"{row['predicted']:.1%}"
-            err = f"{100 * row['error']:+.1f} pt"
-            limit = "-" if row["limit"] is None else f"{100 * row['limit']:.0f} pt"
+        m, p, err, limit = _cells(row)
         flag = "" if row["limit"] is None else ("ok" if row["ok"] else "FAIL")
         lines.append(f"  {row['metric']:<18} {m:>9} {p:>10} {err:>9} {limit:>7}  {flag}")
     o, c, late = i["overslept_ms"] or {}, i["client_ok_ms"], i["lateness_ms"] or {}
