@@ -129,7 +129,7 @@ def test_align_finds_the_layers_whose_exclusion_recovers_the_most(vision, tmp_pa
 
 def test_with_default_thresholds_the_sample_int8_backbone_passes(vision):
     doc = align(vision["base"], vision["cand"])
-    assert doc["stage"] == "backbone-v1-fp32"  # the model's name, unless --stage says otherwise
+    assert doc["stage"] == "backbone-v2-fp32"  # the model's name, unless --stage says otherwise
     assert doc["verdict"]["decision"] == "int8-ok" and doc["verdict"]["keep_fp16"] == []
     assert doc["output"]["cosine"] > 0.99 and doc["output"]["sqnr_db"] > 20
     assert doc["classes"] == [] and doc["task_head"] is False  # a backbone: no classes without labels
