@@ -1,4 +1,4 @@
-"""The tree reads as the data flow: record -> analysis -> plan -> pipeline -> route / simulator.
+"""The tree reads as the data flow: record -> analysis -> plan -> pipeline -> route / simulator -> verify.
 
 Checked from the source (every ``import``, lazy ones inside functions included): no module
 imports one of a later step, no two modules import each other through any chain, no module
