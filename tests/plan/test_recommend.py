@@ -152,6 +152,27 @@ def test_an_unknown_price_is_never_counted_as_zero(tmp_path):
             any("recommended on known figures" in n for n in plan.recommended.notes)
 
 
+def test_at_scale_the_seeds_line_up_comes_out_where_the_npu_is_cheaper_per_unit_of_backbone_throughput(tmp_path):
+    """Issue #21.2: the same recording and rate, only the prices differ. Where an NPU costs less per unit of
+    backbone throughput the plan buys NPUs for the INT8 backbone and keeps NMS on a GPU (the seeds' line-up);
+    where GPUs are the cheaper way to add throughput, it buys GPUs only."""
+    portrait = record(tmp_path, VISION, requests=40)
+
+    def plan(prices):
+        return recommend(portrait, Constraints.parse(slo_p95_ms=60, min_rps=600, precision=["backbone=int8-ok"],
+                                                     prices=prices, cpu_power_w=100), cpu_cores=8)
+
+    cheap_npu = plan(["nvidia-l4=8000", "ascend-310p=1000"])
+    placed = {d.stage: d for d in cheap_npu.recommended.decisions}
+    assert cheap_npu.recommended.tier == 0, cheap_npu.verdict
+    assert (placed["decode"].kind, placed["backbone"].device, placed["backbone"].precision, placed["nms"].kind) == \
+        ("cpu", "ascend-310p", "int8", "gpu")
+    assert cheap_npu.recommended.engines["npu0"]["count"] > 1  # at scale: more than one NPU to buy
+    cheap_gpu = plan(["nvidia-l4=1000", "ascend-310p=8000"])
+    assert cheap_gpu.recommended.tier == 0 and \
+        {d.kind for d in cheap_gpu.recommended.decisions if d.stage != "decode"} == {"gpu"}, cheap_gpu.verdict
+
+
 def test_rented_plans_are_priced_by_hourly_rates_the_catalogs_or_the_users(tmp_path):
     """Issue #21.1: the plans follow the seeds' formula in rent mode too: rate x units x hours x years."""
     from loadprobe.catalog import load_catalog
