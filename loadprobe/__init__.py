@@ -35,7 +35,10 @@ __all__ = [
     "analyze",
     "current",
     "flush",
+    "portrait_frames",
     "probe",
+    "read_samples",
+    "read_spans",
     "recommend",
     "record_span",
     "request",
@@ -139,6 +142,31 @@ def simulate(plan, arrivals_s, service_times=None, **options):
 
         plan = load(plan)
     return run(plan, arrivals_s, service_times, **options)
+
+
+def read_spans(paths, **filters):
+    """Recorded spans as a pandas DataFrame: ``loadprobe.read_spans("data/", stage="backbone")``.
+
+    Filters: service, host, stage, engine, status, since, until (``loadprobe.analysis.frames``);
+    needs ``pip install 'loadprobe[pandas]'``.
+    """
+    from .analysis.frames import read_spans as read
+
+    return read(paths, **filters)
+
+
+def read_samples(paths, **filters):
+    """Recorded device samples as a pandas DataFrame: ``loadprobe.read_samples("data/", metric="power_w")``."""
+    from .analysis.frames import read_samples as read
+
+    return read(paths, **filters)
+
+
+def portrait_frames(portrait) -> dict:
+    """A portrait's stages, traffic series, device metrics and verdicts as pandas DataFrames."""
+    from .analysis.frames import portrait_frames as frames
+
+    return frames(portrait)
 
 
 def __getattr__(name: str):
