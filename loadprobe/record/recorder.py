@@ -160,11 +160,14 @@ class Recorder:
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Write everything buffered so far; True once it is on disk (or tried and counted)."""
-        return self._flusher.flush(timeout)
+        # This thread holds the flusher's locks here (its condition, its wake Event's), which a
+        # fatal signal's stop on top of it would wait for: the signal waits (_holding_signals).
+        with _holding_signals():
+            return self._flusher.flush(timeout)
 
     def stop(self, timeout: float = 10.0) -> RecorderStats:
         """Stop sampling and recording, write what is left, finish the files as Parquet."""
-        with _stopping():
+        with _holding_signals():
             return self._stop(timeout)
 
     def _stop(self, timeout: float) -> RecorderStats:
@@ -309,14 +312,15 @@ _current: Recorder | None = None
 _lock = threading.Lock()
 _hooks_installed = False
 _inherited: list = []  # a forked child's copy of the parent's recorder: kept, never closed
-_stopping_threads: dict[int, int] = {}  # thread -> how deep inside a stop it is now
-_stops_done = threading.Event()  # set while no stop runs
-_stops_done.set()
+_holding_threads: dict[int, int] = {}  # thread -> how deep inside a start, stop or flush it is now
 
 
 def start(output_dir: str | os.PathLike = "loadprobe-data", **options) -> Recorder:
     global _current
-    with _lock:
+    # A signal landing in the start waits for its end (a stop on top would find _lock held and
+    # _current not yet set), then stops what it started: a Pool worker still starting when
+    # Pool.terminate() came used to leave a run without its end.
+    with _holding_signals(), _lock:
         if _current is not None:
             if Path(output_dir) != _current.output_dir:
                 log.warning("loadprobe: already recording into %s; start(%r) ignored", _current.output_dir, output_dir)
@@ -335,47 +339,57 @@ def start(output_dir: str | os.PathLike = "loadprobe-data", **options) -> Record
 
 def stop() -> RecorderStats | None:
     global _current
-    _env_start_done.wait(30)  # a recorder starting from the environment finishes first
-    with _stopping():
+    with _holding_signals():  # first: a signal landing in the wait below must not wait for its lock
+        _env_start_done.wait(30)  # a recorder starting from the environment finishes first
         with _lock:
             recorder, _current = _current, None
         return recorder.stop() if recorder is not None else None
 
 
 @contextlib.contextmanager
-def _stopping():
-    """Mark this thread as stopping: a fatal signal landing meanwhile lets the stop finish
-    (see ``stop_for_exit``), and is delivered when it has."""
+def _holding_signals():
+    """Mark this thread as inside a start, stop or flush: a fatal signal landing meanwhile lets
+    it finish (see ``stop_for_exit``), and is handled when it has.
+
+    The handler runs on top of the code it interrupted, on this thread, so it must never wait
+    for a lock that code may hold: an Event's is not reentrant (it would wait forever), the
+    flusher cannot finish while this thread holds its condition, and _lock held by a start would
+    leave that start's run unstopped. So the mark -- a plain dict write, which a handler (it runs
+    between bytecodes) cannot split -- is made before the block takes any lock or waits, and
+    removed only after its last lock operation (nothing here takes one); the handler, finding
+    it, defers the signal without touching a lock.
+    """
     me = threading.get_ident()
-    _stopping_threads[me] = _stopping_threads.get(me, 0) + 1
-    _stops_done.clear()
+    _holding_threads[me] = _holding_threads.get(me, 0) + 1
     try:
         yield
     finally:
-        depth = _stopping_threads.pop(me, 1) - 1
+        depth = _holding_threads.get(me, 1) - 1
         if depth:
-            _stopping_threads[me] = depth
+            _holding_threads[me] = depth  # never unmarked in between
         else:
-            if not _stopping_threads:
-                _stops_done.set()
+            _holding_threads.pop(me, None)  # (None: a fork meanwhile cleared it in the child)
             _exit.deliver_deferred_signal()
 
 
 def stop_for_exit(timeout: float) -> bool:
     """``stop()`` from a signal handler or a process's last finalizer, bounded in time.
 
-    Returns False when the signal interrupted a stop on this very thread: that stop cannot go
-    on until the handler returns, so the handler must defer the signal rather than wait. A stop
-    under way on another thread is waited for; the interrupted code may hold ``_lock``.
+    Returns False when the signal interrupted a start, stop or flush on this very thread: that
+    code cannot go on until the handler returns, so the handler must defer the signal rather
+    than wait. One under way on another thread is waited for, bounded in time.
     """
     global _current
-    if threading.get_ident() in _stopping_threads:
+    me = threading.get_ident()
+    if me in _holding_threads:
         return False
-    _env_start_done.wait(timeout)
-    if _stopping_threads:  # another thread is stopping: dying now would cut its last flush short
-        _stops_done.wait(timeout)
-    with _stopping():
-        locked = _lock.acquire(timeout=1.0)
+    with _holding_signals():  # before the first wait: a second signal landing in it is deferred too
+        # Polled rather than Event.wait(), which takes the Event's lock: code this signal
+        # interrupted here may hold it (a fork's _before_fork wait).
+        _wait_until(_env_start_done.is_set, timeout)
+        # Another thread starting, stopping or flushing: dying now would cut its last flush short.
+        _wait_until(lambda: not (_holding_threads.keys() - {me}), timeout)
+        locked = _lock.acquire(timeout=1.0)  # only another thread holds it: bounded all the same
         try:
             recorder, _current = _current, None
         finally:
@@ -384,6 +398,13 @@ def stop_for_exit(timeout: float) -> bool:
         if recorder is not None:
             recorder.stop(timeout)
     return True
+
+
+def _wait_until(done, timeout: float) -> None:
+    """Poll ``done()`` for up to ``timeout`` seconds, taking no lock (see ``stop_for_exit``)."""
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 def stop_if_started_from_env() -> RecorderStats | None:
@@ -423,14 +444,15 @@ def start_from_env() -> None:
     _exit.install_signal_handlers()  # on the main thread only; the probe's thread may be it
     _exit.register_multiprocessing_finalizer()  # now: a short child may exit before the start ends
     _probe.activate(_buffers.DEFAULT_MAX_BUFFERED_SPANS)
-    _env_start_done.clear()
-    try:
-        # Not a daemon: an interpreter that exits at once waits for it, so atexit finds a recorder.
-        threading.Thread(target=_start_from_env_now, name="loadprobe-start").start()
-    except RuntimeError as exc:  # no new threads (interpreter shutting down)
-        _probe.deactivate()
-        _env_start_done.set()
-        log.warning("loadprobe: could not start from %s: %s", _env.LOADPROBE_DIR, exc)
+    with _holding_signals():  # a signal waits for the start thread to be under way, then for it
+        _env_start_done.clear()
+        try:
+            # Not a daemon: an interpreter that exits at once waits for it, so atexit finds a recorder.
+            threading.Thread(target=_start_from_env_now, name="loadprobe-start").start()
+        except RuntimeError as exc:  # no new threads (interpreter shutting down)
+            _probe.deactivate()
+            _env_start_done.set()
+            log.warning("loadprobe: could not start from %s: %s", _env.LOADPROBE_DIR, exc)
 
 
 def _start_from_env_now() -> None:
@@ -473,8 +495,7 @@ def _after_fork_in_child() -> None:
     """Each forked worker records into a run directory of its own."""
     global _current, _lock, _env_start_done
     _lock = threading.Lock()
-    _stopping_threads.clear()  # the threads that were stopping did not survive the fork
-    _stops_done.set()
+    _holding_threads.clear()  # the threads inside a start, stop or flush did not survive the fork
     parent = _current
     starting = not _env_start_done.is_set()  # the parent was still starting from the environment
     _env_start_done = threading.Event()
