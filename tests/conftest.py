@@ -51,10 +51,16 @@ def _no_recorder_leaks():
 
 
 def spans_in(path: Path, *, include_streams: bool = False) -> list[dict]:
-    """Every span row under ``path`` (finished Parquet files; optionally live streams too)."""
-    tables = [pq.read_table(p) for p in sorted(Path(path).rglob("spans-*.parquet"))]
+    """Every span row under ``path`` (finished Parquet files; optionally live streams too).
+
+    A stream whose Parquet file is already there is skipped, as analysis skips it: a kill between
+    a rotation's rename and its delete leaves both, and recovery deletes the stream."""
+    finished = sorted(Path(path).rglob("spans-*.parquet"))
+    tables = [pq.read_table(p) for p in finished]
     if include_streams:
-        tables += [read_stream(p) for p in sorted(Path(path).rglob(".spans-*.arrows"))]
+        done = {p.with_suffix("").name for p in finished}
+        tables += [read_stream(p) for p in sorted(Path(path).rglob(".spans-*.arrows"))
+                   if p.name[1:].removesuffix(".arrows") not in done]
     rows: list[dict] = []
     for table in tables:
         rows += table.to_pylist()
