@@ -17,6 +17,8 @@ unfinished file is left out exactly as ``loadprobe analyze`` leaves it out, and 
 
 from __future__ import annotations
 
+import functools
+
 from .._errors import LoadprobeError
 
 __all__ = ["portrait_frames", "read_samples", "read_spans"]
@@ -79,44 +81,29 @@ def _frame(paths, kind: str, *, service, host, since, until, equal: dict):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from .dataset import discover, file_refs
-    from .reading import UnreadableFile, read_data_file
+    from .reading import read_files
     from .run import parse_time
 
     pd = _pandas()
     if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
         paths = [paths]
     start_ns, end_ns = parse_time(since, "since"), parse_time(until, "until")
-    runs, skipped = discover([str(p) for p in paths], service=service, host=host)
-    skipped = dict(skipped)
-    tables = []
-    for run in runs:
-        for ref in file_refs([run]):
-            if ref.kind != kind:
-                continue
-            try:
-                table = read_data_file(ref).table
-            except UnreadableFile as exc:
-                skipped[ref.path] = exc.reason
-                continue
-            mask = None
-            for column, value in equal.items():
-                if value is not None:
-                    cond = pc.equal(table.column(column).cast(pa.string()), value) if column in table.column_names \
-                        else pa.array([False] * table.num_rows)
-                    mask = cond if mask is None else pc.and_(mask, cond)
-            if start_ns is not None:
-                cond = pc.greater_equal(table.column("ts_ns"), start_ns)
-                mask = cond if mask is None else pc.and_(mask, cond)
-            if end_ns is not None:
-                cond = pc.less(table.column("ts_ns"), end_ns)
-                mask = cond if mask is None else pc.and_(mask, cond)
-            if mask is not None:
-                table = table.filter(mask)
-            frame = table.to_pandas()
-            frame["service"], frame["host"], frame["run"] = run.service, run.host, str(run.run_dir)
-            tables.append(frame)
-    frame = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    skipped: dict = {}
+    frames = []
+    for found in read_files([str(p) for p in paths], kind, service=service, host=host, skipped=skipped):
+        table = found.table
+        conditions = [pc.equal(table.column(column).cast(pa.string()), value) if column in table.column_names
+                      else pa.array([False] * table.num_rows) for column, value in equal.items() if value is not None]
+        if start_ns is not None:
+            conditions.append(pc.greater_equal(table.column("ts_ns"), start_ns))
+        if end_ns is not None:
+            conditions.append(pc.less(table.column("ts_ns"), end_ns))
+        if conditions:  # one mask: each condition was computed on the whole table
+            table = table.filter(functools.reduce(pc.and_, conditions))
+        frame = table.to_pandas()
+        frame["service"], frame["host"], frame["run"] = found.run.service, found.run.host, str(found.run.run_dir)
+        frames.append(frame)
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if len(frame):
         frame.insert(0, "ts", pd.to_datetime(frame["ts_ns"], unit="ns", utc=True))
         for column in ("stage", "engine", "status", "shape", "device", "metric"):
@@ -126,7 +113,7 @@ def _frame(paths, kind: str, *, service, host, since, until, equal: dict):
             frame["dur_ms"] = frame["dur_ns"] / 1e6
             frame["queue_ms"] = frame["queue_ns"] / 1e6 if "queue_ns" in frame.columns else None
         frame = frame.sort_values("ts", kind="stable", ignore_index=True)
-    frame.attrs["skipped"] = dict(skipped)
+    frame.attrs["skipped"] = skipped
     return frame
 
 

@@ -44,7 +44,7 @@ class DataFile(NamedTuple):
 
 
 class SpanFile(NamedTuple):
-    """One spans file of a run, read: what ``read_spans`` yields."""
+    """One data file of a run, read: what ``read_spans`` (and ``read_files``) yields."""
 
     run: Run
     path: str
@@ -69,12 +69,18 @@ def read_spans(paths, *, service: str | None = None, host: str | None = None,
     (path -> reason), with the files that are not loadprobe data at all. Raises LoadprobeError
     (as iteration starts) when ``paths`` hold no loadprobe data.
     """
+    return read_files(paths, "spans", service=service, host=host, skipped=skipped)
+
+
+def read_files(paths, kind: str, *, service: str | None = None, host: str | None = None,
+               skipped: dict | None = None) -> Iterator[SpanFile]:
+    """``read_spans`` for either kind of data file: ``"spans"`` or ``"samples"``."""
     runs, not_data = discover(paths, service=service, host=host)
     if skipped is not None:
         skipped.update(not_data)
     for run in runs:
         for ref in file_refs([run]):
-            if ref.kind != "spans":
+            if ref.kind != kind:
                 continue
             try:
                 table = read_data_file(ref).table

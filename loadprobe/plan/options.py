@@ -179,14 +179,13 @@ def price_option(option: Option, ctx: PlanContext) -> dict | None:
     ``comparable`` is then False and ``unknown`` names what is missing, so no plan is ranked as if it
     cost nothing.
     """
-    from ..estimate.tco import HOURS_PER_YEAR, tco
+    from ..estimate.tco import tco
 
     est = option.estimate
     if est is None:
         return None
     renting = ctx.constraints.rent
-    figure = "hourly rate" if renting else "price"
-    total, unknown = 0.0, []
+    total, unpriced = 0.0, []
     for name, engine in option.engines.items():
         if engine["kind"] == "cpu" and not engine["device"]:
             continue  # the host is common to every plan
@@ -196,7 +195,7 @@ def price_option(option: Option, ctx: PlanContext) -> dict | None:
         if amount is None and device is not None:
             amount = device.hourly_usd if renting else device.price_usd
         if amount is None:
-            unknown.append(f"{engine['device'] or name} {figure}")
+            unpriced.append(engine["device"] or name)
         else:
             total += amount * engine["count"]
     years = ctx.constraints.years
@@ -208,12 +207,12 @@ def price_option(option: Option, ctx: PlanContext) -> dict | None:
         cost = tco(power_w=power, price_per_kwh=ctx.constraints.price_per_kwh, years=years, purchase=total)
         power_unknown = list(option.power_unknown)
     out = asdict(cost)
-    out["purchase_unknown"] = [u.rsplit(" ", 2 if renting else 1)[0] for u in unknown]
+    out["purchase_unknown"] = unpriced
     out["power_unknown"] = power_unknown
-    out["unknown"] = unknown + [f"{n} power" for n in power_unknown]
+    figure = "hourly rate" if renting else "price"
+    out["unknown"] = [f"{d} {figure}" for d in unpriced] + [f"{n} power" for n in power_unknown]
     out["comparable"] = not out["unknown"]
     out["host_purchase"] = f"left out: every plan runs on the same host ({'rented' if renting else 'bought'})"
-    out["hours_per_year"] = HOURS_PER_YEAR
     return out
 
 

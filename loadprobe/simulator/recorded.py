@@ -38,7 +38,7 @@ import numpy as np
 from ..pipeline.config import PipelineConfig
 from .servicetimes import Overrides, ServiceTime, from_config
 
-__all__ = ["Recorded", "RecordedTimes", "from_recording", "outside_stages", "read_self_times"]
+__all__ = ["Recorded", "RecordedTimes", "column", "from_recording", "outside_stages", "read_self_times"]
 
 MAX_SAMPLES = 4096
 """Recorded times kept per stage, engine and batch size (a seeded uniform subsample beyond)."""
@@ -142,7 +142,7 @@ def read_self_times(data) -> Recorded:
     errors: dict[str, int] = {}
     for _run_dir, files in groupby(span_files, key=lambda span_file: span_file.run.run_dir):
         tables = [span_file.table for span_file in files]
-        columns = {name: np.concatenate([_column(t, name) for t in tables])
+        columns = {name: np.concatenate([column(t, name) for t in tables])
                    for name in ("stage", "engine", "batch", "dur_ns", "span_id", "parent_id", "status", "queue_ns")}
         # A child's queue wait (a batcher's window) is inside its parent's span but not in its own
         # duration: it is neither the parent's own work nor time outside the stages.
@@ -180,7 +180,10 @@ def read_self_times(data) -> Recorded:
                     kept(roots[common]) if common is not None else None)
 
 
-def _column(table, name: str) -> np.ndarray:
+def column(table, name: str) -> np.ndarray:
+    """One column of a spans table as numpy: strings (stage, engine, status) as an object array, engine
+    null as "cpu"; integers with the reader's defaults for nulls and absent columns (batch 1, parent -1,
+    duration -1, queue 0)."""
     n = table.num_rows
     if name not in table.column_names:
         return np.full(n, {"engine": "cpu", "batch": 1, "status": "ok", "parent_id": -1, "dur_ns": -1,

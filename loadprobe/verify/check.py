@@ -18,7 +18,6 @@ failed are compared; the plan passes when the end-to-end p50 and p95 are within 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
@@ -69,7 +68,8 @@ class Verification:
         rows = [[r["what"], _fmt(r["predicted"], r["unit"]), _fmt(r["observed"], r["unit"]),
                  "-" if r["error"] is None else (f"{r['error']:+.1%}" if r["unit"] != "share" else
                                                  f"{100 * r['error']:+.1f} pt"),
-                 ("yes" if abs(r["error"] or math.inf) <= self.tolerance else "NO") if r["checked"] else ""]
+                 ("yes" if r["error"] is not None and abs(r["error"]) <= self.tolerance else "NO") if r["checked"]
+                 else ""]
                 for r in self.rows]
         lines = [head, ""] + text_table(["", "predicted", "observed", "error", "within"], rows)
         verdict = (f"passed: end-to-end p50 and p95 within {self.tolerance:.0%}" if self.passed else
@@ -142,7 +142,7 @@ def calibrate(report: Verification):
             continue
         times = obs.service_ms
         size = stage.batch.size if stage.batch is not None else None
-        if size and obs.batches is not None and (obs.batches == size).sum() >= MIN_EXECUTIONS:
+        if size and (obs.batches == size).sum() >= MIN_EXECUTIONS:
             times = obs.service_ms[obs.batches == size]
         p50, p95 = float(np.percentile(times, 50)), float(np.percentile(times, 95))
         stages[stage.name] = StageCalibration(service_time_scale=round(max(p50 / st.p50, 1e-4), 4),

@@ -33,7 +33,7 @@ class StageObserved:
     service_ms: np.ndarray  # execution
     queue_ms: np.ndarray  # wait for a slot or a batch
     engines: Counter = field(default_factory=Counter)  # engine -> spans (every status)
-    batches: np.ndarray | None = None  # batch size of each ok span, where recorded
+    batches: np.ndarray | None = None  # batch size of each ok span (1 where none was recorded)
 
 
 @dataclass
@@ -51,22 +51,16 @@ class Observed:
 def observe(config, data: list) -> Observed:
     """The recording of ``config``'s plan running; LoadprobeError when it holds no request of it."""
     from ..analysis.reading import read_spans
+    from ..simulator.recorded import column
 
     wanted = {s.name for s in config.stages}
-    columns: dict[str, list] = {k: [] for k in ("stage", "engine", "status", "ts", "dur", "queue", "span", "parent",
-                                                 "batch", "run")}
+    names = {"stage": "stage", "engine": "engine", "status": "status", "ts": "ts_ns", "dur": "dur_ns",
+             "queue": "queue_ns", "span": "span_id", "parent": "parent_id", "batch": "batch"}
+    columns: dict[str, list] = {k: [] for k in (*names, "run")}
     for number, span_file in enumerate(read_spans(data)):
-        table = span_file.table
-        n = table.num_rows
-        for key, name, fill in (("ts", "ts_ns", 0), ("dur", "dur_ns", -1), ("queue", "queue_ns", 0),
-                                ("span", "span_id", -1), ("parent", "parent_id", -1), ("batch", "batch", 0)):
-            col = table.column(name).fill_null(fill) if name in table.column_names else None
-            columns[key].append(col.to_numpy().astype(np.int64) if col is not None else np.full(n, fill, np.int64))
-        for key in ("stage", "engine", "status"):
-            col = table.column(key).cast("string").fill_null("cpu" if key == "engine" else "") \
-                if key in table.column_names else None
-            columns[key].append(np.asarray(col.to_pylist() if col is not None else [""] * n, dtype=object))
-        columns["run"].append(np.full(n, number, np.int64))
+        for key, name in names.items():
+            columns[key].append(column(span_file.table, name))
+        columns["run"].append(np.full(span_file.table.num_rows, number, np.int64))
     if not columns["ts"]:
         raise LoadprobeError(f"{', '.join(map(str, data))}: no spans to verify the plan against")
     c = {k: np.concatenate(v) for k, v in columns.items()}
@@ -104,7 +98,7 @@ def observe(config, data: list) -> Observed:
         service = c["dur"][ok] / 1e6
         stages[name] = StageObserved(latency_ms=queue + service, service_ms=service, queue_ms=queue,
                                      engines=Counter(c["engine"][mine].tolist()),
-                                     batches=c["batch"][ok] if (c["batch"][ok] > 0).any() else None)
+                                     batches=c["batch"][ok])
     return Observed(source=", ".join(map(str, data)), requests=int(is_root.sum()), arrivals_s=arrivals,
                     latency_ms=latency, outcomes=dict(outcomes), stages=stages,
                     handoff_ms=_handoff(c, key, parent_key, ok_root, in_plan), root=root)
