@@ -35,17 +35,20 @@ def test_the_simulator_predicts_the_routers_latency_rejects_and_failover(pattern
 @pytest.mark.parametrize("pattern", ["poisson", "azure-llm-2023"])
 def test_predictions_at_loads_never_recorded_hold_against_the_real_router(pattern):
     """Issue #21.7: the Router recorded at rate R (30 s); from that recording alone, the simulator's own draws
-    (medians of 21 seeds) predict p50 and p95 at 1.5R and 2R within 10% of the real Router run there."""
-    offsets = fidelity.patterns(30.0, scale=10, seed=1, rate=20, speed=3)[pattern]
-    results = fidelity.extrapolate(pattern, offsets, scale=10, seed=1)
+    (medians of 21 seeds) predict p50 and p95 at 1.5R and 2R within 10% of the real Router run there.
+
+    Service times x5 (not x10) give twice the requests in the same 65 s of runs (~700 of the trace, ~1,200
+    Poisson): a tail quantile of ~340 requests moved by +-15% from one realisation of the draws to the next."""
+    offsets = fidelity.patterns(30.0, scale=5, seed=1, rate=40, speed=6)[pattern]
+    results = fidelity.extrapolate(pattern, offsets, scale=5, seed=1)
     report = "\n".join(fidelity.render_extrapolated(r) for r in results)
     if not all(r.ok for r in results):
-        # One real run's p95 rests on its slowest ~17 requests, and the Router's seeded draws make it one
-        # realisation of the service times: the predictions' own spread (the report's range) is as wide as
+        # One real run's p95 rests on its slowest few dozen requests, and the Router's seeded draws make it
+        # one realisation of the service times: the predictions' own spread (the report's range) is about
         # the limit. A miss is therefore tried once more on an independent trial -- new draws (and for Poisson a
         # new schedule) -- and both are reported; a systematic error fails both.
-        offsets = fidelity.patterns(30.0, scale=10, seed=2, rate=20, speed=3)[pattern]
-        results = fidelity.extrapolate(pattern, offsets, scale=10, seed=2)
+        offsets = fidelity.patterns(30.0, scale=5, seed=2, rate=40, speed=6)[pattern]
+        results = fidelity.extrapolate(pattern, offsets, scale=5, seed=2)
         report += "\nmeasured again on an independent trial (seed 2):\n" + "\n".join(
             fidelity.render_extrapolated(r) for r in results)
     assert [r.info["factor"] for r in results] == [1.5, 2.0]

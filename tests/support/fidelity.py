@@ -389,7 +389,7 @@ def compare(name: str, offsets: np.ndarray, *, scale: float = 10.0, seed: int = 
                              or overslept["p99"] > STARVED_P99 * server["drawn_mean_ms"])),
         "from_intended_times": _brief(from_intended),
         "from_actual_durations": _brief(from_durations),
-        "utilisation": {e: round(v["utilisation"], 3) for e, v in runs[0].engines.items()},
+        "utilisation": {e: round(float(v["utilisation"]), 3) for e, v in runs[0].engines.items()},
         "independent_range_ms": spread,
     }
     return Comparison(name, n, rows, info)
@@ -454,7 +454,7 @@ def extrapolate(name: str, offsets: np.ndarray, *, factors=FACTORS, scale: float
                 if all(r.latency_ms["p95"] is not None for r in runs) else None,
                 "starved": bool(overslept and drawn and (overslept["mean"] > STARVED_MEAN * drawn
                                                          or overslept["p99"] > STARVED_P99 * drawn)),
-                "utilisation": {e: round(v["utilisation"], 3) for e, v in runs[0].engines.items()}}))
+                "utilisation": {e: round(float(v["utilisation"]), 3) for e, v in runs[0].engines.items()}}))
     return out
 
 
