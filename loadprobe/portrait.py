@@ -119,6 +119,15 @@ class Intensity:
 
 
 @dataclass
+class Bounds:
+    """A figure and its 95% interval (docs/metrics.md#energy)."""
+
+    mean: float
+    lo: float
+    hi: float
+
+
+@dataclass
 class Stage:
     name: str
     count: int
@@ -139,6 +148,9 @@ class Stage:
     tokens_out: Percentiles | None = None
     start_offset_ms: float | None = None  # mean start after its request's (root span's) start (1.1; 1.4: root)
     latency_cdf: list[tuple[float, float]] | None = None  # [[ms, fraction of spans <= ms], ...], at most 200 points (1.2)
+    energy_per_item_j: Bounds | None = None  # its devices' attributed energy per item it processed (1.7)
+    energy_per_request_j: Bounds | None = None  # ... per request that arrived while they were sampled (1.7)
+    energy_per_token_j: Bounds | None = None  # ... per token, where tokens are recorded (1.7)
 
 
 @dataclass
@@ -177,6 +189,29 @@ class Devices:
     utilisation_by_stage: list[StageUtilisation] = field(default_factory=list)
     idle_share: dict[str, float | None] = field(default_factory=dict)  # "host/device" -> share of seconds under 5% util
     energy_per_request_j: dict[str, float | None] = field(default_factory=dict)  # "host/device" -> joules per request
+
+
+@dataclass
+class DeviceEnergy:
+    """One device's measured energy split as ``measured_j = idle_j + sum(attributed_j) + unattributed_j``."""
+
+    measured_j: float
+    idle_w: float | None  # None: no second without work, and no spread of load to fit it from
+    idle_from: str  # "seconds without work", "intercept of energy against busy time" or why unknown
+    idle_j: float
+    attributed_j: dict[str, float]  # stage -> active energy shared to it by its busy time on the device
+    unattributed_j: float  # active energy in seconds no recorded span ran on the device
+    source: str  # "energy counter" (NVML total energy, RAPL) or "power samples"
+    seconds: int  # sampled seconds behind the figures
+    sampling_interval_s: float
+
+
+@dataclass
+class Energy:
+    """Energy per device, stage and request (1.7); see docs/metrics.md#energy."""
+
+    devices: dict[str, DeviceEnergy] = field(default_factory=dict)  # "host/device" -> its split
+    request_j: Bounds | None = None  # a request's energy: the sum over stages of their energy per request
 
 
 @dataclass
@@ -273,6 +308,7 @@ class Portrait:
     data_quality: DataQuality
     roofline_roofs: Roofs | None = None  # (1.2)
     timeline: Timeline | None = None  # (1.2)
+    energy: Energy | None = None  # (1.7)
 
     def to_dict(self) -> dict:
         return _plain(self)

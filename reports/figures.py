@@ -295,6 +295,8 @@ def device_timeline(portrait) -> dict | None:
         layout["yaxis" if yref == "y" else f"yaxis{yref[1:]}"] = axis(title, domain=[max(0.0, top - height), top],
                                                                        anchor="x", rangemode="tozero")
         data += _device_traces(series, scale, yref, {"x0": start, "dx": step}, first_colour=6 * i)
+        if "power_w" in metrics:
+            data += _idle_lines(portrait, yref, start, start + step * tl.buckets)
     if activity:
         colour = colours(portrait)
         layout["yaxis2"] = axis("stage activity", overlaying="y", side="right",
@@ -344,6 +346,33 @@ def _device_traces(series: list, scale: float, yref: str, x: dict, first_colour:
                 {**common, "name": name, "y": means, "line": {"width": 2, "color": colour},
                  "hovertemplate": "mean %{y:.3g}<extra></extra>"}]
     return out
+
+
+def _idle_lines(portrait, yref: str, start: float, end: float) -> list:
+    """A dashed line at each device's estimated idle power (portrait.energy): what it draws doing nothing."""
+    energy = portrait.energy
+    if energy is None:
+        return []
+    return [{"type": "scatter", "mode": "lines", "name": text(f"{key} idle ({d.idle_w:.3g} W)"), "x": [start, end],
+             "y": [d.idle_w, d.idle_w], "yaxis": yref, "line": {"width": 1.5, "dash": "dash", "color": NEUTRAL},
+             "hovertemplate": "%{fullData.name}<extra></extra>"}
+            for key, d in sorted(energy.devices.items()) if d.idle_w is not None]
+
+
+def energy_per_stage(portrait) -> dict | None:
+    """Each stage's energy per item on its sampled devices, with its 95% interval as error bars."""
+    stages = [s for s in portrait.stages if s.energy_per_item_j is not None]
+    if not stages:
+        return None
+    colour = colours(portrait)
+    data = [{"type": "bar", "name": text(s.name), "x": [text(s.name)], "y": [s.energy_per_item_j.mean],
+             "marker": {"color": colour[s.name]},
+             "error_y": {"type": "data", "symmetric": False, "array": [s.energy_per_item_j.hi - s.energy_per_item_j.mean],
+                         "arrayminus": [s.energy_per_item_j.mean - s.energy_per_item_j.lo]},
+             "hovertemplate": (f"%{{x}}: %{{y:.3g}} J per item ({s.energy_per_item_j.lo:.3g} to "
+                               f"{s.energy_per_item_j.hi:.3g})<extra></extra>")} for s in stages]
+    return figure(data, showlegend=False, yaxis=axis("energy per item (J)", rangemode="tozero"),
+                  xaxis=axis("stage"))
 
 
 def _activity(portrait) -> list:
@@ -402,5 +431,5 @@ def portrait_figures(portrait) -> dict:
     """Every chart of the single-run report, by id; charts without data are left out."""
     built = {"arrivals": arrivals(portrait), "hours": hour_of_day(portrait), "shares": stage_shares(portrait),
              "latency": latency_cdfs(portrait), "batch": batch_sizes(portrait), "batch_fit": batch_fits(portrait),
-             "devices": device_timeline(portrait), "roofline": roofline(portrait)}
+             "devices": device_timeline(portrait), "energy": energy_per_stage(portrait), "roofline": roofline(portrait)}
     return {k: v for k, v in built.items() if v is not None}

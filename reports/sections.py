@@ -27,7 +27,7 @@ def portrait_view(portrait, plans: dict | None = None, pipeline_yaml: str | None
     p, q = portrait, portrait.data_quality
     figures = fig.portrait_figures(p)
     sections = [_traffic(p, figures), _shares(p, figures), _latency(p, figures), _batch(p, figures),
-                _devices(p, figures), _roofline(p, figures), _bottlenecks(p)]
+                _devices(p, figures), _energy(p, figures), _roofline(p, figures), _bottlenecks(p)]
     if plans:
         sections.append(_plan(plans, pipeline_yaml))
     precision, precision_figures = precision_section(precision_checks(plans, align))
@@ -203,6 +203,44 @@ def _devices(p, figures) -> dict:
     return _section("devices", "Devices over time", reading, figures,
                     [("devices", f"Device utilisation, memory and power over time{step}, "
                                  "with each stage's activity (spans in progress) shaded")], tables=tables)
+
+
+def _energy(p, figures) -> dict:
+    """Energy per stage with its bounds, and each device's split: idle, attributed to stages, unattributed."""
+    e = p.energy
+    if e is None or not e.devices:
+        return _section("energy", "Energy", "No device power was sampled (NVML or RAPL were not available), so "
+                        "there is no energy per stage.", figures, [])
+    stages = [s for s in p.stages if s.energy_per_item_j is not None]
+    parts = []
+    if e.request_j is not None:
+        parts.append(f"A request takes {num(e.request_j.mean)} J on the sampled devices "
+                     f"(95% interval {num(e.request_j.lo)} to {num(e.request_j.hi)})")
+    if stages:
+        top = max(stages, key=lambda s: (s.energy_per_request_j.mean if s.energy_per_request_j else 0.0, s.name))
+        if top.energy_per_request_j is not None:
+            parts.append(f"{top.name} the most, {num(top.energy_per_request_j.mean)} J per request")
+    idle = sum(d.idle_j for d in e.devices.values())
+    measured = sum(d.measured_j for d in e.devices.values())
+    if measured > 0:
+        parts.append(f"{pct(idle / measured, 0)} of the energy measured was idle power, drawn whatever the load")
+    reading = "; ".join(parts) + "." if parts else "Power was sampled, but no stage span named a sampled engine."
+
+    def bounds(b, digits="{:.3g}"):
+        return "-" if b is None else f"{digits.format(b.mean)} ({digits.format(b.lo)} to {digits.format(b.hi)})"
+
+    tables = [{"caption": "Energy per stage (J, with 95% intervals)",
+               "headers": ["stage", "per item", "per request", "per token"],
+               "rows": [[s.name, bounds(s.energy_per_item_j), bounds(s.energy_per_request_j),
+                         bounds(s.energy_per_token_j)] for s in stages], "left": [0]},
+              {"caption": "Energy per device: measured = idle + attributed + unattributed (J)",
+               "headers": ["device", "measured", "idle W", "idle", "attributed", "unattributed", "source"],
+               "rows": [[key, num(d.measured_j), "-" if d.idle_w is None else num(d.idle_w), num(d.idle_j),
+                         num(sum(d.attributed_j.values())), num(d.unattributed_j), f"{d.source}, idle from {d.idle_from}"]
+                        for key, d in sorted(e.devices.items())], "left": [0, 6]}]
+    return _section("energy", "Energy", reading, figures,
+                    [("energy", "Energy per item by stage, with 95% intervals (bootstrap over the sampled seconds)")],
+                    tables=tables)
 
 
 def _roofline(p, figures) -> dict:

@@ -12,6 +12,7 @@ from . import roofline as rl
 from .._errors import listed
 from .bottlenecks import find_bottlenecks
 from .dataset import describe_skipped
+from .energy import build_energy
 from .histogram import Histogram
 from .partials import Partial
 from ..portrait import (
@@ -85,6 +86,10 @@ def build_portrait(part: Partial, runs: list, *, inputs: list, device=None, prec
                             [g for values in part.gaps.values() for g in values])
     stages = [_stage(name, sp, part, device, precision) for name, sp in part.stages.items()]
     stages.sort(key=lambda s: (-(s.share or 0.0), -s.count, s.name))
+    energy, stage_energy = build_energy(part)
+    for stage in stages:
+        for name, value in stage_energy.get(stage.name, {}).items():
+            setattr(stage, name, value)
     requests = _requests(part)
     devices = _devices(part)
     quality = _quality(part, runs, dataset_skipped or {})
@@ -102,6 +107,7 @@ def build_portrait(part: Partial, runs: list, *, inputs: list, device=None, prec
         data_quality=quality,
         roofline_roofs=roofs(device, precision),
         timeline=build_timeline(part),
+        energy=energy,
     )
     portrait.bottlenecks = find_bottlenecks(portrait)
     return portrait
@@ -202,7 +208,7 @@ def _devices(part: Partial) -> Devices:
     util: dict = {}  # (host, device) -> {second: util}
     for (host, device, metric), sp in sorted(part.samples.items()):
         series = _per_second(sp)
-        if not series:
+        if not series or metric == "energy_j":  # counter deltas: the energy section sums them
             continue
         values = np.array(list(series.values()))
         out.metrics.append(DeviceMetric(host=host, device=device, metric=metric, mean=float(values.mean()),

@@ -25,6 +25,7 @@ from . import kernel_compiled, kernel_numpy
 from .columns import (arrow_mask, arrow_rows, booleans, dictionary_codes, float_column, int_column, span_columns,
                       validity)
 from .dataset import FileRef
+from .energy import energy_by_second, map_engine_busy
 from .kernel_numpy import NS_PER_S, sum_by
 from .kernels import resolve_kernel
 from .partials import Partial, SamplePartial, add_counts, merge, pick
@@ -150,6 +151,7 @@ def map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, ru
 
     cols = span_columns(table, ts, dur, valid, request_ids_known)
     _KERNELS[filters.kernel].aggregate(part, cols, ref, run_window)
+    map_engine_busy(part, cols, ref.host)
     if request_ids_known is None:
         _sample_for_skew(part, table, ts, ts + dur, cols.parent == 0, ref.host)
 
@@ -197,7 +199,12 @@ def _map_samples(part: Partial, table: pa.Table, ref: FileRef, filters: Filters)
         v = values[rows]
         secs, sums = sum_by(seconds[rows], v)
         _, counts = sum_by(seconds[rows], np.ones(len(v)))
-        add_counts(sp.per_second, dict(zip(secs.tolist(), sums.tolist())))
+        if metric == "energy_j":  # an interval's joules go to the seconds it spans, not the one it ended in
+            secs, joules, covered = energy_by_second(ts[rows], v)
+            add_counts(sp.per_second, dict(zip(secs.tolist(), joules.tolist())))
+            add_counts(sp.per_second_covered, dict(zip(secs.tolist(), covered.tolist())))
+        else:
+            add_counts(sp.per_second, dict(zip(secs.tolist(), sums.tolist())))
         add_counts(sp.per_second_n, dict(zip(secs.tolist(), counts.astype(np.int64).tolist())))
         sp.count += int(len(v))
         sp.max = pick(max, sp.max, float(v.max()))

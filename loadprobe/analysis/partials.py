@@ -103,6 +103,11 @@ class Partial:
     gaps: dict = field(default_factory=dict)  # run -> [n, Σgap_s, Σgap_s²] per file, as lists
     busy: Counter = field(default_factory=Counter)  # (host, stage, second) -> ns of stage time started then
     samples: dict = field(default_factory=dict)  # (host, device, metric) -> SamplePartial
+    # Energy attribution (analysis/energy.py): stage spans that name their engine.
+    engine_busy: Counter = field(default_factory=Counter)  # (host, engine, stage, second) -> ns overlapping it
+    engine_items: Counter = field(default_factory=Counter)  # (host, engine, stage, second started) -> items
+    engine_tokens: Counter = field(default_factory=Counter)  # (host, engine, stage) -> tokens in + out
+    engine_union: Counter = field(default_factory=Counter)  # (host, engine, second) -> ns it had any work
     out_of_window: Counter = field(default_factory=Counter)  # run -> spans outside the run's own start/stop
     skew: dict = field(default_factory=dict)  # request id -> list of (host, start, end, is_root)
 
@@ -130,6 +135,10 @@ class Partial:
         for run, values in o.gaps.items():
             self.gaps.setdefault(run, []).extend(values)
         add_counts(self.busy, o.busy)
+        add_counts(self.engine_busy, o.engine_busy)
+        add_counts(self.engine_items, o.engine_items)
+        add_counts(self.engine_tokens, o.engine_tokens)
+        add_counts(self.engine_union, o.engine_union)
         for key, part in o.samples.items():
             self.samples.setdefault(key, SamplePartial()).merge(part)
         add_counts(self.out_of_window, o.out_of_window)
@@ -144,12 +153,15 @@ class SamplePartial:
 
     per_second: Counter = field(default_factory=Counter)  # second -> Σvalue
     per_second_n: Counter = field(default_factory=Counter)
+    # energy_j only: seconds of each second the readings' intervals cover (their joules are split over them)
+    per_second_covered: Counter = field(default_factory=Counter)
     count: int = 0
     max: float | None = None
 
     def merge(self, o: SamplePartial) -> SamplePartial:
         add_counts(self.per_second, o.per_second)
         add_counts(self.per_second_n, o.per_second_n)
+        add_counts(self.per_second_covered, o.per_second_covered)
         self.count += o.count
         self.max = pick(max, self.max, o.max)
         return self

@@ -38,8 +38,15 @@ def assemble(name: str, decisions: list, specs, profiles, ctx: PlanContext, note
     unattributed = time_outside_stages(ctx)
     est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=unattributed)
     stress = estimate(placements, capacities, rate=ctx.rate * STRESS, unattributed_ms=unattributed)
-    unknown = [n for n, e in engines.items() if e["power_w"] is None]
+    unknown = [n for n, e in engines.items() if e["power_w"] is None and e.get("measured_w") is None]
     notes = list(notes)
+    measured = [n for n, e in engines.items() if e.get("measured_w") is not None]
+    if measured and not unknown:
+        est.power_w = known_power(engines, est.utilisation)
+        est.energy_per_request_j = est.power_w / ctx.rate if ctx.rate else None
+    if measured:
+        notes.append("power of " + ", ".join(measured) + " from the energy measured running these stages there "
+                     "(idle power plus each stage's active energy at the rate), not from its maximum power")
     if unknown:
         est.power_w = known_power(engines, est.utilisation)
         est.energy_per_request_j = None
@@ -50,7 +57,8 @@ def assemble(name: str, decisions: list, specs, profiles, ctx: PlanContext, note
     cover_stage_p95(decisions, est, ctx)
     option = Option(name, decisions, engines, est, stress, None, None, notes)
     option.power_unknown = unknown
-    option.provisioned_w = None if unknown else sum(e["power_w"] for e in engines.values())
+    maxima = [e["power_w"] for e in engines.values()]  # provisioned for full load: maxima, never what was measured
+    option.provisioned_w = None if None in maxima else sum(maxima)
     judge(option, ctx)
     option.tco = price_option(option, ctx)
     return option

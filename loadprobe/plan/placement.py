@@ -14,6 +14,7 @@ import math
 from .._errors import LoadprobeError
 from .constraints import EngineSpec
 from .context import PlanContext, calls_per_request, cpu_util
+from .energy import measured_stage
 from ..estimate.servicetime import StageProfile, service_time
 from .sizing import choose_batch, unit_power
 
@@ -58,9 +59,12 @@ def candidates(stage, profile: StageProfile, specs, ctx: PlanContext) -> tuple[l
             continue
         per_item_s = svc.p50_ms / 1000.0 / batch
         power = unit_power(spec, device, ctx)
+        measured = measured_stage(ctx, stage.name, spec, device)
+        energy = (measured.item_j(per_item_s) if measured is not None
+                  else power * per_item_s if power is not None else None)
         admissible.append(dict(spec=spec, device=device, precision=precision, precision_why=precision_why,
                                batch=batch, window=window, svc=svc, per_item_s=per_item_s, batch_why=batch_why,
-                               energy=power * per_item_s if power is not None else None,
+                               energy=energy, energy_measured=measured is not None,
                                fits=budget is None or svc.p95_ms + window <= budget))
     return admissible, excluded
 
@@ -127,7 +131,8 @@ def explain_engine(basis: str, stage, profile, pick, admissible, excluded) -> st
     """The engine decision in words: the basis, every candidate's figures, exclusions, the estimate."""
     compare = "; ".join(
         f"{c['spec'].name} {c['svc'].p50_ms:.3g} ms/batch of {c['batch']}"
-        + (f", {1000 * c['energy']:.3g} mJ/item" if c["energy"] is not None else "")
+        + (f", {1000 * c['energy']:.3g} mJ/item" + (" (measured)" if c["energy_measured"] else "")
+           if c["energy"] is not None else "")
         for c in sorted(admissible, key=lambda c: c["spec"].name))
     bound = ""
     if profile.flops_per_byte is not None and pick["device"] is not None:

@@ -19,6 +19,7 @@ from .context import PlanContext, calls_per_request
 from ..estimate.queueing import IDLE_POWER_SHARE
 from .result import Decision
 from ..estimate.servicetime import ServiceTime, service_time
+from .energy import measured_stage
 
 __all__ = ["BATCHES", "HEADROOM", "MAX_CONCURRENCY", "MAX_QUEUE", "MAX_TIMEOUT_MS", "MAX_WINDOW_MS", "NO_SLO_WINDOW_MS",
            "choose_batch", "cover_stage_p95", "engine_limits", "known_power", "make_decision", "unit_power"]
@@ -131,7 +132,12 @@ def engine_limits(decisions, specs, ctx) -> dict:
         mean_exec = work / visits if visits else 0.0
         queue = min(MAX_QUEUE, max(2 * servers, math.ceil(servers * budget / mean_exec) if mean_exec else 0))
         power = unit_power(spec, device, ctx)
+        measured = [measured_stage(ctx, d.stage, spec, device) for d in mine]
         engines[spec.name] = {
+            # Every stage on it measured on this very device: its mean power at the rate from those figures.
+            "measured_w": (measured[0].idle_w * spec.count + ctx.rate * sum(
+                m.request_j(d.service.p50_ms / 1000.0 / d.batch) for m, d in zip(measured, mine)))
+            if mine and all(m is not None for m in measured) else None,
             "kind": spec.kind, "device": device.id if device is not None and (spec.kind != "cpu" or spec.device)
             else None, "count": spec.count, "servers": servers,
             "max_concurrency": concurrency, "max_queue": queue,
@@ -182,8 +188,13 @@ def unit_power(spec: EngineSpec, device, ctx) -> float | None:
 
 
 def known_power(engines, util) -> float | None:
-    """The mean power of the engines whose power is known, at utilisations ``util`` (name -> 0..1); None if none is."""
-    known = [(n, e) for n, e in engines.items() if e["power_w"] is not None]
+    """The mean power of the engines whose power is known, at utilisations ``util`` (name -> 0..1); None if none is.
+
+    An engine whose stages' energy was measured on it (``plan.energy``) draws what was measured: its
+    idle power and the stages' active energy at the sizing rate. Others draw their maximum power x
+    (30% idle + the rest in proportion to utilisation)."""
+    known = [(n, e) for n, e in engines.items() if e["power_w"] is not None or e.get("measured_w") is not None]
     if not known:
         return None
-    return sum(e["power_w"] * (IDLE_POWER_SHARE + (1 - IDLE_POWER_SHARE) * util.get(n, 0.0)) for n, e in known)
+    return sum(e["measured_w"] if e.get("measured_w") is not None
+               else e["power_w"] * (IDLE_POWER_SHARE + (1 - IDLE_POWER_SHARE) * util.get(n, 0.0)) for n, e in known)

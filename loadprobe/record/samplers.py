@@ -115,7 +115,7 @@ class PsutilSource:
 
 
 class NvmlSource:
-    """Per-GPU utilisation, memory, power, temperature, SM clock and throttle reasons, through NVML."""
+    """Per-GPU utilisation, memory, power and energy, temperature, SM clock and throttle reasons, through NVML."""
 
     name = "nvml"
 
@@ -140,6 +140,7 @@ class NvmlSource:
         self._nvml = None
         self._handles: list = []
         self._refused: set[tuple[int, str]] = set()
+        self._energy_mj: dict[int, int] = {}  # gpu index -> the energy counter at the last read
         self._reason = ""
         try:
             import pynvml
@@ -196,7 +197,25 @@ class NvmlSource:
                     out.append((f"gpu{i}", metric, float(query(n, handle))))
                 except Exception:
                     self._refused.add((i, metric))  # not supported on this board: stop asking
+            out += self._energy(i, handle)
         return out
+
+    def _energy(self, i: int, handle) -> list[tuple[str, str, float]]:
+        """``energy_j``: joules since the last read, from the board's total-energy counter (Volta and later).
+
+        The counter (mJ since the driver loaded) is exact over any interval, where integrating
+        ``power_w`` samples misses what happens between them; analysis prefers it.
+        """
+        if (i, "energy_j") in self._refused:
+            return []
+        try:
+            total_mj = int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+        except Exception:
+            self._refused.add((i, "energy_j"))
+            return []
+        last = self._energy_mj.get(i)
+        self._energy_mj[i] = total_mj
+        return [] if last is None or total_mj < last else [(f"gpu{i}", "energy_j", (total_mj - last) / 1000.0)]
 
     def close(self) -> None:
         if self._nvml is not None:
@@ -233,7 +252,7 @@ class RaplSource:
         return {"available": True, "packages": len(self._zones)}
 
     def read(self) -> list[tuple[str, str, float]]:
-        total, complete = 0.0, bool(self._zones)
+        total, joules, complete = 0.0, 0.0, bool(self._zones)
         now = time.monotonic()
         for path, wrap in self._zones:
             try:
@@ -249,8 +268,10 @@ class RaplSource:
             delta = energy - last[1]
             if delta < 0:  # the counter wrapped
                 delta += wrap
+            joules += delta / 1e6
             total += delta / 1e6 / (now - last[0])
-        return [("cpu", "power_w", total)] if complete else []
+        # Both: power for the charts, the counter's energy (exact over the interval) for attribution.
+        return [("cpu", "power_w", total), ("cpu", "energy_j", joules)] if complete else []
 
 
 def _safe(call):

@@ -53,9 +53,9 @@ def test_rapl_power_from_energy_deltas_including_wraparound(tmp_path, monkeypatc
     assert source.availability() == {"available": True, "packages": 1}
     assert source.read() == []  # a rate needs two readings
     (zone / "energy_uj").write_text("900000\n")
-    assert source.read() == [("cpu", "power_w", pytest.approx(0.45))]  # 0.9 J over 2 s
+    assert source.read() == [("cpu", "power_w", pytest.approx(0.45)), ("cpu", "energy_j", pytest.approx(0.9))]
     (zone / "energy_uj").write_text("100000\n")  # wrapped at 1 J: 0.2 J more
-    assert source.read() == [("cpu", "power_w", pytest.approx(0.1))]
+    assert source.read() == [("cpu", "power_w", pytest.approx(0.1)), ("cpu", "energy_j", pytest.approx(0.2))]
 
 
 def test_rapl_unreadable_or_missing_is_unavailable(tmp_path):

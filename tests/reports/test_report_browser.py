@@ -163,3 +163,25 @@ def test_simulation_page_in_chromium(chromium, tmp_path):
     rows = visit.page.locator("section#sim-plans tbody tr").count()
     assert rows == len(options)
     visit.page.close()
+
+
+def test_energy_section_draws_each_stage_with_bounds_and_the_idle_line(chromium, tmp_path, monkeypatch):
+    from ..support.energy import IDLE_W, record
+
+    record(tmp_path, monkeypatch, [(2.5, 0), (2.0, 150)])
+    portrait = loadprobe.analyze([tmp_path / "data"])
+    path = tmp_path / "portrait.html"
+    write_html(path, render_report(portrait))
+    visit = browser.open_report(chromium, path, width=1280)
+    _assert_clean(visit)
+    _assert_every_chart_drawn(visit, _figure_ids(path))
+    page = visit.page
+    section = page.locator("section#energy")
+    assert section.count() == 1
+    assert "J per request" in section.inner_text() and "idle power" in section.inner_text()
+    bars = page.evaluate("document.querySelector('[data-figure=energy]').data.map(t => [t.x[0], t.error_y.array[0]])")
+    assert [name for name, _ in bars] == ["backbone"] and bars[0][1] > 0  # a bar, with its upper bound above it
+    idle = page.evaluate("document.querySelector('[data-figure=devices]').data"
+                         ".filter(t => t.name.includes(' idle ')).map(t => t.y[0])")
+    assert len(idle) == 1 and abs(idle[0] - IDLE_W) < 0.1 * IDLE_W
+    page.close()
