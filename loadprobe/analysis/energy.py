@@ -33,7 +33,7 @@ from collections import defaultdict
 import numpy as np
 
 from .columns import SpanColumns, sparse_filled
-from .kernel_numpy import NS_PER_S
+from .kernel_numpy import NS_PER_S, sum_by
 from .partials import Partial, add_counts
 from ..portrait import Bounds, DeviceEnergy, Energy
 
@@ -80,7 +80,10 @@ def map_engine_busy(part: Partial, c: SpanColumns, host: str) -> None:
     items = np.where(items > 0, items, 1).astype(np.float64)
     tokens = (np.maximum(sparse_filled(c.tokens_in, len(c.ts), 0)[index], 0)
               + np.maximum(sparse_filled(c.tokens_out, len(c.ts), 0)[index], 0))
-    members = _members(pair, start, dur)
+    members = np.ones(n)
+    batched = items > 1  # only a batch's member spans can share an execution
+    if batched.any():
+        members[batched] = _members(pair[batched], start[batched], dur[batched])
     items /= members
 
     rep, second, overlap = _per_second(start, end)
@@ -104,6 +107,9 @@ def map_engine_busy(part: Partial, c: SpanColumns, host: str) -> None:
 def _per_second(start: np.ndarray, end: np.ndarray):
     """Each interval cut at second boundaries: (its index, the second, ns of it in that second)."""
     first, last = start // NS_PER_S, (end - 1) // NS_PER_S
+    crossing = np.flatnonzero(last != first)
+    if not len(crossing):  # the usual case: every interval within one second
+        return np.arange(len(start)), first, end - start
     repeat = last - first + 1
     rep = np.repeat(np.arange(len(start)), repeat)
     second = first[rep] + (np.arange(len(rep)) - np.repeat(np.cumsum(repeat) - repeat, repeat))
@@ -141,17 +147,16 @@ def _add(target, host: str, c: SpanColumns, pair, second, values, with_second: b
     (as whole numbers unless ``exact`` is False: a batch's items shared by its member spans)."""
     lo = int(second.min())
     width = int(second.max()) - lo + 1
-    key = pair * width + (second - lo)
-    uniq, inverse = np.unique(key, return_inverse=True)
-    sums = np.bincount(inverse, weights=values.astype(np.float64))
+    uniq, sums = sum_by(pair * width + (second - lo), values.astype(np.float64))
     sums = np.rint(sums).astype(np.int64) if exact else sums
-    stages = len(c.stage_names) + 1
-    found = {}
-    for k, total in zip(uniq.tolist(), sums.tolist()):
-        p, s = divmod(k, width)
-        engine, stage = divmod(p, stages)
-        name = (host, c.engine_names[engine], c.stage_names[stage])
-        found[(*name, s + lo) if with_second else name] = total
+    p, seconds = np.divmod(uniq, width)
+    engine, stage = np.divmod(p, len(c.stage_names) + 1)
+    engines = np.array(c.engine_names, dtype=object)[engine].tolist()
+    stages = np.array(c.stage_names + [None], dtype=object)[stage].tolist()
+    if with_second:
+        found = dict(zip(zip([host] * len(uniq), engines, stages, (seconds + lo).tolist()), sums.tolist()))
+    else:
+        found = dict(zip(zip([host] * len(uniq), engines, stages), sums.tolist()))
     add_counts(target, found)
 
 

@@ -48,6 +48,7 @@ class Filters:
     sample_skew: bool = True
     read_threads: bool = False  # let Arrow decode columns in parallel (when one process maps alone)
     kernel: str = "auto"  # "auto": compiled (C) when built, else numpy; "compiled"; "numpy"
+    energy: bool = True  # map each span's time on its engine (energy.py); analyze: only when power was sampled
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kernel", resolve_kernel(self.kernel))
@@ -151,7 +152,8 @@ def map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, ru
 
     cols = span_columns(table, ts, dur, valid, request_ids_known)
     _KERNELS[filters.kernel].aggregate(part, cols, ref, run_window)
-    map_engine_busy(part, cols, ref.host)
+    if filters.energy:
+        map_engine_busy(part, cols, ref.host)
     if request_ids_known is None:
         _sample_for_skew(part, table, ts, ts + dur, cols.parent == 0, ref.host)
 

@@ -66,7 +66,7 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
     # ids; with one host, or when the files' footers prove that no two hosts share an id (each
     # host's id ranges are disjoint from every other's), it can find nothing and they are not decoded.
     sample_skew = len({r.host for r in runs}) > 1 and hosts_may_share_request_ids(refs)
-    filters = Filters(since_ns, until_ns, sample_skew=sample_skew, kernel=kernel)
+    filters = Filters(since_ns, until_ns, sample_skew=sample_skew, kernel=kernel, energy=samples_power(runs))
     windows = {r.run_id: (r.info["started_ns"], r.info.get("stopped_ns"))
                for r in runs if isinstance(r.info.get("started_ns"), int) and r.info.get("role") != "imported"}
     part = run_map(refs, filters, windows, engine=engine, workers=workers, scheduler=scheduler,
@@ -80,6 +80,13 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
                              "files, or record again with 'loadprobe record'")
     return build_portrait(part, runs, inputs=list(paths), device=_roofline_device(device, runs, catalog),
                           precision=precision, dataset_skipped=skipped)
+
+
+def samples_power(runs) -> bool:
+    """Whether any run sampled a power source (NVML, RAPL or another besides psutil, per its run.json):
+    only then is each span's time on its engine worth mapping for energy attribution."""
+    return any(name != "psutil" and isinstance(state, dict) and state.get("available")
+               for run in runs for name, state in (run.info.get("samplers") or {}).items())
 
 
 def _roofline_device(device: str | None, runs, catalog_files):

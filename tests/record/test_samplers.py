@@ -106,3 +106,35 @@ def test_sampler_memory_is_bounded_when_nobody_drains():
     for _ in range(10):
         sampler.sample_once()
     assert len(sampler.rows) == 3 and sampler.dropped == 7
+
+
+def test_nvml_energy_counter_becomes_joules_per_interval(monkeypatch):
+    """The NVML path without a GPU: a stand-in ``pynvml`` module (the driver boundary) whose total-energy
+    counter (mJ) advances; a board without the counter is asked once and then no more."""
+    import types
+
+    counter = {"mj": 1_000_000}
+    calls = []
+
+    class NVMLError(Exception):
+        pass
+
+    def total_energy(handle):
+        calls.append(handle)
+        if handle == "old-board":
+            raise NVMLError("not supported")
+        return counter["mj"]
+
+    fake = types.SimpleNamespace(
+        NVMLError=NVMLError, nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: ["new-board", "old-board"][i],
+        nvmlDeviceGetTotalEnergyConsumption=total_energy, nvmlSystemGetDriverVersion=lambda: "test",
+        NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=0)
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", fake)
+    source = NvmlSource()
+    assert source.availability()["available"] is True
+    first = [r for r in source.read() if r[1] == "energy_j"]
+    assert first == []  # a delta needs two readings
+    counter["mj"] += 2_500  # 2.5 J
+    assert [r for r in source.read() if r[1] == "energy_j"] == [("gpu0", "energy_j", 2.5)]
+    assert calls.count("old-board") == 1  # refused once: not asked again
