@@ -50,7 +50,8 @@ def read_samples(paths, *, service: str | None = None, host: str | None = None, 
 
 def portrait_frames(portrait) -> dict:
     """A portrait's tables as DataFrames: ``stages`` (one row a stage), ``traffic`` (requests per bucket),
-    ``devices`` (one row a host, device and metric), ``verdicts`` (the bottlenecks, most important first)."""
+    ``devices`` (one row a host, device and metric), ``energy`` (one row a device: its measured split,
+    empty without power samples), ``verdicts`` (the bottlenecks, most important first)."""
     pd = _pandas()
     stages = pd.DataFrame([{
         "stage": s.name, "count": s.count, "p50_ms": s.latency_ms.p50, "p95_ms": s.latency_ms.p95,
@@ -61,6 +62,9 @@ def portrait_frames(portrait) -> dict:
         "dynamic_shape": bool(s.shapes and s.shapes.dynamic_shape),
         "flops_per_byte": s.intensity.flops_per_byte if s.intensity else None,
         "engines": ",".join(sorted(s.engines or {})),
+        **{f"energy_per_{unit}_j{end}": None if b is None else getattr(b, field)
+           for unit, b in (("item", s.energy_per_item_j), ("request", s.energy_per_request_j))
+           for end, field in (("", "mean"), ("_lo", "lo"), ("_hi", "hi"))},
     } for s in portrait.stages])
     traffic = portrait.traffic
     series = pd.DataFrame(traffic.series if traffic else [], columns=["start", "requests"])
@@ -74,7 +78,13 @@ def portrait_frames(portrait) -> dict:
     verdicts = pd.DataFrame([{"kind": v.kind, "title": v.title, "score": v.score, "advice": v.advice,
                               "evidence": v.evidence} for v in portrait.bottlenecks],
                             columns=["kind", "title", "score", "advice", "evidence"])
-    return {"stages": stages, "traffic": series, "devices": devices, "verdicts": verdicts}
+    columns = ["device", "measured_j", "idle_w", "idle_j", "attributed_j", "unattributed_j", "source", "idle_from"]
+    energy = pd.DataFrame([{"device": key, "measured_j": d.measured_j, "idle_w": d.idle_w, "idle_j": d.idle_j,
+                            "attributed_j": sum(d.attributed_j.values()), "unattributed_j": d.unattributed_j,
+                            "source": d.source, "idle_from": d.idle_from}
+                           for key, d in sorted((portrait.energy.devices if portrait.energy else {}).items())],
+                          columns=columns)
+    return {"stages": stages, "traffic": series, "devices": devices, "energy": energy, "verdicts": verdicts}
 
 
 def _frame(paths, kind: str, *, service, host, since, until, equal: dict):

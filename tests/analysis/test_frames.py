@@ -49,7 +49,8 @@ def test_read_samples_and_the_portraits_tables(recording):
     assert len(samples) >= 1 and set(samples["metric"]) == {"util_pct"} and samples["value"].between(0, 100).all()
     portrait = loadprobe.analyze([str(root)])
     tables = loadprobe.portrait_frames(portrait)
-    assert set(tables) == {"stages", "traffic", "devices", "verdicts"}
+    assert set(tables) == {"stages", "traffic", "devices", "energy", "verdicts"}
+    assert tables["energy"].empty  # no power sampled here: the energy test below has some
     stages = tables["stages"].set_index("stage")
     for stage in portrait.stages:
         assert stages.loc[stage.name, "count"] == stage.count
@@ -88,3 +89,20 @@ except loadprobe.LoadprobeError as exc:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "pip install 'loadprobe[pandas]'" in out.stdout
+
+
+@pytest.mark.timeout(120)
+def test_the_energy_table_and_the_stages_energy_columns(tmp_path, monkeypatch):
+    from ..support.energy import record
+
+    record(tmp_path, monkeypatch, [(2.5, 0), (2.0, 150)])
+    portrait = loadprobe.analyze([tmp_path / "data"])
+    tables = loadprobe.portrait_frames(portrait)
+    (row,) = tables["energy"].to_dict("records")
+    device = portrait.energy.devices[row["device"]]
+    assert row["measured_j"] == device.measured_j and row["idle_w"] == device.idle_w
+    stages = tables["stages"].set_index("stage")
+    backbone = portrait.stage("backbone").energy_per_item_j
+    assert (stages.loc["backbone", ["energy_per_item_j_lo", "energy_per_item_j", "energy_per_item_j_hi"]].tolist()
+            == [backbone.lo, backbone.mean, backbone.hi])
+    assert stages["energy_per_item_j"].isna()["decode"]
