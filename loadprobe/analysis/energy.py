@@ -1,24 +1,27 @@
 """Energy per stage and per request, from device power (or energy counters) and which stage ran where, when.
 
-Two halves, like the rest of the analysis. The map step (``map_engine_busy``) adds, for every
-stage span that names its engine, its time on that engine in each second it overlaps, its items
-(the batch size, else 1) and tokens; the finish (``build_energy``) takes each device whose power
-was sampled, per second:
+Two halves, like the rest of the analysis. The map step (``map_engine_busy``, only when a run
+sampled power) adds, for every leaf stage span that names its engine, its time on that engine in
+each second it overlaps (a batch's member spans share their execution's), its items and tokens,
+and the union of the engine's busy intervals; the finish (``build_energy``) takes each device
+whose power was sampled, second by second:
 
-- the energy measured: the sum of ``energy_j`` readings (an energy counter's deltas, NVML's total
-  energy or RAPL's, preferred) or else the mean ``power_w`` over the second times one second;
-- the idle power: the mean over seconds in which no span ran on the device, in them or the second
-  before (a sample may close an interval that began a second earlier); with too few such seconds,
-  the intercept of energy against busy time; ``idle_j`` = min(measured, idle) per second;
-- the rest, active energy, shared among the stages by their busy time on the device in that
-  second (overlapping executions share); active energy in a second no span ran is unattributed.
-  So ``measured = idle + attributed + unattributed`` holds second by second.
+- the energy measured: an energy counter's joules (``energy_j``: NVML's total energy, RAPL's),
+  each reading's split over the seconds its interval spans, preferred; else the mean ``power_w``
+  times the share of the second the readings cover;
+- the idle power: the mean power over seconds in which nothing ran on the device, in them or in
+  the second before (a reading closes an interval that may have begun then); with fewer than
+  ``MIN_IDLE_SECONDS`` of them, the intercept of power against the share of each fully covered
+  second the device had work; ``idle_j`` = min(measured, idle power x the share covered);
+- the rest, active energy, shared among the stages by their time on the device in that second
+  (overlapping executions share); active energy in a second nothing ran is unattributed. So
+  ``measured = idle + attributed + unattributed`` holds second by second.
 
-A stage's energy per item is its attributed energy over its items (a batched execution's energy
-is shared equally by its items), per token where tokens are recorded, and per request over the
-requests that arrived while the device was sampled; a request's energy is the sum over its
-stages. Bounds: a seeded bootstrap over the seconds (each resample recomputes the idle power and
-the attribution), widened by the energy of one sampling interval at each end of the recording.
+A stage's energy per item is its attributed energy over its items (a batched execution's shared
+equally by its items), per token where tokens are recorded, and per request over the requests that
+arrived while the device was sampled; a request's energy is the sum over its stages (its bounds
+the sums of theirs). Bounds: a seeded bootstrap over the seconds (each resample recomputes the
+idle power and the attribution), widened by the energy of one sampling interval at each end.
 
 Usage::
 
@@ -224,11 +227,12 @@ def build_energy(part: Partial) -> tuple[Energy | None, dict]:
         totals[stage][2] += n
         draws[stage][2] += d
     per_stage = {}
-    for stage, (attributed, n_items, requests) in totals.items():
+    for stage, (attributed, n_items, n_requests) in totals.items():
         d, t, edge = draws[stage], stage_tokens[stage], edges[stage]
         per_stage[stage] = {
             "energy_per_item_j": _bounds(attributed / n_items if n_items else None, _ratio(d[0], d[1]), edge),
-            "energy_per_request_j": _bounds(attributed / requests if requests else None, _ratio(d[0], d[2]), edge),
+            "energy_per_request_j": _bounds(attributed / n_requests if n_requests else None, _ratio(d[0], d[2]),
+                                            edge),
             "energy_per_token_j": _bounds(attributed / t if t else None, d[0] / t if t else None, edge),
         }
     request = [v["energy_per_request_j"] for v in per_stage.values() if v["energy_per_request_j"]]
