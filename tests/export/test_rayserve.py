@@ -177,3 +177,101 @@ def test_the_exported_application_deploys_on_ray_serve_and_answers(tmp_path, mon
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+FAILOVER = """\
+version: 1
+service: failover
+engines:
+  npu0: {kind: npu, device: ascend-310p, max_concurrency: 1, max_queue: 4}
+  gpu0: {kind: gpu, max_concurrency: 1, max_queue: 4}
+stages:
+  - name: backbone
+    engine: npu0
+    timeout_ms: 60000
+    retry: {max_attempts: 2}
+    fallback: {engine: gpu0, max_ratio: 0.5}
+    breaker: {error_rate_over: 0.5, window_s: 600, min_requests: 4, open_s: 600}
+"""
+
+
+class _Call:
+    """What a DeploymentHandle's ``.remote()`` returns, as far as the ingress uses it: awaitable, cancellable."""
+
+    def __init__(self, run, payload):
+        self.run, self.payload = run, payload
+
+    def __await__(self):
+        return self._result().__await__()
+
+    async def _result(self):
+        return self.run(self.payload)
+
+    def cancel(self):
+        pass
+
+
+class _Handle:
+    def __init__(self, run):
+        self.run, self.calls = run, 0
+
+    def remote(self, payload):
+        self.calls += 1
+        return _Call(self.run, payload)
+
+
+def _ingress(tmp_path, primary, fallback):
+    """The exported ingress class itself (its rules, no cluster), given stand-in handles for its stages."""
+    import importlib.util
+
+    _ray_serve()
+    from loadprobe import pipeline
+
+    done = export(pipeline.loads(FAILOVER), "ray-serve", tmp_path / "serve")
+    path = next(p for p in done.files if p.suffix == ".py")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        spec.loader.exec_module(module)
+    handles = {"backbone": {"npu0": _Handle(primary), "gpu0": _Handle(fallback)}}
+    return module, module.Pipeline.func_or_class(handles), handles["backbone"]
+
+
+def _outcomes(module, ingress, n):
+    import asyncio
+
+    async def run():
+        out = []
+        for i in range(n):
+            try:
+                out.append(await ingress.submit(i))
+            except (module.Rejected, module.StageFailed) as exc:
+                out.append(getattr(exc, "reason", type(exc).__name__))
+        return out
+
+    return asyncio.run(run())
+
+
+def test_a_full_stage_moves_to_its_fallback_within_the_cap(tmp_path):
+    _ray_serve()
+    from ray.serve.exceptions import BackPressureError
+
+    def full(payload):
+        raise BackPressureError(num_queued_requests=4, max_queued_requests=4)
+
+    module, ingress, handles = _ingress(tmp_path, full, lambda payload: f"gpu {payload}")
+    # max_ratio 0.5, counted with each move: the 1st and 3rd would pass half of the requests
+    assert _outcomes(module, ingress, 4) == ["failover_cap", "gpu 1", "failover_cap", "gpu 3"]
+    assert handles["npu0"].calls == 4 and handles["gpu0"].calls == 2
+
+
+def test_failures_are_retried_then_open_the_breaker_which_moves_traffic(tmp_path):
+    def broken(payload):
+        raise ValueError("the device is gone")
+
+    module, ingress, handles = _ingress(tmp_path, broken, lambda payload: f"gpu {payload}")
+    # two requests x two attempts fail on npu0 (4 of 4 > 50%, min_requests 4): the breaker opens,
+    # and the third request goes to gpu0 within the cap (1 move of 5 attempts)
+    assert _outcomes(module, ingress, 3) == ["StageFailed", "StageFailed", "gpu 2"]
+    assert handles["npu0"].calls == 4
