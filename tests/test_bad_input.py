@@ -307,6 +307,8 @@ def _commands(kind: str, given: Path, inputs: Path, out: Path, base: dict) -> li
                 ["report", str(portrait), "--plans", str(given), "-o", str(out / "r.html")]]
     plans = valid("plans.json", "plans.json")
     return [["validate", str(given)],
+            ["export", str(given), "--to", "triton", "-o", str(out / "triton")],
+            ["export", str(given), "--to", "ray-serve", "-o", str(out / "ray-serve")],
             ["simulate", str(given), "--rate", "20", "--duration", "1", "--seed", "1", "-o", str(out / "sim"),
              "--no-html"],
             ["report", str(portrait), "--plans", str(plans), "--pipeline", str(given), "-o", str(out / "r.html")]]

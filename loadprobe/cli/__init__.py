@@ -74,6 +74,7 @@ def _register() -> None:
     from .align import align
     from .analyze import analyze
     from .demo import demo
+    from .export import export
     from .import_ import import_command
     from .load import load
     from .record import record
@@ -87,6 +88,7 @@ def _register() -> None:
     main.add_command(align)
     main.add_command(analyze)
     main.add_command(demo)
+    main.add_command(export)
     main.add_command(import_command)
     main.add_command(load)
     main.add_command(record)

@@ -101,7 +101,7 @@ def test_loadprobe_error_is_public():
     assert "LoadprobeError" in loadprobe.__all__
 
 
-@pytest.mark.parametrize("command", ["demo", "analyze", "recommend", "load", "simulate"])
+@pytest.mark.parametrize("command", ["demo", "analyze", "recommend", "load", "simulate", "export"])
 def test_every_help_text_reads_as_a_sentence(command):
     result = CliRunner().invoke(main, [command, "--help"])
     assert result.exit_code == 0 and "Check up" not in result.output

@@ -1,0 +1,123 @@
+"""A plan as another server's configuration: a Triton model repository or a Ray Serve application.
+
+    from loadprobe.export import export
+
+    done = export("pipeline.yaml", "triton", "triton-repo/", executors=["decode=myservice.steps:decode"])
+    done.files        # the paths written
+    done.losses       # what the target cannot express of this plan (also in done.out_dir / README.md)
+    done.missing      # "stage" / "stage@engine" that were given no executor
+
+``to`` is ``"triton"`` (``triton``: one model per stage and an ensemble) or ``"ray-serve"``
+(``rayserve``: ``serve_config.yaml`` and a module with a deployment per stage). Executors are
+named by import path (``executors``). Only text is written: neither tritonclient nor ray is
+needed to export. docs/export.md.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from .._errors import LoadprobeError, listed
+from .._files import write_file
+from ..pipeline.config import PipelineConfig
+from .losses import Loss
+
+__all__ = ["TARGETS", "Exported", "export"]
+
+TARGETS = ("triton", "ray-serve")
+
+
+@dataclass(frozen=True)
+class Exported:
+    target: str
+    out_dir: Path
+    files: list[Path]
+    losses: list[Loss]
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def dropped(self) -> list[Loss]:
+        """The plan's features the target does not carry over at all."""
+        return [loss for loss in self.losses if loss.dropped]
+
+
+def export(plan: PipelineConfig | str | os.PathLike, to: str, out_dir: str | os.PathLike, *,
+           executors: Iterable[str] | Mapping[str, str] | None = None, force: bool = False, strict: bool = False,
+           num_cpus: float | None = None) -> Exported:
+    """Write ``plan`` (a PipelineConfig, or a pipeline.yaml path) for target ``to`` into ``out_dir``.
+
+    ``out_dir`` must be missing or empty unless ``force`` (then the files the export writes are
+    replaced; others are left alone). ``strict`` refuses a plan using a feature the target drops.
+    ``num_cpus`` is what each Ray Serve replica reserves (default 1; ray-serve only). Bad input
+    is a LoadprobeError saying what to change.
+    """
+    from ..pipeline.files import load
+    from .executors import executor_paths
+
+    if to not in TARGETS:
+        raise LoadprobeError(f"unknown export target {to!r}; the targets are: {', '.join(TARGETS)}")
+    if num_cpus is not None and to != "ray-serve":
+        raise LoadprobeError("num_cpus (--num-cpus) is what each Ray Serve replica reserves: only for --to ray-serve")
+    if num_cpus is not None and not 0 < num_cpus <= 1024:
+        raise LoadprobeError(f"num_cpus must be more than 0 and at most 1024, not {num_cpus:g}")
+    config = plan if isinstance(plan, PipelineConfig) else load(plan)
+    paths = executor_paths(config, executors)
+    files, losses = _render(config, to, paths, 1.0 if num_cpus is None else num_cpus)
+    if strict and (dropped := [loss for loss in losses if loss.dropped]):
+        lost = "; ".join(f"{x.feature} ({x.where})" for x in dropped)
+        raise LoadprobeError(f"{config.service}: {to} cannot express {lost}; nothing written (without --strict "
+                             f"these are listed in README.md)")
+    out = Path(out_dir)
+    _check_target(out, force)
+    written = []
+    for relative, text in files.items():
+        target = out / relative
+        if relative.endswith("/"):
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            written.append(write_file(target, text, overwrite=force))
+        except FileExistsError:
+            raise LoadprobeError(f"{target} appeared while exporting; not replaced (pass --force to replace it)") \
+                from None
+    missing = [stage if engine == _own(config, stage) else f"{stage}@{engine}"
+               for stage, engine in _needed(config, to) if (stage, engine) not in paths]
+    return Exported(to, out, written, losses, missing)
+
+
+def _own(config: PipelineConfig, stage: str) -> str:
+    return next(s.engine for s in config.stages if s.name == stage)
+
+
+def _needed(config: PipelineConfig, to: str) -> list[tuple[str, str]]:
+    """The (stage, engine) pairs the target runs code for: Triton only the stages' own engines."""
+    return [(s.name, e) for s in config.stages for e in (s.runs_on if to == "ray-serve" else (s.engine,))]
+
+
+def _render(config: PipelineConfig, to: str, paths, num_cpus: float) -> tuple[dict[str, str], list[Loss]]:
+    if to == "triton":
+        from .losses import triton_losses
+        from .triton import triton_files
+
+        return triton_files(config, paths), triton_losses(config)
+    from .losses import ray_losses
+    from .rayserve import accelerator_resources, ray_files
+
+    return ray_files(config, paths, num_cpus=num_cpus), ray_losses(config, accelerator_resources(config))
+
+
+def _check_target(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise LoadprobeError(f"{out} exists and is not a folder; give -o a folder to export into")
+    if out.is_dir() and not force:
+        try:
+            entries = sorted(p.name for p in out.iterdir())
+        except OSError as exc:
+            raise LoadprobeError(f"{out}: cannot read it ({exc.strerror or exc})") from None
+        if entries:
+            raise LoadprobeError(f"{out} is not empty ({listed(entries)}); pass --force to write into it, replacing "
+                                 f"the files the export writes, or choose another -o")

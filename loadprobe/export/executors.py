@@ -1,0 +1,75 @@
+"""Which of the user's callables runs each stage on each engine, named by import path.
+
+pipeline.yaml names engines, not code: the Router is handed callables, an exported service is
+handed their import paths, written ``STAGE=MODULE:NAME`` (every engine of the stage) or
+``STAGE@ENGINE=MODULE:NAME`` (that engine only, e.g. the fallback's own model)::
+
+    paths = executor_paths(config, ["decode=vision.steps:decode", "backbone@gpu0=vision.steps:backbone_fp32"])
+    paths[("decode", "cpu")]        # "vision.steps:decode"; a (stage, engine) left out has no entry
+
+The callables follow the Router's contract (docs/route.md): a batched stage gets a list and
+returns a list of as many results; ``async def`` ones are awaited.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping
+
+from .._errors import LoadprobeError, listed
+from ..pipeline.config import PipelineConfig
+
+__all__ = ["executor_paths", "parse_spec"]
+
+_IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
+HOW = "give it as STAGE=MODULE:NAME or STAGE@ENGINE=MODULE:NAME, e.g. decode=myservice.steps:decode"
+
+
+def parse_spec(spec: str) -> tuple[str, str | None, str]:
+    """``"backbone@gpu0=pkg.mod:run"`` -> ``("backbone", "gpu0", "pkg.mod:run")``; the engine may be None."""
+    target, equals, path = spec.partition("=")
+    stage, _, engine = target.strip().partition("@")
+    path = path.strip()
+    if not equals or not stage:
+        raise LoadprobeError(f"executor {spec!r}: no STAGE= before the import path; {HOW}")
+    if not _IMPORT_PATH.match(path):
+        raise LoadprobeError(f"executor {spec!r}: {path!r} is not an import path MODULE:NAME; {HOW}")
+    return stage, engine or None, path
+
+
+def executor_paths(config: PipelineConfig,
+                   specs: Iterable[str] | Mapping[str, str] | None) -> dict[tuple[str, str], str]:
+    """``{(stage, engine): "module:name"}`` for each engine a stage runs on (``runs_on``) that has one.
+
+    ``specs`` are ``STAGE[@ENGINE]=MODULE:NAME`` texts, or a mapping ``{"STAGE[@ENGINE]": "MODULE:NAME"}``.
+    An ``@ENGINE`` entry wins over its stage's plain one. Unknown stages or engines, or a stage
+    given twice, are a LoadprobeError naming what the plan has.
+    """
+    if specs is None:
+        return {}
+    if isinstance(specs, Mapping):
+        specs = [f"{key}={value}" for key, value in specs.items()]
+    stages = {stage.name: stage for stage in config.stages}
+    plain: dict[str, str] = {}
+    pinned: dict[tuple[str, str], str] = {}
+    for spec in specs:
+        name, engine, path = parse_spec(spec)
+        stage = stages.get(name)
+        if stage is None:
+            raise LoadprobeError(f"executor {spec!r}: the plan has no stage {name!r}; its stages are: "
+                                 f"{listed(stages, 8)}")
+        if engine is not None and engine not in stage.runs_on:
+            raise LoadprobeError(f"executor {spec!r}: stage {name!r} runs on {' and '.join(stage.runs_on)}, "
+                                 f"not {engine!r}")
+        key = (name, engine) if engine else name
+        table = pinned if engine else plain
+        if key in table:
+            raise LoadprobeError(f"executor {spec!r}: {name}{'@' + engine if engine else ''} is given twice")
+        table[key] = path  # type: ignore[index]
+    found = {}
+    for stage in config.stages:
+        for engine in stage.runs_on:
+            path = pinned.get((stage.name, engine), plain.get(stage.name))
+            if path is not None:
+                found[(stage.name, engine)] = path
+    return found
