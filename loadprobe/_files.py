@@ -18,6 +18,8 @@ Usage::
         writer = pq.ParquetWriter(tmp, schema); ...; writer.close()
     # renamed into place here; removed instead if the block raised
 
+    target = inside("triton-repo/", f"{stage}/config.pbtxt")   # LoadprobeError if it would leave the folder
+
 ``durable`` fsyncs the file before the rename and its folder after it, so the new name and its
 bytes are on disk once the call returns: used where data must survive a crash of the machine
 (recorded spans, run.json, pipeline.yaml). Elsewhere a crash may leave the old file, never a
@@ -31,7 +33,7 @@ import contextlib
 import os
 from pathlib import Path
 
-__all__ = ["PendingFile", "is_temporary", "pending_file", "write_file"]
+__all__ = ["PendingFile", "inside", "is_temporary", "pending_file", "write_file"]
 
 
 def is_temporary(name: str) -> bool:
@@ -98,6 +100,25 @@ def write_file(target: str | os.PathLike, data: bytes | str, *, durable: bool = 
         with open(path, "xb") as handle:
             handle.write(data)
     return Path(target)
+
+
+def inside(folder: str | os.PathLike, relative: str | os.PathLike) -> Path:
+    """``folder / relative``, for a writer that was given ``folder``: refused with a LoadprobeError when
+    ``relative`` is absolute or climbs out (``..``), or when a symbolic link on the way (the target
+    itself included) leads out of ``folder``. Names in a file the user got from elsewhere (a plan's
+    stage names) end up in ``relative``; no file they name may land outside the folder given.
+    """
+    from ._errors import LoadprobeError  # standard library, like this module
+
+    parts = Path(relative).parts
+    if not parts or Path(relative).is_absolute() or ".." in parts or any("\0" in part for part in parts):
+        raise LoadprobeError(f"{relative!r} is not a path inside {folder}; nothing was written there")
+    target = Path(folder, relative)
+    base = Path(folder).resolve()
+    if not target.resolve().is_relative_to(base):  # resolve() follows the links that exist on the way
+        raise LoadprobeError(f"{target} leads out of {folder} through a symbolic link; remove the link or choose "
+                             "another folder")
+    return target
 
 
 def _rename_new(source: Path, target: Path) -> None:

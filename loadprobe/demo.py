@@ -36,7 +36,7 @@ from urllib.request import urlopen
 import numpy as np
 
 from ._errors import LoadprobeError
-from ._files import write_file
+from ._files import inside, write_file
 from .plan.simulation import STRESS
 
 SERVICE = "vision"
@@ -219,7 +219,7 @@ def _recommend(portrait, report: Path, echo, align: Path | None = None) -> dict[
 def _new_run_dir(out: Path) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     for n in range(1000):
-        run_dir = out / (stamp if n == 0 else f"{stamp}-{n}")
+        run_dir = inside(out, stamp if n == 0 else f"{stamp}-{n}")
         try:
             run_dir.mkdir(parents=True)
             return run_dir

@@ -50,6 +50,11 @@ class _Group(click.Group):
             ctx.exit(2)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
+        except BrokenPipeError:  # `loadprobe ... | head`: the reader left; what was asked is done
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+            ctx.exit(141)
         except Exception as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise

@@ -43,7 +43,9 @@ def analyze(data, output, as_json, no_html, since, until, service, host, device,
     from ..analysis.run import analyze as run_analysis
     from ..reports.summary import render
 
-    html_path = Path(output) / "portrait.html"
+    from .._files import inside
+
+    html_path = inside(output, "portrait.html")
     if not no_html and html_path.exists():
         from ..reports.html import is_report
 
@@ -69,7 +71,7 @@ def analyze(data, output, as_json, no_html, since, until, service, host, device,
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
-    path = portrait.save(Path(output) / "portrait.json")
+    path = portrait.save(inside(output, "portrait.json"))
     size = None
     if not no_html:
         from ..reports.html import render_report, write_html

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .._files import write_file
+from .._files import inside, write_file
 
 
 @click.command()
@@ -66,8 +66,8 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_bu
     from ..plan.files import plan_dict, render
     from ..plan.planner import recommend as make_plan
 
-    path = Path(output)
-    plans_path = path.with_name("plans.json")
+    path = inside(Path(output).parent, Path(output).name)
+    plans_path = inside(path.parent, "plans.json")
     if path.name == "plans.json":
         raise LoadprobeError(f"-o {output}: plans.json is written beside pipeline.yaml; name the pipeline file "
                              "something else, e.g. pipeline.yaml")

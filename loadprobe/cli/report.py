@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from .._errors import LoadprobeError, read_json
+from .._files import inside
 from ..formats import SIMULATION
 
 
@@ -55,6 +56,7 @@ def report(sources, output, force, plans_path, pipeline_path, no_plan, simulatio
         raise LoadprobeError(f"--label given {len(labels)} time(s) for {len(sources)} source(s): give one per source")
     default = "loadprobe-report/compare.html" if len(sources) == 2 else "loadprobe-report/portrait.html"
     path = Path(output or default)
+    path = inside(path.parent, path.name)
     if path.exists() and not force:  # before any analysis: fail fast
         raise LoadprobeError(f"{path} exists; pass --force to replace it or choose another -o")
     if simulation_path and len(sources) == 2:

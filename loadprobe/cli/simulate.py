@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .._errors import LoadprobeError
-from .._files import write_file
+from .._files import inside, write_file
 from ._schedule import build_schedule, schedule_options
 
 
@@ -71,11 +71,11 @@ def simulate(plan, service_times, service_time_overrides, errors, outside, sync,
     out = Path(outdir)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        write_file(out / "simulation.json", json.dumps(comparison.to_dict(), indent=2) + "\n")
+        write_file(inside(out, "simulation.json"), json.dumps(comparison.to_dict(), indent=2) + "\n")
         if not no_html:
             from ..reports.html import write_simulation
 
-            write_simulation(comparison.to_dict(), out / "simulation.html")
+            write_simulation(comparison.to_dict(), inside(out, "simulation.html"))
     except OSError as exc:
         raise LoadprobeError(f"{out}: cannot write the results ({exc.strerror or exc}); give another -o") from None
     if as_json:

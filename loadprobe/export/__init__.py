@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from .._errors import LoadprobeError, listed
-from .._files import write_file
+from .._files import inside, write_file
 from ..pipeline.config import PipelineConfig
 from .losses import Loss
 
@@ -54,7 +54,7 @@ def export(plan: PipelineConfig | str | os.PathLike, to: str, out_dir: str | os.
     ``num_cpus`` is what each Ray Serve replica reserves (default 1; ray-serve only). Bad input
     is a LoadprobeError saying what to change.
     """
-    from ..pipeline.files import load
+    from ..pipeline.files import dump, load, loads
     from .executors import executor_paths
 
     if to not in TARGETS:
@@ -63,7 +63,8 @@ def export(plan: PipelineConfig | str | os.PathLike, to: str, out_dir: str | os.
         raise LoadprobeError("num_cpus (--num-cpus) is what each Ray Serve replica reserves: only for --to ray-serve")
     if num_cpus is not None and not 0 < num_cpus <= 1024:
         raise LoadprobeError(f"num_cpus must be more than 0 and at most 1024, not {num_cpus:g}")
-    config = plan if isinstance(plan, PipelineConfig) else load(plan)
+    # A config built in code is checked as a file is: its names become folders and identifiers.
+    config = loads(dump(plan), source="the plan given") if isinstance(plan, PipelineConfig) else load(plan)
     paths = executor_paths(config, executors)
     files, losses = _render(config, to, paths, 1.0 if num_cpus is None else num_cpus)
     if strict and (dropped := [loss for loss in losses if loss.dropped]):
@@ -73,8 +74,9 @@ def export(plan: PipelineConfig | str | os.PathLike, to: str, out_dir: str | os.
     out = Path(out_dir)
     _check_target(out, force)
     written = []
+    targets = {relative: inside(out, relative) for relative in files}  # all checked before the first is written
     for relative, text in files.items():
-        target = out / relative
+        target = targets[relative]
         if relative.endswith("/"):
             target.mkdir(parents=True, exist_ok=True)
             continue

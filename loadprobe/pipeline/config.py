@@ -102,6 +102,7 @@ class ServiceTimeConfig:
 @dataclass(frozen=True, kw_only=True)
 class StageConfig:
     name: str
+    recorded: str | None = None  # the recording's name for the stage, where ``name`` had to differ (pipeline.names)
     engine: str
     precision: str | None = None
     keep_fp16: tuple[str, ...] = ()
@@ -118,6 +119,11 @@ class StageConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "keep_fp16", tuple(self.keep_fp16))
         object.__setattr__(self, "why", dict(self.why))
+
+    @property
+    def recorded_name(self) -> str:
+        """The name the stage's spans carry in the recording the plan was made from."""
+        return self.recorded or self.name
 
     @property
     def runs_on(self) -> tuple[str, ...]:

@@ -15,6 +15,8 @@ import re
 from importlib import resources
 from typing import Any, Mapping
 
+from .names import NAME_RULE as _NAME_RULE
+
 __all__ = ["maximum", "schema", "schema_problems"]
 
 
@@ -58,7 +60,6 @@ def _validator() -> Any:
 
 _TYPES = {"integer": "a whole number", "number": "a number", "string": "text", "object": "a mapping",
           "array": "a list", "boolean": "true or false", "null": "null"}
-_NAME_RULE = "a name starts with a letter, then up to 63 letters, digits, '_', '.' or '-'"
 
 
 def schema_problems(data: Any) -> list[tuple[tuple, str, bool]]:

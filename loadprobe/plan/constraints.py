@@ -223,7 +223,7 @@ def parse_calibration(path) -> Calibrated:
         measured = config.calibration.stages.get(stage.name)
         if measured is not None:
             engine = config.engines[stage.engine]
-            stages[stage.name] = (engine.kind, engine.device, measured.service_time_scale)
+            stages[stage.recorded_name] = (engine.kind, engine.device, measured.service_time_scale)
     return Calibrated(stages, config.calibration.handoff_ms, str(path))
 
 

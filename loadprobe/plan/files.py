@@ -16,6 +16,7 @@ import dataclasses
 
 from .._table import text_table
 from ..formats import PIPELINE, PLANS
+from ..pipeline.names import plan_names, to_name
 
 ESTIMATE_LABEL = ("simulated estimate: each plan's pipeline replayed by loadprobe simulate under Poisson arrivals at "
                   "the sizing rate, service times drawn from the plan's estimates; capacity and power from the "
@@ -42,8 +43,12 @@ def pipeline_dict(plan, option=None) -> dict:
         entry["why"] = e["why"]
         engines[name] = entry
     stages = []
+    names = plan_names(d.stage for d in option.decisions)  # recorded names may hold '/', quotes, ...
     for d in option.decisions:
-        stage = {"name": d.stage, "engine": d.engine, "precision": d.precision}
+        stage = {"name": names[d.stage]}
+        if names[d.stage] != d.stage:
+            stage["recorded"] = d.stage
+        stage.update(engine=d.engine, precision=d.precision)
         if d.keep_fp16:  # from loadprobe align: only ever with int8
             stage["keep_fp16"] = list(d.keep_fp16)
         if d.shape is not None or d.dynamic_shape:
@@ -63,7 +68,7 @@ def pipeline_dict(plan, option=None) -> dict:
         stages.append(stage)
     return {
         "version": PIPELINE.value,
-        "service": plan.service,
+        "service": to_name(plan.service, "service"),
         "slo": slo,
         "engines": engines,
         "stages": stages,

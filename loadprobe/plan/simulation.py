@@ -50,13 +50,17 @@ class OptionCheck:
 
     @functools.cached_property
     def _pipeline(self):
-        """The option's pipeline (built and validated once), its engines' slots set to their servers."""
+        """The option's pipeline (built and validated once), its engines' slots set to their servers.
+
+        Its stages carry their recorded names again: the planner knows stages by those (profiles,
+        samplers, the estimate's per-stage figures), the file by plan names (pipeline.names)."""
         from .files import to_pipeline
 
         config = to_pipeline(self.plan, self.option)
         engines = {name: replace(e, max_concurrency=max(1, int(self.option.engines[name]["servers"])))
                    for name, e in config.engines.items()}
-        return replace(config, engines=engines)
+        stages = tuple(replace(s, name=s.recorded_name, recorded=None) for s in config.stages)
+        return replace(config, engines=engines, stages=stages)
 
     def config(self, *, window_factor: float = 1.0, max_ratio: float | None = None):
         config = self._pipeline

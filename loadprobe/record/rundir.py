@@ -33,9 +33,21 @@ from ..formats import RUN
 RUN_JSON = "run.json"
 
 
+MAX_NAME_BYTES = 96  # file systems allow 255 bytes a name; room is left for suffixes and temporaries
+
+
 def safe_name(name: str) -> str:
-    """``name`` as a directory name: letters, digits, ``-``, ``_`` and ``.`` kept, the rest ``_``."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name)).strip(".") or "service"
+    """``name`` as a directory name: letters, digits, ``-``, ``_`` and ``.`` kept, the rest ``_``; a
+    name longer than ``MAX_NAME_BYTES`` (UTF-8) is cut and ends in a hash of the whole, so that two
+    long names stay apart."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name)).strip(".") or "service"
+    if len(safe.encode("utf-8")) <= MAX_NAME_BYTES:
+        return safe
+    import hashlib  # rare: only for long names
+
+    digest = hashlib.sha1(str(name).encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    cut = safe.encode("utf-8")[:MAX_NAME_BYTES - 11].decode("utf-8", "ignore")
+    return f"{cut}-{digest}"
 
 
 def host_name() -> str:

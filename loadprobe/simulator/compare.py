@@ -73,7 +73,9 @@ def simulate_plans(plans: list, offsets, *, source: str, arrivals: str, seed: in
         try:
             times = from_recording(config, data, given, portrait=portrait, recorded=recorded) if recorded \
                 else given or None
-            results[name] = simulate(config, offsets, times, seed=seed, error_rates=error_rates,
+            rates = {s.name: error_rates[s.recorded_name] for s in config.stages if s.recorded_name in error_rates} \
+                if error_rates is not None else None  # recorded by the recording's names, simulated by the plan's
+            results[name] = simulate(config, offsets, times, seed=seed, error_rates=rates,
                                      outside=outside_sampler, **options)
         except LoadprobeError as exc:  # what a plan lacks (a service time, say) is said of its file
             raise LoadprobeError(f"{source}" + (f", plan {name!r}" if len(plans) > 1 else "") + f": {exc}") from None

@@ -231,7 +231,7 @@ def from_recording(config: PipelineConfig, data, overrides: Overrides | None = N
     found: dict[str, object] = {"portrait": portrait}
 
     def measured(stage, engine: str) -> ServiceTime | None:
-        mine = {(e, b): t for (s, e, b), t in recorded.items() if s == stage.name}
+        mine = {(e, b): t for (s, e, b), t in recorded.items() if s == stage.recorded_name}
         if not mine:
             return None
         kinds: dict[str, int] = {}
@@ -261,7 +261,7 @@ def from_recording(config: PipelineConfig, data, overrides: Overrides | None = N
         if spec.kind == rec_kind and device_id in (None, spec.device):
             sampler.how = f"measured: {recorded_at}" + (f" ({device_id})" if device_id else "")
             return sampler
-        profile = StageProfile.of(found["portrait"].stage(stage.name),
+        profile = StageProfile.of(found["portrait"].stage(stage.recorded_name),
                                   recorded_device=catalog.get(device_id) if device_id else None)
         target = catalog.get(spec.device) if spec.device else None
         batch = stage.batch.size if batched else 1

@@ -64,6 +64,10 @@ def observe(config, data: list) -> Observed:
     if not columns["ts"]:
         raise LoadprobeError(f"{', '.join(map(str, data))}: no spans to verify the plan against")
     c = {k: np.concatenate(v) for k, v in columns.items()}
+    renamed = {s.recorded: s.name for s in config.stages if s.recorded}
+    if renamed:  # spans recorded under the recording's name count as the plan's stage
+        names_seen, at = np.unique(c["stage"], return_inverse=True)
+        c["stage"] = np.array([renamed.get(n, n) for n in names_seen.tolist()], dtype=object)[at]
     # span ids are unique within a run directory: key them with the file's run
     key = c["run"] * (1 << 40) + c["span"]
     parent_key = np.where(c["parent"] >= 0, c["run"] * (1 << 40) + c["parent"], -1)

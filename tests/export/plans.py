@@ -13,7 +13,7 @@ VISION = REPO / "samples" / "vision" / "pipeline.yaml"   # cpu, npu with a cappe
 # Two GPU engines (GPUs 0-1, then 2), an uneven split, a breaker, a canary, no queue, no routing.retry.
 FLEET = """\
 version: 1
-service: fleet / v2
+service: fleet-v2
 engines:
   host: {kind: cpu, count: 2, max_concurrency: 6, max_queue: 0}
   gpu0: {kind: gpu, device: nvidia-l4, count: 2, max_concurrency: 3, max_queue: 100}
@@ -50,7 +50,7 @@ stages:
 # What the Ray test deploys: a thread executor, a batched async one on a (declared) GPU, a timeout.
 RAY_DEMO = """\
 version: 1
-service: ray demo
+service: ray-demo
 engines:
   cpu: {kind: cpu, max_concurrency: 2, max_queue: 16}
   gpu0: {kind: gpu, count: 1, max_concurrency: 1, max_queue: 8}

@@ -367,7 +367,7 @@ def test_keys_are_taken_as_written():
     # YAML 1.1 reads a bare "on" as true; as a key it is the name "on"
     config = pipeline.loads(BASE + "why: {on: call, yes: sure}\n")
     assert config.why == {"on": "call", "yes": "sure"}
-    assert pipeline.loads(BASE.replace("service: vision", "service: 2024-01-01")).service == "2024-01-01"
+    assert pipeline.loads(BASE.replace("service: vision", "service: v2024-01-01")).service == "v2024-01-01"
 
 
 # --- Files -----------------------------------------------------------------------------------------------------

@@ -24,6 +24,18 @@ def test_names_and_the_layout():
     assert set(rundir.host_name()) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 
 
+def test_a_long_service_name_still_records(tmp_path):
+    """A name past the file system's 255 bytes lost every span before (ENAMETOOLONG, retried forever)."""
+    long_a, long_b = "x" * 300 + "a", "x" * 300 + "b"
+    assert len(rundir.safe_name("é" * 200).encode()) <= rundir.MAX_NAME_BYTES
+    assert rundir.safe_name(long_a) != rundir.safe_name(long_b)
+    loadprobe.start(tmp_path, service=long_a, sample_devices=False)
+    with probe("step"):
+        pass
+    loadprobe.stop()
+    assert len(list(tmp_path.rglob("spans-*.parquet"))) == 1
+
+
 def test_a_taken_run_directory_is_never_reused(tmp_path):
     made = [rundir.create(tmp_path / "h" / "s" / "r") for _ in range(3)]
     assert [p.name for p in made] == ["r", "r-2", "r-3"] and all(p.is_dir() for p in made)
