@@ -14,6 +14,8 @@ Usage::
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 
 from ._version import __version__
@@ -62,6 +64,46 @@ SAMPLES = pa.schema(
 )
 
 SCHEMAS = {"spans": SPANS, "samples": SAMPLES}
+
+
+# -- what a span's ``engine`` names ----------------------------------------------------------------------
+
+_INDEXED = re.compile(r"(cuda|gpu|npu)[:_-]?([0-9]+)")
+
+
+def engine_kind(engine: str) -> str:
+    """The kind of device a span's ``engine`` names: ``gpu0``, ``gpu``, ``cuda:1`` -> ``"gpu"``;
+    ``npu0`` -> ``"npu"``; anything else (``cpu``, ``host``, ``onnx``) runs on the host: ``"cpu"``."""
+    e = str(engine).strip().lower()
+    if e.startswith("cuda"):
+        return "gpu"
+    return next((kind for kind in ("gpu", "npu") if e.startswith(kind)), "cpu")
+
+
+def engine_device(engine: str, sampled=()) -> str:
+    """The sampled device (a ``device`` of the samples) that work on ``engine`` ran on; ``sampled``
+    are the devices sampled on that host. The one rule for energy, utilisation and the planner:
+
+    - a CPU-kind engine ran on the host CPU: ``"cpu"``;
+    - an indexed name is that device: ``gpu1``, ``GPU1``, ``gpu:1``, ``cuda:1`` -> ``gpu1``,
+      ``npu_0`` -> ``npu0``; if it was not sampled but exactly one device of its kind was (a process
+      that sees one GPU as ``cuda:0`` on a host sampled as ``gpu3``), that one;
+    - a name without an index (``gpu``, ``cuda``, ``gpu-a100``) is the only sampled device of its
+      kind, else index 0.
+
+    ``engine_device("cuda", {"cpu", "gpu2"})`` -> ``"gpu2"``; ``engine_device("gpu1", {"gpu0", "gpu1"})`` -> ``"gpu1"``.
+    """
+    kind = engine_kind(engine)
+    if kind == "cpu":
+        return "cpu"
+    indexed = _INDEXED.fullmatch(str(engine).strip().lower())
+    named = f"{kind}{int(indexed.group(2))}" if indexed else None
+    if named is not None and named in sampled:
+        return named
+    of_kind = sorted(d for d in sampled if engine_kind(d) == kind and _INDEXED.fullmatch(d))
+    if len(of_kind) == 1:
+        return of_kind[0]
+    return named or f"{kind}0"
 
 
 SchemaVersionError = FormatVersionError

@@ -31,6 +31,7 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 
 import numpy as np
@@ -39,6 +40,7 @@ from .columns import SpanColumns, sparse_filled
 from .kernel_numpy import NS_PER_S, sum_by
 from .partials import Partial, add_counts
 from ..portrait import Bounds, DeviceEnergy, Energy
+from ..schema import engine_device
 
 MIN_IDLE_SECONDS = 2  # fewer seconds without work than this: the idle power comes from the intercept
 FULL_COVER = 0.9  # a second whose readings cover less of it is left out of the intercept's fit
@@ -47,28 +49,20 @@ BOUNDS = (2.5, 97.5)  # percentiles of the bootstrap: a 95% interval
 SEED = 0  # the bootstrap is seeded: the same recording always gives the same bounds
 
 
-def sample_device(engine: str) -> str:
-    """The sampled device a span's engine runs on: ``cuda:1`` -> ``gpu1``, ``cuda`` -> ``gpu0``, else itself."""
-    e = engine.lower()
-    if e.startswith("cuda"):
-        return "gpu" + (e.partition(":")[2] or "0")
-    return e
-
-
 # -- map step ------------------------------------------------------------------------------------
 
 
 def map_engine_busy(part: Partial, c: SpanColumns, host: str) -> None:
     """Add each stage span's time per (engine, second) it overlaps, its items and its tokens, to ``part``.
 
-    Only stage spans that name an engine and have no children in the file count: a parent's time
-    is its children's (counting both would charge the device twice), and a request's root span is
-    not work on any device. A batched execution comes either as one span per member (the same
+    Only spans that name an engine and have no children in the file count: a parent's time is its
+    children's (counting both would charge the device twice). A root span counts when it names an
+    engine (``@probe("model", engine="gpu0")`` called outside any request). A batched execution comes either as one span per member (the same
     start, end and ``batch`` on each, as ``record_span`` and the Router write them) or as one span
     with ``batch`` items: spans sharing stage, engine, start and end are one execution, whose time
     and items they share equally.
     """
-    rows = (c.parent != 0) & (c.engine >= 0) & (c.stage >= 0) & c.valid & (c.dur > 0)
+    rows = (c.engine >= 0) & (c.stage >= 0) & c.valid & (c.dur > 0)
     if not rows.any():
         return
     rows &= ~np.isin(c.span_id, c.parent[c.parent != 0])
@@ -195,13 +189,17 @@ def build_energy(part: Partial) -> tuple[Energy | None, dict]:
     devices = sorted({(h, d) for (h, d, m) in part.samples if m in ("power_w", "energy_j")})
     if not devices:
         return None, {}
-    busy, items = _by_device(part.engine_busy), _by_device(part.engine_items)
+    sampled: dict = defaultdict(set)  # host -> its devices with any samples: what an engine name resolves to
+    for host, device, _metric in part.samples:
+        sampled[host].add(device)
+    device_of = functools.cache(lambda host, engine: engine_device(engine, sampled[host]))
+    busy, items = _by_device(part.engine_busy, device_of), _by_device(part.engine_items, device_of)
     union: dict = defaultdict(lambda: defaultdict(float))  # (host, device) -> second -> ns it had work
     for (host, engine, second), ns in part.engine_union.items():
-        union[(host, sample_device(engine))][second] += ns
+        union[(host, device_of(host, engine))][second] += ns
     tokens: dict = defaultdict(float)
     for (host, engine, stage), t in part.engine_tokens.items():
-        tokens[(host, sample_device(engine), stage)] += t
+        tokens[(host, device_of(host, engine), stage)] += t
     out = Energy()
     draws: dict = defaultdict(lambda: np.zeros((3, BOOTSTRAP_DRAWS)))  # stage -> attributed, items, requests
     totals: dict = defaultdict(lambda: np.zeros(3))
@@ -242,11 +240,11 @@ def build_energy(part: Partial) -> tuple[Energy | None, dict]:
     return out, per_stage
 
 
-def _by_device(counter) -> dict:
+def _by_device(counter, device_of) -> dict:
     """(host, engine, stage, second) -> value, regrouped as (host, device) -> stage -> {second: value}."""
     out: dict = defaultdict(lambda: defaultdict(dict))
     for (host, engine, stage, second), value in counter.items():
-        seconds = out[(host, sample_device(engine))][stage]
+        seconds = out[(host, device_of(host, engine))][stage]
         seconds[second] = seconds.get(second, 0) + value
     return out
 
@@ -281,8 +279,9 @@ def _device(part: Partial, host: str, device: str, busy: dict, items: dict, unio
     c = np.array([cover[s] for s in listed])
     e = p * c  # joules in each second
     stages = sorted(busy)
-    b = np.array([[busy[st].get(s, 0) / NS_PER_S for s in listed] for st in stages]).reshape(len(stages), -1)
-    it = np.array([[items.get(st, {}).get(s, 0) for s in listed] for st in stages]).reshape(len(stages), -1)
+    # (stages, seconds), also when no stage ran on the device: its energy is then idle and unattributed
+    b = np.array([[busy[st].get(s, 0) / NS_PER_S for s in listed] for st in stages]).reshape(len(stages), len(listed))
+    it = np.array([[items.get(st, {}).get(s, 0) for s in listed] for st in stages]).reshape(len(stages), len(listed))
     arrivals = np.array([part.host_arrivals.get((host, s), 0) for s in listed], dtype=float)
     total_busy = b.sum(axis=0)
     worked = np.array([union.get(s, 0.0) / NS_PER_S for s in listed])

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..schema import engine_kind
+
 ASSUMED_EFFICIENCY = 0.5
 """Share of a target's roof reached when the recorded device's own roof is unknown."""
 
@@ -177,15 +179,6 @@ def _roof_ratio(profile: StageProfile, target, precision: str) -> tuple[float, s
             f"{target.id} {precision} at {ASSUMED_EFFICIENCY:.0%} of its roof ({bound}-bound at {ai:.3g} FLOP/byte) "
             f"vs the recorded {profile.achieved_bytes_per_s / 1e9:.3g} GB/s; the recorded device is not in the catalog")
     return 1.0, "no achieved rate recorded; time kept"
-
-
-def engine_kind(engine: str) -> str:
-    """The kind of a recorded engine name: ``"gpu0"`` and ``"cuda:1"`` are GPUs, ``"npu0"`` an NPU, else the CPU."""
-    e = engine.lower()
-    for kind in ("gpu", "npu"):
-        if e.startswith(kind) or e.startswith("cuda"):
-            return "gpu" if e.startswith("cuda") else kind
-    return "cpu"
 
 
 def _shape_growth(shapes) -> float:

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .constraints import Constraints, EngineSpec
-from ..estimate.servicetime import DEFAULT_DEVICE, engine_kind
+from ..estimate.servicetime import DEFAULT_DEVICE
+from ..schema import engine_kind
 
 __all__ = ["DEFAULT_CPU_CORES", "PlanContext", "calls_per_request", "cpu_cores", "cpu_load_pct", "cpu_util",
            "host_cpu_capacity", "plan_stages", "recorded_kind", "service_name", "time_outside_stages",

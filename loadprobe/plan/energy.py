@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..estimate.servicetime import StageProfile, engine_kind
+from ..estimate.servicetime import StageProfile
+from ..schema import engine_kind
 from .context import recorded_kind
 
 __all__ = ["MeasuredStage", "measured_stage"]

@@ -224,7 +224,8 @@ def from_recording(config: PipelineConfig, data, overrides: Overrides | None = N
     ``recorded`` is ``read_self_times(data)`` when already read (several plans, one recording).
     """
     from ..catalog import load_catalog
-    from ..estimate.servicetime import StageProfile, engine_kind, service_time
+    from ..estimate.servicetime import StageProfile, service_time
+    from ..schema import engine_kind
 
     recorded = (recorded or read_self_times(data)).times
     catalog = catalog or load_catalog()

@@ -68,3 +68,77 @@ def test_energy_is_read_back_from_portrait_json(tmp_path, monkeypatch):
     assert again.stage("backbone").energy_per_item_j.mean == pytest.approx(
         portrait.stage("backbone").energy_per_item_j.mean, rel=1e-6)
     assert np.isfinite(again.energy.request_j.hi)
+
+
+# -- engine names resolve to the sampled device (issue #31 point 2) ------------------------------------------
+
+
+@pytest.mark.parametrize("engine, sampled, device", [
+    ("gpu0", {"gpu0"}, "gpu0"), ("GPU1", {"gpu0", "gpu1"}, "gpu1"), ("cuda:1", {"gpu1"}, "gpu1"),
+    ("cuda", {"cpu", "gpu2"}, "gpu2"), ("gpu", {"gpu3"}, "gpu3"), ("gpu", {"gpu0", "gpu1"}, "gpu0"),
+    ("cuda:0", {"gpu3"}, "gpu3"),  # a process that sees one GPU as cuda:0 on a host sampled as gpu3
+    ("gpu1", {"gpu0", "gpu2"}, "gpu1"),  # two others sampled: no guess, its own name (unsampled)
+    ("npu_0", {"npu0"}, "npu0"), ("gpu-a100", {"gpu0"}, "gpu0"), ("host", {"cpu"}, "cpu"), ("onnx", set(), "cpu"),
+])
+def test_engine_names_resolve_to_the_sampled_device(engine, sampled, device):
+    from loadprobe.schema import engine_device, engine_kind
+
+    assert engine_device(engine, sampled) == device
+    assert engine_kind(engine) == engine_kind(device)
+
+
+def _record_root_spans(tmp_path, monkeypatch, engine: str, gpu_device: str = "gpu0"):
+    """``@probe("model", engine=engine, batch=...)`` called outside any request, on a simulated GPU
+    sampled as ``gpu_device``: idle for 2.5 s, then 2 s of executions."""
+    from loadprobe.record import samplers
+
+    from ..support.energy import SimulatedGpu
+
+    gpu = SimulatedGpu(True, gpu_device)
+    monkeypatch.setattr(samplers, "default_sources", lambda *a, **k: [gpu])
+    loadprobe.start(tmp_path / "data", service="model", sample_interval_s=0.1)
+
+    @loadprobe.probe("model", engine=engine, batch=lambda b: b)
+    def model(b):
+        with gpu.running():
+            time.sleep(0.003)
+
+    time.sleep(2.5)
+    end = time.perf_counter() + 2.0
+    while time.perf_counter() < end:
+        model(2)
+        time.sleep(0.004)
+    loadprobe.stop()
+    return gpu
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("engine", ["gpu0", "gpu", "cuda:0", "cuda"])
+def test_root_spans_on_any_name_of_the_gpu_get_its_energy(tmp_path, monkeypatch, engine):
+    """The crash reported: spans on ``gpu0`` outside any request, with ``gpu0`` power readings."""
+    from click.testing import CliRunner
+
+    from loadprobe.cli import main
+
+    gpu = _record_root_spans(tmp_path, monkeypatch, engine)
+    done = CliRunner().invoke(main, ["analyze", str(tmp_path / "data"), "-o", str(tmp_path / "report"), "--no-html"])
+    assert done.exit_code == 0, done.output
+    portrait = loadprobe.Portrait.load(tmp_path / "report" / "portrait.json")
+    (device,) = [d for k, d in portrait.energy.devices.items() if k.endswith("/gpu0")]
+    assert device.idle_w == pytest.approx(IDLE_W, rel=0.10)
+    parts = device.idle_j + sum(device.attributed_j.values()) + device.unattributed_j
+    assert parts == pytest.approx(device.measured_j, rel=0.01)
+    assert set(device.attributed_j) == {"model"}
+    # most active energy is the model's: the rest is the sampler's edges and the gaps between calls
+    assert device.attributed_j["model"] == pytest.approx(ACTIVE_W * gpu.active_s, rel=0.15)
+    assert portrait.stage("model").energy_per_item_j is not None
+
+
+@pytest.mark.timeout(60)
+def test_a_device_with_readings_but_no_executions_is_idle_plus_unattributed(tmp_path, monkeypatch):
+    _record_root_spans(tmp_path, monkeypatch, "cpu")  # the work is said to run on the CPU, which is not sampled
+    portrait = loadprobe.analyze([tmp_path / "data"])
+    (device,) = [d for k, d in portrait.energy.devices.items() if k.endswith("/gpu0")]
+    assert device.attributed_j == {}
+    assert device.idle_j + device.unattributed_j == pytest.approx(device.measured_j, rel=0.01)
+    assert device.unattributed_j > 0  # the GPU did run: its active energy is there, said to be nobody's
