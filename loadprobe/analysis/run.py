@@ -78,8 +78,30 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
                "only device samples (samples-*.parquet), no spans-*.parquet")
         raise LoadprobeError(f"{', '.join(map(str, paths))}: no readable span data ({why}); fix or replace those "
                              "files, or record again with 'loadprobe record'")
-    return build_portrait(part, runs, inputs=list(paths), device=_roofline_device(device, runs, catalog),
-                          precision=precision, dataset_skipped=skipped)
+    portrait = build_portrait(part, runs, inputs=list(paths), device=_roofline_device(device, runs, catalog),
+                              precision=precision, dataset_skipped=skipped)
+    if not portrait.stages and (since_ns is not None or until_ns is not None):
+        # an empty portrait is not an answer: say what the recording covers instead
+        raise LoadprobeError(f"{', '.join(map(str, paths))}: no span lies within {_window(since, until)} "
+                             f"({portrait.data_quality.rows_filtered:,} read, all outside; the runs cover "
+                             f"{_covered(windows)}); widen --since/--until")
+    return portrait
+
+
+def _window(since, until) -> str:
+    return " and ".join(part for part in (since and f"--since {since}", until and f"--until {until}") if part)
+
+
+def _covered(windows: dict) -> str:
+    """The recording's time, from its runs' starts and stops (UTC, to the second)."""
+    import time
+
+    starts = [a for a, _ in windows.values()]
+    stops = [b for _, b in windows.values() if isinstance(b, int)]
+    if not starts:
+        return "an unknown time"
+    show = lambda ns: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns / 1e9))  # noqa: E731
+    return f"{show(min(starts))} to {show(max(stops)) if stops else 'an unfinished end'}"
 
 
 def samples_power(runs) -> bool:

@@ -120,3 +120,17 @@ def test_counts_are_printed_one_way(tmp_path):
     assert "1,500 requests" in done.stdout
     # no bare count of four digits or more (times and rates are decimals or carry units)
     assert not re.findall(r"(?<![\d.,:/-])\d{4,}(?![\d.,]| ?ms| s\b)", done.stdout), done.stdout
+
+
+def test_analyze_with_a_window_that_holds_no_span_fails_and_says_what_the_recording_covers(tmp_path):
+    import loadprobe
+
+    loadprobe.start(tmp_path / "data", service="svc", sample_devices=False)
+    with loadprobe.request(), loadprobe.probe("decode"):
+        pass
+    loadprobe.stop()
+    for window in (["--since", "2030-01-01"], ["--until", "2001-01-01"]):
+        done = CliRunner().invoke(main, ["analyze", str(tmp_path / "data"), "-o", str(tmp_path / "report"), *window])
+        assert done.exit_code == 2, done.output
+        assert f"no span lies within {' '.join(window)} (2 read, all outside; the runs cover 20" in done.output  # request + stage
+        assert not (tmp_path / "report").exists()
