@@ -25,14 +25,21 @@ from ._schedule import build_schedule, schedule_options
 @click.option("--connections", type=int, default=256, show_default=True, help="At most this many connections.")
 @click.option("--record", metavar="DIR", type=click.Path(file_okay=False),
               help="Record the client's view of every request as loadprobe data in DIR.")
+@click.option("--max-failed", type=click.FloatRange(0, 1), default=0.01, show_default=True,
+              help="Exit 1 when more than this share of the finished requests failed (errors, timeouts, 4xx/5xx).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def load(url, concurrency, method, body, body_file, headers, timeout, connections, record, as_json, **schedule):
+def load(url, concurrency, method, body, body_file, headers, timeout, connections, record, max_failed, as_json,
+         **schedule):
     """Send requests to URL at intended times and report lateness, errors and latency.
 
     Open loop: every request is sent at its scheduled time whether or not earlier ones
     were answered, and its latency counts from that time, so a server that falls behind
     shows growing latency (no coordinated omission). Each request carries a unique
     x-request-id header, "<run>-<n>".
+
+    \b
+    It exits 1 when more than --max-failed of the requests failed, and 130 on Ctrl-C, after
+    printing what was sent and kept (with --record, every finished request is recorded).
 
     \b
     Examples:
@@ -57,7 +64,11 @@ def load(url, concurrency, method, body, body_file, headers, timeout, connection
                  body=payload, headers=headers, timeout=timeout, connections=connections, record=record, mode=mode,
                  seed=seed)
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.render())
-    failure = report.failure()
+    if report.interrupted:
+        kept = f"; every request that finished is recorded in {record}" if record else ""
+        click.echo(f"loadprobe: interrupted after {report.sent:,} requests were sent{kept}", err=True)
+        raise SystemExit(130)
+    failure = report.failure(max_failed)
     if failure:  # the summary above says what happened; the exit status tells a script
         click.echo(f"loadprobe: error: {failure}", err=True)
         raise SystemExit(1)

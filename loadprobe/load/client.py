@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import dataclasses
 import secrets
 import socket
 from collections import Counter
@@ -233,13 +234,18 @@ def run(url: str, offsets=None, *, concurrency: int | None = None, duration: flo
         recorder.start(record, service="loadprobe-load", sample_devices=False,
                         tags={"url": url, "mode": mode or "load", "run": run_id})
         recorder.flush()  # the recorder's imports and files are set up now, not during the first sends
+    interrupted = False
+    started_ns = perf_counter_ns()
     try:
         due_ns, start_ns, end_ns = in_precise_loop(_run(target, offsets, concurrency, duration, requests, timeout,
                                                         connections, run_id, results), precise)
+    except KeyboardInterrupt:  # Ctrl-C: what finished is reported (and recorded), then the caller stops
+        interrupted, due_ns, start_ns, end_ns = True, None, started_ns, perf_counter_ns()
     finally:
         if record is not None:
             results.record(run_id, recorder.flush)
         if own_recorder:
             recorder.stop()
-    return load_report(url, mode or ("closed loop" if offsets is None else "schedule"), run_id, seed, due_ns,
-                       results, start_ns, end_ns, None if record is None else str(record))
+    report = load_report(url, mode or ("closed loop" if offsets is None else "schedule"), run_id, seed, due_ns,
+                         results, start_ns, end_ns, None if record is None else str(record))
+    return dataclasses.replace(report, interrupted=True) if interrupted else report

@@ -41,6 +41,7 @@ class LoadReport:
     statuses: dict = field(default_factory=dict)  # HTTP status -> responses
     body_bytes: int = 0
     record_dir: str | None = None
+    interrupted: bool = False  # stopped by Ctrl-C (or SIGTERM): the figures are the requests that finished
 
     def to_dict(self) -> dict:
         return asdict(self) | {"succeeded": self.succeeded}
@@ -50,14 +51,22 @@ class LoadReport:
         """Responses with a 2xx or 3xx status: the requests the server actually served."""
         return sum(n for code, n in self.statuses.items() if 200 <= int(code) < 400)
 
-    def failure(self) -> str | None:
-        """Why the run failed as a whole (requests were sent, none succeeded), or None."""
-        if not self.sent or self.succeeded:
+    def failure(self, max_failed: float = 0.0) -> str | None:
+        """Why the run failed, or None: no request succeeded, or more than ``max_failed`` (a share)
+        of those finished did not succeed (errors, timeouts, 4xx and 5xx answers)."""
+        finished = self.responses + sum(n for kind, n in self.errors.items() if not kind.startswith("http "))
+        failed = finished - self.succeeded
+        if not finished or failed <= max_failed * finished:
             return None
-        answers = ", ".join(f"{n:,} answered {code}" for code, n in sorted(self.statuses.items()))
-        errors = ", ".join(f"{n:,} {kind}" for kind, n in sorted(self.errors.items(), key=lambda e: -e[1]))
-        return (f"no request of {self.sent:,} succeeded ({'; '.join(x for x in (answers, errors) if x)}): check the "
-                "URL, --method and the body the server expects")
+        answers = ", ".join(f"{n:,} answered {code}" for code, n in sorted(self.statuses.items()) if not 200 <= code < 400)
+        errors = ", ".join(f"{n:,} {kind}" for kind, n in sorted(self.errors.items(), key=lambda e: -e[1])
+                           if not kind.startswith("http "))
+        what = "; ".join(x for x in (answers, errors) if x)
+        if not self.succeeded:
+            return (f"no request of {finished:,} succeeded ({what}): check the URL, --method and the body the server "
+                    "expects")
+        return (f"{failed:,} of {finished:,} requests failed ({what}), more than --max-failed {max_failed:g} allows: "
+                "the server did not carry this load; lower the rate or raise --timeout")
 
     def render(self) -> str:
         def ms(values: dict | None) -> str:
@@ -68,6 +77,8 @@ class LoadReport:
 
         seed = f", seed {self.seed}" if self.seed is not None else ""
         lines = [f"loadprobe load: {self.mode} -> {self.url} (run {self.run_id}{seed}), {self.elapsed_s:,.2f} s"]
+        if self.interrupted:
+            lines.append("  interrupted: the figures below are the requests that finished before it")
         if self.scheduled is None:
             lines.append(f"  sent      {self.sent:,}, {rate(self.achieved_rate)} (closed loop)")
         else:

@@ -343,15 +343,49 @@ def cli(*args: str):
 
 
 def test_cli_prints_the_report_and_json(server):
-    done = cli("load", server.url + "/mixed", "--rate", "500", "--requests", "40")
+    done = cli("load", server.url + "/mixed", "--rate", "500", "--requests", "40", "--max-failed", "0.1")
     assert done.exit_code == 0, done.output
     assert re.search(r"sent +40 of 40 scheduled", done.stdout)
     assert "lateness  p50" in done.stdout and "errors    http 503: 4" in done.stdout
-    done = cli("load", server.url + "/mixed", "--poisson", "--rate", "500", "--requests", "40", "--seed", "5", "--json")
+    done = cli("load", server.url + "/mixed", "--poisson", "--rate", "500", "--requests", "40", "--seed", "5", "--json",
+               "--max-failed", "0.1")
     assert done.exit_code == 0, done.output
     report = json.loads(done.stdout)
     assert report["seed"] == 5 and report["sent"] == 40 and report["errors"] == {"http 503": 4}
     assert set(report["lateness_ms"]) == {"p50", "p99", "max"}
+
+
+def test_cli_exits_1_with_its_summary_when_more_than_max_failed_of_the_requests_failed(server):
+    done = cli("load", server.url + "/mixed", "--rate", "500", "--requests", "40")  # 1 in 10 answers 503
+    assert done.exit_code == 1
+    assert re.search(r"sent +40 of 40 scheduled", done.stdout)  # the summary comes first
+    assert "4 of 40 requests failed (4 answered 503), more than --max-failed 0.01" in done.stderr
+    done = cli("load", server.url + "/hang", "--rate", "200", "--requests", "20", "--timeout", "0.2")
+    assert done.exit_code == 1 and "10 of 20 requests failed (10 timeout)" in done.stderr, done.output
+
+
+def test_ctrl_c_prints_what_was_sent_and_keeps_what_finished(server, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADPROBE_")}
+    proc = subprocess.Popen([sys.executable, "-m", "loadprobe", "load", server.url + "/ok", "--rate", "100",
+                             "--duration", "60", "--record", str(tmp_path / "client")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(server.seen) < 50 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    assert "Aborted" not in err and "Traceback" not in err
+    assert "interrupted: the figures below are the requests that finished" in out
+    sent = int(re.search(r"interrupted after ([\d,]+) requests were sent", err).group(1).replace(",", ""))
+    assert sent >= 50 and f"every request that finished is recorded in {tmp_path / 'client'}" in err
+    recorded = [s for s in spans_in(tmp_path / "client") if s["stage"] == "client"]
+    assert sent - 2 <= len(recorded) <= sent  # at most the requests in flight at the Ctrl-C are not kept
 
 
 def test_cli_replays_a_trace_faster_with_a_body_file_and_records(server, tmp_path):
