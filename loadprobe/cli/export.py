@@ -18,9 +18,11 @@ TARGETS = ("triton", "ray-serve")  # loadprobe.export.TARGETS, here so that --he
               help="The callable that runs STAGE (on every engine of it, or on ENGINE only), by import path; "
                    "repeatable.")
 @click.option("--num-cpus", type=float, help="CPUs each Ray Serve replica reserves (default 1; ray-serve only).")
+@click.option("--no-import-check", is_flag=True,
+              help="Write the executors' import paths without importing them here (the service's code is elsewhere).")
 @click.option("--strict", is_flag=True, help="Refuse, writing nothing, when the target drops a feature the plan uses.")
 @click.option("--force", is_flag=True, help="Write into a folder that is not empty, replacing the files written.")
-def export(pipeline_file, target, out_dir, executors, num_cpus, strict, force):
+def export(pipeline_file, target, out_dir, executors, num_cpus, no_import_check, strict, force):
     """Write PIPELINE as the configuration of another model server.
 
     Every figure comes from the plan: batch windows, timeouts, instance or replica counts and
@@ -42,7 +44,7 @@ def export(pipeline_file, target, out_dir, executors, num_cpus, strict, force):
 
     try:
         done = run(Path(pipeline_file), target, out_dir, executors=list(executors), force=force, strict=strict,
-                   num_cpus=num_cpus)
+                   num_cpus=num_cpus, check_imports=not no_import_check)
     except PipelineError as exc:  # one line here; `loadprobe validate` lists every problem
         if not exc.problems:
             raise

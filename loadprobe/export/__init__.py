@@ -46,16 +46,17 @@ class Exported:
 
 def export(plan: PipelineConfig | str | os.PathLike, to: str, out_dir: str | os.PathLike, *,
            executors: Iterable[str] | Mapping[str, str] | None = None, force: bool = False, strict: bool = False,
-           num_cpus: float | None = None) -> Exported:
+           num_cpus: float | None = None, check_imports: bool = True) -> Exported:
     """Write ``plan`` (a PipelineConfig, or a pipeline.yaml path) for target ``to`` into ``out_dir``.
 
     ``out_dir`` must be missing or empty unless ``force`` (then the files the export writes are
     replaced; others are left alone). ``strict`` refuses a plan using a feature the target drops.
     ``num_cpus`` is what each Ray Serve replica reserves (default 1; ray-serve only). Bad input
-    is a LoadprobeError saying what to change.
+    is a LoadprobeError saying what to change; so is an executor that does not import here,
+    unless ``check_imports`` is False.
     """
     from ..pipeline.files import dump, load, loads
-    from .executors import executor_paths
+    from .executors import check_importable, executor_paths
 
     if to not in TARGETS:
         raise LoadprobeError(f"unknown export target {to!r}; the targets are: {', '.join(TARGETS)}")
@@ -66,6 +67,8 @@ def export(plan: PipelineConfig | str | os.PathLike, to: str, out_dir: str | os.
     # A config built in code is checked as a file is: its names become folders and identifiers.
     config = loads(dump(plan), source="the plan given") if isinstance(plan, PipelineConfig) else load(plan)
     paths = executor_paths(config, executors)
+    if check_imports:
+        check_importable(paths.values())
     files, losses = _render(config, to, paths, 1.0 if num_cpus is None else num_cpus)
     if strict and (dropped := [loss for loss in losses if loss.dropped]):
         lost = "; ".join(f"{x.feature} ({x.where})" for x in dropped)

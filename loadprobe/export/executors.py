@@ -19,7 +19,7 @@ from typing import Iterable, Mapping
 from .._errors import LoadprobeError, listed
 from ..pipeline.config import PipelineConfig
 
-__all__ = ["executor_paths", "parse_spec"]
+__all__ = ["check_importable", "executor_paths", "parse_spec"]
 
 _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
 HOW = "give it as STAGE=MODULE:NAME or STAGE@ENGINE=MODULE:NAME, e.g. decode=myservice.steps:decode"
@@ -73,3 +73,34 @@ def executor_paths(config: PipelineConfig,
             if path is not None:
                 found[(stage.name, engine)] = path
     return found
+
+
+def check_importable(paths: Iterable[str]) -> None:
+    """Import each ``module:name`` and look the name up: a LoadprobeError names the first that fails.
+
+    The exported server imports them the same way when it starts; finding a typo here costs a
+    second, finding it there a failed deployment. Module code runs, as it will in the server. The
+    current folder is searched too (the ``loadprobe`` command, unlike ``python``, does not add it):
+    export is run from the service's own folder.
+    """
+    import importlib
+    import os
+    import sys
+
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())  # last: it never shadows an installed module
+    for path in sorted(set(paths)):
+        module_name, _, attribute = path.partition(":")
+        try:
+            found = importlib.import_module(module_name)
+            for part in attribute.split("."):
+                found = getattr(found, part)
+        except Exception as exc:  # noqa: BLE001 - any failure of the user's import is reported, not raised
+            why = f"{type(exc).__name__}: {exc}" if not isinstance(exc, AttributeError) else \
+                f"{module_name} has no {attribute}"
+            raise LoadprobeError(f"executor {path}: cannot import it ({why}); run export from the service's folder "
+                                 "or with its code on PYTHONPATH, or pass --no-import-check to write it unchecked") \
+                from None
+        if not callable(found):
+            raise LoadprobeError(f"executor {path}: {type(found).__name__} is not callable; name the function or "
+                                 "class that runs the stage")

@@ -23,6 +23,12 @@ def _commands(heading: str) -> list[str]:
 def test_the_documented_export_runs_as_written(tmp_path, heading, folder):
     (command,) = _commands(heading)
     args = [str(REPO / a) if a.startswith("samples/") else a for a in shlex.split(command)[1:]]
+    # run from the service's own folder, as the docs say: export imports each executor it names
+    names = sorted({a.rpartition(":")[2] for a in args if a.startswith(("decode=", "preprocess=", "backbone",
+                                                                          "postprocess="))})
+    (tmp_path / "myservice").mkdir()
+    (tmp_path / "myservice" / "__init__.py").write_text("")
+    (tmp_path / "myservice" / "steps.py").write_text("".join(f"def {n}(x):\n    return x\n" for n in names))
     done = subprocess.run([sys.executable, "-m", "loadprobe", *args], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr

@@ -29,7 +29,8 @@ def _one_line_error(result, *needles):
 @pytest.mark.parametrize("target", ["triton", "ray-serve"])
 def test_export_writes_the_folder_and_says_what_it_lost(tmp_path, target):
     out = tmp_path / "out"
-    result = cli("export", VISION, "--to", target, "-o", out, "--executor", "decode=svc.steps:decode")
+    result = cli("export", VISION, "--to", target, "-o", out, "--executor", "decode=svc.steps:decode",
+                 "--no-import-check")
     assert result.exit_code == 0, result.output
     assert f"in {out}" in result.output and "README.md" in result.output
     assert (out / "README.md").is_file()
@@ -93,7 +94,8 @@ def test_strict_and_num_cpus_are_checked(tmp_path):
 def test_an_executor_for_one_engine_wins_over_the_stages(tmp_path):
     from loadprobe.export import export
 
-    done = export(VISION, "ray-serve", tmp_path / "out", executors={"backbone": "svc:int8", "backbone@gpu0": "svc:fp32"})
+    done = export(VISION, "ray-serve", tmp_path / "out", executors={"backbone": "svc:int8", "backbone@gpu0": "svc:fp32"},
+                  check_imports=False)
     module = next(p for p in done.files if p.suffix == ".py").read_text()
     assert "super().__init__('backbone', 'npu0', 'svc:int8')" in module
     assert "super().__init__('backbone', 'gpu0', 'svc:fp32')" in module
@@ -107,3 +109,19 @@ def test_help_imports_no_exporter():
                       "or m.split('.')[0] in ('ray', 'tritonclient', 'yaml'))))")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ("decode=nosuchmodule:fn", "executor nosuchmodule:fn: cannot import it (ModuleNotFoundError: No module named "
+                               "'nosuchmodule')"),
+    ("decode=json:no_such_function", "executor json:no_such_function: cannot import it (json has no no_such_function)"),
+    ("decode=json.decoder:NaN", "executor json.decoder:NaN: float is not callable"),
+])
+def test_an_executor_that_does_not_import_is_refused_before_anything_is_written(tmp_path, spec, needle):
+    out = tmp_path / "out"
+    _one_line_error(cli("export", VISION, "--to", "triton", "-o", out, "--executor", spec), needle)
+    assert not out.exists()
+    done = cli("export", VISION, "--to", "triton", "-o", out, "--executor", spec, "--no-import-check")
+    assert done.exit_code == 0, done.output  # the service's code may live elsewhere: the check can be skipped
+    assert cli("export", VISION, "--to", "triton", "-o", tmp_path / "real", "--executor",
+               "decode=json:dumps").exit_code == 0

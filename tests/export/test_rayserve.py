@@ -34,6 +34,7 @@ def _ray_serve():
 
 def exported(tmp_path, name, **options):
     config = PLANS[name]()
+    options.setdefault("check_imports", False)  # most executors here are names only; test_export_cli imports them
     done = export(config, "ray-serve", tmp_path / "serve", **options)
     files = {p.name: p for p in done.files}
     module = next(p for p in done.files if p.suffix == ".py")
