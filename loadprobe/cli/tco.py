@@ -19,7 +19,8 @@ ROUNDED = {"purchase": 2, "rent": 2, "electricity": 2, "operations": 2, "migrati
 @click.option("--price-per-kwh", type=float,
               help="Electricity price per kWh, in your currency (required to buy).")
 @click.option("--years", type=float, help="Years of ownership or rental (required).")
-@click.option("--purchase", type=float, help="Purchase price of one unit (default 0; with --device, the catalog's).")
+@click.option("--purchase", type=float, help="Purchase price of one unit, needed to buy (0 for hardware already owned; "
+                                            "with --device, the catalog's).")
 @click.option("--hourly-rate", type=float,
               help="Rent instead of buying: the on-demand rate of one unit per hour (electricity included in it).")
 @click.option("--pue", type=float, default=1.0, show_default=True,
@@ -66,6 +67,9 @@ def tco(power_w, hours_per_year, price_per_kwh, years, purchase, hourly_rate, pu
                        migration=migration, units=units, hourly_rate=hourly_rate)
     except TCOInputError as exc:  # name the option as typed, not the Python keyword
         raise LoadprobeError(f"--{exc.name.replace('_', '-')} {exc.problem}") from None
+    if purchase is None and hourly_rate is None:  # the other inputs are valid; an unknown price is never zero
+        raise LoadprobeError("--purchase: buying needs the price of one unit; give --purchase (0 for hardware you "
+                             "own already), --device for the catalog's price, or --hourly-rate to rent")
     if as_json:  # the results to the cent and the watt-hour, not float noise (6307.200000000001); inputs as given
         out = {k: round(v, ROUNDED[k]) if k in ROUNDED and v is not None else v
                for k, v in dataclasses.asdict(cost).items()}

@@ -78,7 +78,7 @@ def test_load_exits_non_zero_with_its_summary_when_no_request_succeeds():
 
 
 def test_tco_json_rounds_money_to_the_cent():
-    done = cli("tco", "--power-w", "300", "--price-per-kwh", "0.8", "--years", "3", "--json")
+    done = cli("tco", "--power-w", "300", "--price-per-kwh", "0.8", "--years", "3", "--purchase", "0", "--json")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["electricity"] == 6307.2 and "000000" not in done.stdout
@@ -134,3 +134,11 @@ def test_analyze_with_a_window_that_holds_no_span_fails_and_says_what_the_record
         assert done.exit_code == 2, done.output
         assert f"no span lies within {' '.join(window)} (2 read, all outside; the runs cover 20" in done.output  # request + stage
         assert not (tmp_path / "report").exists()
+
+
+def test_tco_without_a_purchase_price_asks_for_one_instead_of_counting_zero():
+    done = cli("tco", "--power-w", "300", "--price-per-kwh", "0.8", "--years", "3")
+    assert done.returncode == 2 and "purchase 0" not in done.stdout and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "loadprobe: error: --purchase: buying needs the price of one unit; give --purchase (0 for hardware you own "
+        "already), --device for the catalog's price, or --hourly-rate to rent"]

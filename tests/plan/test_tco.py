@@ -97,7 +97,7 @@ def test_cli_prints_the_breakdown():
 
 def test_cli_json_has_every_field():
     result = invoke("--power-w", "300", "--price-per-kwh", "0.8", "--years", "3", "--units", "2", "--pue", "1.2",
-                    "--ops-per-year", "100", "--migration", "50", "--json")
+                    "--ops-per-year", "100", "--migration", "50", "--purchase", "0", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["electricity"] == pytest.approx(6307.2 * 2 * 1.2)
