@@ -142,8 +142,9 @@ class Catalog:
             close += difflib.get_close_matches(device_id, self._devices, n=3, cutoff=0.5)
             close = list(dict.fromkeys(close))[:3]
             hint = f"did you mean {', '.join(close)}?" if close else f"known ids: {', '.join(self._devices)}."
-            raise LoadprobeError(f"unknown device {device_id!r} in the hardware catalog; {hint} To add a device, "
-                                 f"pass a JSON file with its entry to load_catalog() (docs/catalog.md)") from None
+            raise LoadprobeError(f"unknown device {device_id!r} in the hardware catalog; {hint} loadprobe catalog "
+                                 "lists them; to add one, give a JSON file with its entry to --catalog "
+                                 "(docs/catalog.md)") from None
 
     def find(self, device_id: str | None) -> Device | None:
         """The device with this id, or None for no id or an id the catalog does not know (a

@@ -65,7 +65,8 @@ def schedule(seconds: float, rate: float, *, seed: int = 0) -> np.ndarray:
 
 def run_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 60.0, rate: float = 20.0,
              precision: str = "fp32", echo=print) -> dict[str, Path]:
-    """Run the check-up; returns the paths of what it wrote. Raises LoadprobeError on failure."""
+    """Run the check-up; returns the paths of what it wrote. Raises LoadprobeError on failure, and
+    KeyboardInterrupt on Ctrl-C or SIGTERM once it has said what was kept (nothing written is removed)."""
     try:
         from .samples.vision.images import inspection_jpegs
         from .samples.vision.model import ensure_models
@@ -92,10 +93,16 @@ def run_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 60.0
         report = run(url + "/inspect", offsets, method="POST", body=bodies, timeout=30.0, record=str(client),
                      mode="demo: compressed day + burst")
         echo(report.render())
+        if report.interrupted:  # the load generator reported what finished; the demo stops here too
+            raise KeyboardInterrupt
+        return analyse(data, run_dir, echo=echo) | {"data": data, "client": client}
+    except KeyboardInterrupt:
+        echo(f"demo: interrupted; everything written so far is kept in {run_dir} (the service's recording in "
+             f"{data.name}/, the client's in {client.name}/: loadprobe analyze {data})")
+        raise
     finally:
         _stop_server(server)
         signal.signal(signal.SIGTERM, previous)
-    return analyse(data, run_dir, echo=echo) | {"data": data, "client": client}
 
 
 def _interrupt(signum, frame):

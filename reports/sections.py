@@ -251,7 +251,7 @@ def _roofline(p, figures) -> dict:
                    "on a roofline.")
     elif roofs is None:
         reading = ("No roofline device was chosen, so the stages are shown without roofs: "
-                   "run loadprobe analyze --device ID (e.g. nvidia-l4; loadprobe's catalog lists them).")
+                   "run loadprobe analyze --device ID (e.g. nvidia-l4; `loadprobe catalog` lists them).")
     else:
         placed = [s for s in stages if s.intensity.roofline is not None]
         top = max(placed or stages, key=lambda s: (s.share or 0.0, s.name))

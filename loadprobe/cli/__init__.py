@@ -78,6 +78,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 def _register() -> None:
     from .align import align
     from .analyze import analyze
+    from .catalog import catalog
     from .demo import demo
     from .export import export
     from .import_ import import_command
@@ -92,6 +93,7 @@ def _register() -> None:
 
     main.add_command(align)
     main.add_command(analyze)
+    main.add_command(catalog)
     main.add_command(demo)
     main.add_command(export)
     main.add_command(import_command)

@@ -31,8 +31,9 @@ from ..analysis.kernels import KERNELS  # the names only: stdlib, no numpy or py
 @click.option("--kernel", type=click.Choice(KERNELS), default="auto", show_default=True,
               help="Per-file aggregation: the C kernel built at install (compiled), numpy, or the C kernel "
                    "when it was built (auto). All give the same portrait.")
+@click.option("--force", is_flag=True, help="Replace portrait.json and portrait.html in -o.")
 def analyze(data, output, as_json, no_html, since, until, service, host, device, precision, catalogs, engine, workers,
-            scheduler, kernel):
+            scheduler, kernel, force):
     """Compute the load portrait of DATA (directories, globs or s3://, gs:// URIs).
 
     \b
@@ -44,8 +45,10 @@ def analyze(data, output, as_json, no_html, since, until, service, host, device,
     from ..reports.summary import render
 
     from .._files import inside
+    from ._outputs import refuse_existing
 
-    html_path = inside(output, "portrait.html")
+    json_path, html_path = inside(output, "portrait.json"), inside(output, "portrait.html")
+    refuse_existing([json_path] + ([] if no_html else [html_path]), force)  # before the work
     if not no_html and html_path.exists():
         from ..reports.html import is_report
 
@@ -71,7 +74,7 @@ def analyze(data, output, as_json, no_html, since, until, service, host, device,
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
-    path = portrait.save(inside(output, "portrait.json"))
+    path = portrait.save(json_path)
     size = None
     if not no_html:
         from ..reports.html import render_report, write_html

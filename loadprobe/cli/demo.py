@@ -28,4 +28,7 @@ def demo(output, seconds, rate, precision):
     """
     from ..demo import run_demo
 
-    run_demo(out=output, seconds=seconds, rate=rate, precision=precision, echo=click.echo)
+    try:
+        run_demo(out=output, seconds=seconds, rate=rate, precision=precision, echo=click.echo)
+    except KeyboardInterrupt:  # run_demo said what it kept
+        raise SystemExit(130) from None

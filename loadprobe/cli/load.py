@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import click
@@ -60,9 +61,13 @@ def load(url, concurrency, method, body, body_file, headers, timeout, connection
     if concurrency is not None:
         mode = f"closed loop, concurrency {concurrency}"
     duration, requests = schedule["duration"], schedule["requests"]
-    report = run(url, offsets, concurrency=concurrency, duration=duration, requests=requests, method=method,
-                 body=payload, headers=headers, timeout=timeout, connections=connections, record=record, mode=mode,
-                 seed=seed)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops a run as Ctrl-C does
+    try:
+        report = run(url, offsets, concurrency=concurrency, duration=duration, requests=requests, method=method,
+                     body=payload, headers=headers, timeout=timeout, connections=connections, record=record,
+                     mode=mode, seed=seed)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.render())
     if report.interrupted:
         kept = f"; every request that finished is recorded in {record}" if record else ""
@@ -72,6 +77,10 @@ def load(url, concurrency, method, body, body_file, headers, timeout, connection
     if failure:  # the summary above says what happened; the exit status tells a script
         click.echo(f"loadprobe: error: {failure}", err=True)
         raise SystemExit(1)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _read_body(path: str) -> bytes:

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from .._files import inside, write_file
+from ._outputs import refuse_existing
 
 
 @click.command()
@@ -71,9 +72,7 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_bu
     if path.name == "plans.json":
         raise LoadprobeError(f"-o {output}: plans.json is written beside pipeline.yaml; name the pipeline file "
                              "something else, e.g. pipeline.yaml")
-    for existing in (path, plans_path):  # before the work: fail fast
-        if existing.exists() and not force:
-            raise LoadprobeError(f"{existing} exists; pass --force to replace it or choose another -o")
+    refuse_existing([path, plans_path], force)  # before the work: fail fast
     catalog = load_catalog(*catalogs)
     portrait = _portrait(list(source), catalogs)
     constraints = Constraints.parse(engines=engines, slo_p95_ms=slo_p95_ms, slo_p99_ms=slo_p99_ms, min_rps=min_rps,

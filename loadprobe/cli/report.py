@@ -8,6 +8,7 @@ import click
 
 from .._errors import LoadprobeError, read_json
 from .._files import inside
+from ._outputs import refuse_existing
 from ..formats import SIMULATION
 
 
@@ -57,8 +58,7 @@ def report(sources, output, force, plans_path, pipeline_path, no_plan, simulatio
     default = "loadprobe-report/compare.html" if len(sources) == 2 else "loadprobe-report/portrait.html"
     path = Path(output or default)
     path = inside(path.parent, path.name)
-    if path.exists() and not force:  # before any analysis: fail fast
-        raise LoadprobeError(f"{path} exists; pass --force to replace it or choose another -o")
+    refuse_existing([path], force)  # before any analysis: fail fast
     if simulation_path and len(sources) == 2:
         raise LoadprobeError("--simulation applies to a single-run report; give one SOURCE")
     simulation = _simulation(simulation_path) if simulation_path else None

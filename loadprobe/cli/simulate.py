@@ -10,6 +10,7 @@ import click
 
 from .._errors import LoadprobeError
 from .._files import inside, write_file
+from ._outputs import refuse_existing
 from ._schedule import build_schedule, schedule_options
 
 
@@ -34,7 +35,9 @@ from ._schedule import build_schedule, schedule_options
               show_default=True, help="Directory for simulation.json and simulation.html.")
 @click.option("--no-html", is_flag=True, help="Do not write simulation.html.")
 @click.option("--json", "as_json", is_flag=True, help="Print simulation.json to stdout instead of the tables.")
-def simulate(plan, service_times, service_time_overrides, errors, outside, sync, prices, price_per_kwh, years, outdir, no_html, as_json, **schedule):
+@click.option("--force", is_flag=True, help="Replace simulation.json and simulation.html in -o.")
+def simulate(plan, service_times, service_time_overrides, errors, outside, sync, prices, price_per_kwh, years, outdir,
+             no_html, as_json, force, **schedule):
     """Simulate PLAN under an arrival schedule, without the hardware.
 
     PLAN is a pipeline.yaml, or the plans.json of `loadprobe recommend` (every plan in it, side by
@@ -53,6 +56,9 @@ def simulate(plan, service_times, service_time_overrides, errors, outside, sync,
     from ..simulator import parse_override
     from ..simulator.compare import read_plans, simulate_plans
 
+    out = Path(outdir)
+    json_path, html_path = inside(out, "simulation.json"), inside(out, "simulation.html")
+    refuse_existing([json_path] + ([] if no_html else [html_path]), force)  # before the work
     plans = read_plans(plan)
     offsets, mode, seed = build_schedule(**schedule)
     given = [(text, *parse_override(text)) for text in service_time_overrides]
@@ -68,14 +74,13 @@ def simulate(plan, service_times, service_time_overrides, errors, outside, sync,
                                 overrides=[g[1:] for g in given], errors=errors, outside=outside, portrait=portrait,
                                 executors="sync" if sync else "async", prices=parse_prices(prices),
                                 price_per_kwh=price_per_kwh, years=years)
-    out = Path(outdir)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        write_file(inside(out, "simulation.json"), json.dumps(comparison.to_dict(), indent=2) + "\n")
+        write_file(json_path, json.dumps(comparison.to_dict(), indent=2) + "\n")
         if not no_html:
             from ..reports.html import write_simulation
 
-            write_simulation(comparison.to_dict(), inside(out, "simulation.html"))
+            write_simulation(comparison.to_dict(), html_path)
     except OSError as exc:
         raise LoadprobeError(f"{out}: cannot write the results ({exc.strerror or exc}); give another -o") from None
     if as_json:

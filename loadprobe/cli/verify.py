@@ -37,16 +37,14 @@ def verify(ctx, pipeline_file, data, tolerance, calibrate, output, seed, force):
         loadprobe verify plan/pipeline.yaml data/
         loadprobe verify plan/pipeline.yaml data/ --calibrate
     """
-    from .._errors import LoadprobeError
     from ..pipeline.files import save
+    from ._outputs import refuse_existing
     from ..verify import calibrate as correct, verify as check
 
     path = Path(pipeline_file)
     out = Path(output) if output else path.with_name("verify.json")
     backup = path.with_name(path.name + ".bak")
-    for existing in ([out] + ([backup] if calibrate else [])):
-        if existing.exists() and not force:
-            raise LoadprobeError(f"{existing} exists; pass --force to replace it or choose another -o")
+    refuse_existing([out] + ([backup] if calibrate else []), force)
     report = check(path, list(data), tolerance=tolerance, seed=seed)
     click.echo(report.render())
     document = {"before": report.to_dict()}

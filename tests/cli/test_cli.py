@@ -142,3 +142,49 @@ def test_tco_without_a_purchase_price_asks_for_one_instead_of_counting_zero():
     assert done.stderr.strip().splitlines() == [
         "loadprobe: error: --purchase: buying needs the price of one unit; give --purchase (0 for hardware you own "
         "already), --device for the catalog's price, or --hourly-rate to rent"]
+
+
+def test_every_writing_command_refuses_its_earlier_output_before_working_and_replaces_it_with_force(tmp_path):
+    """One rule: analyze, recommend, simulate (and report, align, verify, export) keep an existing output
+    byte for byte unless --force."""
+    import loadprobe
+
+    loadprobe.start(tmp_path / "data", service="svc", sample_devices=False)
+    for _ in range(30):
+        with loadprobe.request(), loadprobe.probe("decode"):
+            pass
+    loadprobe.stop()
+    report, plan, sim = tmp_path / "report", tmp_path / "plan" / "pipeline.yaml", tmp_path / "sim"
+    commands = {
+        "analyze": (["analyze", str(tmp_path / "data"), "-o", str(report)], [report / "portrait.json",
+                                                                            report / "portrait.html"]),
+        "recommend": (["recommend", str(report / "portrait.json"), "-o", str(plan)], [plan, plan.with_name("plans.json")]),
+        "simulate": (["simulate", str(plan), "--rate", "50", "--requests", "100", "-o", str(sim)],
+                     [sim / "simulation.json", sim / "simulation.html"]),
+    }
+    for name, (args, outputs) in commands.items():
+        first = CliRunner().invoke(main, args)
+        assert first.exit_code == 0, (name, first.output)
+        before = {p: p.read_bytes() for p in outputs}
+        again = CliRunner().invoke(main, args)
+        assert again.exit_code == 2, (name, again.output)
+        assert again.output.strip().splitlines() == [
+            f"loadprobe: error: {outputs[0]} exists; pass --force to replace it or choose another -o"], name
+        assert {p: p.read_bytes() for p in outputs} == before, name
+        assert CliRunner().invoke(main, [*args, "--force"]).exit_code == 0, name
+
+
+def test_catalog_lists_every_device_and_shows_each_figure_with_its_source_or_why_not():
+    from loadprobe.catalog import load_catalog
+
+    listed = CliRunner().invoke(main, ["catalog"])
+    assert listed.exit_code == 0, listed.output
+    ids = [line.split()[0] for line in listed.output.splitlines()[2:] if line and not line.startswith(" ")]
+    assert set(load_catalog().ids()) <= set(ids)
+    one = CliRunner().invoke(main, ["catalog", "nvidia-l4"])
+    assert one.exit_code == 0 and "tdp_w = 72 (" in one.output and "price_usd: no figure (" in one.output
+    as_json = json.loads(CliRunner().invoke(main, ["catalog", "--json"]).output)
+    assert {d["id"] for d in as_json} == set(load_catalog().ids())
+    unknown = CliRunner().invoke(main, ["catalog", "nvidia-l5"])
+    assert unknown.exit_code == 2 and "did you mean nvidia-l4" in unknown.output
+    assert "loadprobe catalog lists them" in unknown.output and "load_catalog()" not in unknown.output

@@ -198,7 +198,9 @@ def test_analyze_writes_portrait_html_beside_portrait_json(tmp_path):
     assert result.exit_code == 0, result.output
     assert is_report(out / "portrait.html") and (out / "portrait.json").is_file()
     assert "report:" in result.output
-    again = CliRunner().invoke(main, ["analyze", str(VISION), "-o", str(out)])  # its own report is replaced
+    again = CliRunner().invoke(main, ["analyze", str(VISION), "-o", str(out)])  # kept without --force
+    assert again.exit_code == 2 and "portrait.json exists; pass --force" in again.output, again.output
+    again = CliRunner().invoke(main, ["analyze", str(VISION), "-o", str(out), "--force"])  # its own report is replaced
     assert again.exit_code == 0, again.output
     none = tmp_path / "none"
     assert CliRunner().invoke(main, ["analyze", str(VISION), "-o", str(none), "--no-html"]).exit_code == 0
@@ -210,6 +212,8 @@ def test_analyze_never_replaces_someone_elses_portrait_html(tmp_path):
     out.mkdir()
     (out / "portrait.html").write_text("<html>my notes</html>")
     result = CliRunner().invoke(main, ["analyze", str(VISION), "-o", str(out)])
+    assert result.exit_code == 2 and "portrait.html exists; pass --force" in result.output
+    result = CliRunner().invoke(main, ["analyze", str(VISION), "-o", str(out), "--force"])  # not even then
     assert result.exit_code == 2 and "not written by loadprobe" in result.output
     assert (out / "portrait.html").read_text() == "<html>my notes</html>"
     assert not (out / "portrait.json").exists()

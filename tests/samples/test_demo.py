@@ -103,8 +103,13 @@ def test_ctrl_c_stops_the_server(tmp_path):
         time.sleep(0.2)  # the load has started
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode != 0
-    assert "Traceback" not in err
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err and "Aborted" not in err
+    # what was sent and kept is said, and kept: the load's summary, then the folder with both recordings
+    assert "interrupted: the figures below are the requests that finished before it" in out
+    (run,) = (tmp_path / "runs").iterdir()
+    assert f"demo: interrupted; everything written so far is kept in {run}" in out
+    assert list((run / "client").rglob("spans-*.parquet")) and list((run / "data").rglob("*.parquet"))
     server.wait(timeout=30) if server.is_running() else None
     assert not server.is_running()

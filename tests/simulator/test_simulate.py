@@ -459,12 +459,12 @@ def test_the_command_takes_a_service_time_per_stage(tmp_path):
                          ("nope=constant:1", "unknown stages: nope"),
                          ("work@gpu9=constant:1", "no plan runs work on gpu9; its engines are a")):
         refused = runner.invoke(main, ["simulate", str(path), "--rate", "10", "--service-time", bad,
-                                       "-o", str(out), "--no-html"])
+                                       "-o", str(tmp_path / "refused"), "--no-html"])
         assert refused.exit_code == 2 and message in refused.output, (bad, refused.output)
         assert len(refused.output.strip().splitlines()) == 1
     for twice in (["work=constant:1", "work@a=constant:2"], ["work@a=constant:2", "work=constant:1"],
                   ["work@a=constant:1", "work@a=constant:2"]):
-        refused = runner.invoke(main, ["simulate", str(path), "--rate", "10", "-o", str(out), "--no-html",
+        refused = runner.invoke(main, ["simulate", str(path), "--rate", "10", "-o", str(tmp_path / "refused"), "--no-html",
                                        *[arg for t in twice for arg in ("--service-time", t)]])
         assert refused.exit_code == 2 and "--service-time" in refused.output, (twice, refused.output)
 
