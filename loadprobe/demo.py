@@ -175,8 +175,13 @@ def _simulate(sent: Path, data: Path, portrait, report: Path, plans: Path, speed
     from .simulator.compare import read_plans, simulate_plans
 
     offsets = replay(arrivals(str(sent)), speed=speed)
+    # one run, said as one: its peak is the stress rate, its mean (what "done/s" is near) much lower
+    peak, mean = portrait.traffic.peak_rps * speed, len(offsets) / max(float(offsets[-1]), 1e-9)
+    described = (f"the recorded requests replayed {speed:.3g}x faster, so that their peak is {STRESS:g}x the "
+                 f"production rate of {production_rate(portrait)[0]:.0f} req/s: {peak:.0f} req/s at the peak, "
+                 f"{mean:.0f} req/s on average")
     comparison = simulate_plans(read_plans(plans), offsets, source=str(plans), data=str(data), portrait=portrait,
-                                arrivals=f"the recorded requests at {speed:.3g}x: the production rate, then {STRESS:g}x")
+                                arrivals=described)
     echo("\n" + comparison.render())
     path = report / "simulation.json"
     write_file(path, json.dumps(comparison.to_dict(), indent=2, allow_nan=False) + "\n")

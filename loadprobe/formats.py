@@ -110,6 +110,10 @@ class Format:
         UnreadableVersionError when it is not a version; each message starts with ``where``.
         """
         parsed = self.parse(found)
+        if parsed is None and found in (None, ""):  # no version at all: most likely another kind of file
+            what = self.name.removesuffix(" format")
+            raise UnreadableVersionError(f"{where}: not a loadprobe {what} (it has no version field); give the "
+                                         f"{what} loadprobe wrote")
         if parsed is None:
             raise UnreadableVersionError(f"{where}: unreadable {self.name} version {found!r}; "
                                          f"expected like {self.value!r}")

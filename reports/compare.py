@@ -128,7 +128,8 @@ def _latency(a, b, labels) -> dict | None:
             data += fig.cdf_traces(fig.text(label), cdf, lat, colour)
     if not data:
         return None
-    return fig.figure(data, xaxis=fig.axis("latency (ms, log scale)", type="log"),
+    xs = [x for trace in data for x in trace["x"]]
+    return fig.figure(data, xaxis=fig.axis("latency (ms, log scale)", **fig.log_ticks(xs)),
                        yaxis=fig.axis("% of requests at or below", range=[0, 100.5]), height=380)
 
 

@@ -71,6 +71,20 @@ def axis(title: str, **extra) -> dict:
     return {"title": {"text": title}, "automargin": True, **extra}
 
 
+def log_ticks(values) -> dict:
+    """A log axis labelled at 1, 2 and 5 of each decade the values span (decades only past three), in full
+    (0.2, 0.5, 1, 2, ... 500): Plotly's own log ticks label the minor digits alone ("2 3 ... 9 1"),
+    and a "2" left of the first labelled decade reads as 2, not 0.2."""
+    positive = [v for v in values if v and v > 0 and math.isfinite(v)]
+    if not positive:
+        return {"type": "log"}
+    lo, hi = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
+    steps = (1, 2, 5) if hi - lo <= 3 else (1,)  # over more decades, 1-2-5 crowds the axis: decades only
+    ticks = [m * 10.0 ** e for e in range(lo, hi + 1) for m in steps]
+    ticks = [t for t in ticks if min(positive) / 2.5 <= t <= max(positive) * 2.5]
+    return {"type": "log", "tickmode": "array", "tickvals": ticks, "ticktext": [f"{t:,.12g}" for t in ticks]}
+
+
 def root_stages(portrait) -> set:
     """Stages that start requests (no parent joined in their file): their time is the whole request."""
     return {s.name for s in portrait.stages if s.start_offset_ms is None}
@@ -177,7 +191,8 @@ def latency_cdfs(portrait) -> dict | None:
         data += cdf_traces(text(s.name), s.latency_cdf, s.latency_ms, colour[s.name])
     if not data:
         return None
-    return figure(data, xaxis=axis("latency (ms, log scale)", type="log"),
+    xs = [x for trace in data for x in trace["x"]]
+    return figure(data, xaxis=axis("latency (ms, log scale)", **log_ticks(xs)),
                    yaxis=axis("% of spans at or below", range=[0, 100.5]), height=420)
 
 
@@ -230,13 +245,19 @@ def batch_sizes(portrait) -> dict | None:
         order = sorted({int(k) for s in stages for k in s.batch.distribution})
         xaxis = axis("batch size", type="category", categoryorder="array",
                      categoryarray=[str(k) for k in order] + [other])
-    else:
-        xaxis = axis("batch size", dtick=1 if _max_batch(portrait) <= 16 else None)
+    else:  # whole sizes only: one size (a constant 112) must not get ticks at 111.6 ... 112.4
+        sizes = sorted({int(k) for s in stages for k in s.batch.distribution})
+        xaxis = axis("batch size", tickmode="array", tickvals=_whole_ticks(sizes), tickformat="d")
     return figure(data, barmode="group", xaxis=xaxis, yaxis=axis("% of spans"))
 
 
-def _max_batch(portrait) -> int:
-    return max((s.batch.max for s in batched_stages(portrait)), default=1)
+def _whole_ticks(sizes: list[int], most: int = 16) -> list[int]:
+    """At most ``most`` whole-number ticks: every size when few, else a round step from 0."""
+    if len(sizes) <= most and sizes[-1] - sizes[0] < 4 * most:
+        return sizes
+    step = next(s for s in (1, 2, 4, 5, 8, 10, 16, 20, 25, 32, 50, 64, 100, 128, 250, 256, 500, 1000, 10**9)
+                if (sizes[-1] - sizes[0]) / s <= most)
+    return list(range(sizes[0] - sizes[0] % step, sizes[-1] + step, step))
 
 
 def batch_fits(portrait) -> dict | None:
@@ -423,8 +444,13 @@ def roofline(portrait) -> dict | None:
                      "y": [s.intensity.achieved_flops_per_s], "text": [text(s.name)], "textposition": "top center",
                      "marker": {"size": 12, "color": colour[s.name]},
                      "hovertemplate": "%{fullData.name}: %{x:.3g} FLOP/byte, %{y:.3s}FLOP/s achieved<extra></extra>"})
-    return figure(data, xaxis=axis("arithmetic intensity (FLOP/byte, log)", type="log"),
-                   yaxis=axis("FLOP/s (log)", type="log", exponentformat="SI"), height=440)
+    # Half a decade of room above the highest point or roof: a stage's name sits on top of its marker,
+    # and Plotly's autorange clipped it (and the top tick) otherwise.
+    ys = [y for trace in data for y in trace["y"] if y and y > 0]
+    y_range = [math.log10(min(ys)) - 0.5, math.log10(max(ys)) + 0.5]
+    xs = [x for trace in data for x in trace["x"]]
+    return figure(data, xaxis=axis("arithmetic intensity (FLOP/byte, log)", **log_ticks(xs)),
+                  yaxis=axis("FLOP/s (log)", type="log", exponentformat="SI", range=y_range), height=440)
 
 
 def portrait_figures(portrait) -> dict:

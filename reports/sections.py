@@ -296,8 +296,17 @@ def evidence_value(value) -> str:
     return NONE if value is None else str(value)
 
 
+# What each kind of verdict's score measures (docs/metrics.md, bottlenecks): a bare "67%" says nothing.
+SCORE_MEANS = {"dominant_stage": "of request time in the stage itself", "memory_bound": "of request time",
+               "queueing": "of request time", "unattributed_time": "of request time outside every stage",
+               "dynamic_shapes": "weight: half the stage's share of request time",
+               "underused_accelerator": "of the device's time idle", "errors": "of requests failed or timed out",
+               "bursty_arrivals": "burstiness: 1 - mean/peak rate"}
+
+
 def _bottlenecks(p) -> dict:
-    verdicts = [{"title": v.title, "kind": v.kind, "score": pct(v.score, 0), "advice": v.advice,
+    verdicts = [{"title": v.title, "kind": v.kind, "score": pct(v.score, 0),
+                 "score_means": SCORE_MEANS.get(v.kind, "weight"), "advice": v.advice,
                  "evidence": [(k.replace("_", " "), evidence_value(x)) for k, x in v.evidence.items()]}
                 for v in p.bottlenecks]
     reading = (f"{len(verdicts)} verdict(s), most important first: {verdicts[0]['title']}." if verdicts

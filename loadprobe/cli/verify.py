@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .._files import write_file
+from .._files import inside, write_file
 
 
 @click.command()
@@ -43,7 +43,7 @@ def verify(ctx, pipeline_file, data, tolerance, calibrate, output, seed, force):
 
     path = Path(pipeline_file)
     out = Path(output) if output else path.with_name("verify.json")
-    backup = path.with_name(path.name + ".bak")
+    out, backup = inside(out.parent, out.name), inside(path.parent, path.name + ".bak")  # no link leads out
     refuse_existing([out] + ([backup] if calibrate else []), force)
     report = check(path, list(data), tolerance=tolerance, seed=seed)
     click.echo(report.render())

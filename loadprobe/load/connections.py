@@ -240,8 +240,9 @@ class Connection(asyncio.Protocol):
                 self._complete()
             else:
                 reason = getattr(exc, "strerror", None) or ("reset" if exc else "closed by the server")
+                reason = reason.lower().removeprefix("connection ")  # "Connection reset by peer": said once
                 request, self.request = self.request, None
-                self.pool.on_done(request, 0, perf_counter_ns(), 0, f"connection {reason.lower()}")
+                self.pool.on_done(request, 0, perf_counter_ns(), 0, f"connection {reason}")
         self.pool.lost(self)
 
 

@@ -26,6 +26,19 @@ MAX_BYTES = 1 << 20  # a real plan is a few KiB; the cap bounds parsing time and
 TOO_BIG = f"larger than {MAX_BYTES >> 20} MiB; a pipeline.yaml is a few KiB, is this the right file?"
 
 
+# Files loadprobe writes that a user may hand over instead, told apart by keys only they have.
+_OTHER_FILES = (("recommended", "a plans.json (loadprobe recommend's options side by side)"),
+                ("data_quality", "a portrait.json (loadprobe analyze's output)"),
+                ("arrivals", "a simulation.json (loadprobe simulate's output)"),
+                ("before", "a verify.json (loadprobe verify's output)"))
+
+
+def _another_kind(data: Any) -> str | None:
+    if not isinstance(data, dict) or isinstance(data.get("engines"), dict):
+        return None
+    return next((what for key, what in _OTHER_FILES if key in data), None)
+
+
 def validate_text(text: str, source: str = "<string>", *, catalog: Any = None) -> list[Problem]:
     """Every problem in ``text`` (pipeline.yaml content), sorted by position; [] when it is valid.
 
@@ -53,6 +66,10 @@ def check(text: str, source: str, catalog: Any) -> tuple[list[Problem], Any]:
         data = walk(node)
     except Unreadable as exc:
         return fatal(exc)
+    other = _another_kind(data)
+    if other:  # one line, not a problem per field of a file that was never meant to be a plan
+        return fatal(Unreadable(f"this is {other}, not a pipeline.yaml; give the pipeline.yaml "
+                                "(loadprobe recommend writes it beside plans.json)"))
 
     found: dict[tuple, tuple[str, bool]] = {}  # path -> (message, located at the key); one problem per place
     for path, message, at_key in walk.problems + schema_problems(data):

@@ -202,9 +202,13 @@ def test_portraits_are_identical_whatever_the_kernel_and_engine(varied):
     assert numpy_path["data_quality"]["clock_warnings"]  # the run whose spans fall outside its window
     assert _comparable(loadprobe.analyze([varied], kernel="compiled")) == numpy_path
     assert _comparable(loadprobe.analyze([varied], kernel="compiled", engine="process", workers=2)) == numpy_path
-    since = BASE_NS + 3 * 10**9
-    assert (_comparable(loadprobe.analyze([varied], kernel="compiled", since=since / 1e9, host="h[12]"))
-            == _comparable(loadprobe.analyze([varied], kernel="numpy", since=since / 1e9, host="h[12]")))
+    since = BASE_NS + 15 * 10**8  # within the requests: the filter cuts some, not all
+    filtered = _comparable(loadprobe.analyze([varied], kernel="numpy", since=since / 1e9, host="h[12]"))
+    assert filtered["data_quality"]["rows_filtered"] > 0 and filtered["stages"]
+    assert _comparable(loadprobe.analyze([varied], kernel="compiled", since=since / 1e9, host="h[12]")) == filtered
+    for kernel in ("numpy", "compiled"):  # past every span: an error naming the window, whatever the kernel
+        with pytest.raises(LoadprobeError, match="no span lies within --since"):
+            loadprobe.analyze([varied], kernel=kernel, since=(BASE_NS + 10 * 10**9) / 1e9)
 
 
 def test_the_numpy_path_is_taken_when_per_file_tables_would_be_too_large(varied, monkeypatch):

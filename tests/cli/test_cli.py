@@ -188,3 +188,20 @@ def test_catalog_lists_every_device_and_shows_each_figure_with_its_source_or_why
     unknown = CliRunner().invoke(main, ["catalog", "nvidia-l5"])
     assert unknown.exit_code == 2 and "did you mean nvidia-l4" in unknown.output
     assert "loadprobe catalog lists them" in unknown.output and "load_catalog()" not in unknown.output
+
+
+def test_errors_point_the_right_way_for_files_of_another_kind(tmp_path):
+    """A JSON file that is not a portrait, and a plans.json given to validate: one line saying what it is."""
+    other = tmp_path / "notportrait.json"
+    other.write_text('{"a": 1}')
+    done = CliRunner().invoke(main, ["report", str(other), "-o", str(tmp_path / "r.html")])
+    assert done.exit_code == 2 and done.output.strip().splitlines() == [
+        f"loadprobe: error: {other}: not a loadprobe portrait (it has no version field); give the portrait "
+        "loadprobe wrote"], done.output
+    plans = tmp_path / "plans.json"
+    plans.write_text(json.dumps({"version": "1.0", "service": "svc", "scenario": "batch", "recommended": {},
+                                 "alternatives": []}))
+    done = CliRunner().invoke(main, ["validate", str(plans)])
+    lines = done.output.strip().splitlines()
+    assert done.exit_code == 2 and len(lines) == 2, done.output  # the problem, then the count of bad files
+    assert "this is a plans.json (loadprobe recommend's options side by side), not a pipeline.yaml" in lines[0]

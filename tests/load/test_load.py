@@ -191,6 +191,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         elif path == "/drop" and n % 5 == 0:
             self.close_connection = True  # close without answering
+        elif path == "/reset" and n % 5 == 0:
+            import socket
+            import struct
+
+            # linger 0: the close sends a RST, which the client reads as "Connection reset by peer"
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()  # now: the server's own close would shut the socket down (FIN) first
+            self.close_connection = True
         elif path == "/mixed" and n % 10 == 0:
             self._reply(503, b"busy")
         elif path == "/mixed" and n % 2 == 1:
@@ -291,6 +299,8 @@ def test_timeouts_and_dropped_connections_are_counted_by_kind(server):
     dropped = load.run(server.url + "/drop", load.constant(200, requests=20))
     assert dropped.errors == {"connection closed by the server": 4}
     assert dropped.responses == 16
+    reset = load.run(server.url + "/reset", load.constant(200, requests=20))
+    assert reset.errors == {"connection reset by peer": 4}  # the word "connection" once
 
 
 def test_closed_loop_keeps_n_requests_in_flight(server):

@@ -98,7 +98,7 @@ def test_unknown_id_suggests_close_ids(catalog):
     with pytest.raises(LoadprobeError) as error:
         catalog.get("nvidia-h100")
     message = str(error.value)
-    assert "'nvidia-h100'" in message and "nvidia-h100-sxm" in message and "load_catalog" in message
+    assert "'nvidia-h100'" in message and "nvidia-h100-sxm" in message and "loadprobe catalog lists them" in message
     assert "\n" not in message
 
 

@@ -77,6 +77,9 @@ def test_sample_report_draws_every_chart_offline_at_desktop_and_phone_widths(chr
     for section in ("headline", "traffic", "shares", "latency", "batch", "devices", "roofline", "bottlenecks",
                     "plan", "quality"):
         assert page.locator(f"section#{section}").count() == 1, section
+    clipped = page.evaluate("Array.from(document.querySelectorAll('#plan .table-wrap'))"
+                            ".filter(w => w.scrollWidth > w.clientWidth + 1).map(w => w.getAttribute('aria-label'))")
+    assert clipped == [], f"tables wider than the page at 1280 px: {clipped}"
 
     page.set_viewport_size({"width": 390, "height": 844})
     browser.wait_until(page, "Array.from(document.querySelectorAll('[data-figure]'))"
@@ -185,3 +188,39 @@ def test_energy_section_draws_each_stage_with_bounds_and_the_idle_line(chromium,
                          ".filter(t => t.name.includes(' idle ')).map(t => t.y[0])")
     assert len(idle) == 1 and abs(idle[0] - IDLE_W) < 0.1 * IDLE_W
     page.close()
+
+
+def test_axes_say_what_they_mean_constant_batch_sub_ms_latency_and_labelled_scores(chromium, tmp_path):
+    """A constant batch of 112 gets whole-number ticks (not 111.6 ... 112.4); a latency axis reaching
+    below 1 ms labels 0.2 and 0.5 as such (not a bare "2" that reads as 2 ms); each bottleneck's score
+    says what it is a share of."""
+    import time
+
+    loadprobe.start(tmp_path / "data", service="svc", sample_devices=False)
+    for i in range(300):
+        with loadprobe.request():
+            start = time.perf_counter_ns()
+            loadprobe.record_span("tokenize", start, start + 150_000 + (i % 10) * 40_000)
+            loadprobe.record_span("embed", start + 600_000, start + 600_000 + 3_000_000 + (i % 7) * 900_000,
+                                  batch=112, engine="cpu")
+            while time.perf_counter_ns() - start < 5_000_000:
+                pass
+    loadprobe.stop()
+    portrait = loadprobe.analyze([str(tmp_path / "data")])
+    path = tmp_path / "portrait.html"
+    write_html(path, render_report(portrait))
+    visit = browser.open_report(chromium, path, width=1280)
+    _assert_clean(visit)
+    ticks = lambda chart: visit.page.evaluate(  # noqa: E731
+        f"Array.from(document.querySelectorAll('#chart-{chart} .xtick text')).map(t => t.textContent)")
+    batch_ticks = ticks("batch")
+    assert batch_ticks == ["112"], batch_ticks
+    latency_ticks = ticks("latency")
+    values = [float(t.replace(",", "")) for t in latency_ticks]
+    assert values == sorted(values) and len(set(values)) == len(values), latency_ticks
+    assert min(values) < 1 and any(t.startswith("0.") for t in latency_ticks), latency_ticks
+    assert all(float(t.replace(",", "")) / 10 ** int(f"{float(t.replace(',', '')):e}".split("e")[1]) in (1, 2, 5)
+               for t in latency_ticks), latency_ticks
+    scores = visit.page.evaluate("Array.from(document.querySelectorAll('#bottlenecks .score')).map(s => s.textContent)")
+    assert scores and all(re.fullmatch(r"\d+% \D{6,}", s.strip()) for s in scores), scores
+    visit.page.close()

@@ -48,7 +48,7 @@ def test_demo_serves_loads_records_and_analyses(tmp_path):
     assert ok_at_client <= set(served_ids) and len(served_ids) == len(set(served_ids))
     assert portrait["devices"], "the server's recorder sampled the devices"
     # the sample explains its request time: stages and the queues before them, not "no probed stage"
-    assert portrait["requests"]["unattributed_share"] < 0.2 and portrait["requests"]["queued_share"] > 0
+    assert portrait["requests"]["unattributed_share"] <= 0.10 and portrait["requests"]["queued_share"] > 0  # >= 90%
     by_name = {s["name"]: s for s in portrait["stages"]}
     for name in ("preprocess", "backbone", "head", "nms"):  # every computing stage: its FLOPs and bytes
         assert by_name[name]["intensity"]["flops_per_byte"] > 0, name
@@ -70,6 +70,24 @@ def test_demo_serves_loads_records_and_analyses(tmp_path):
     placed = {d["stage"]: d for d in plans["recommended"]["stages"]}
     assert placed["backbone"]["engine"] != "cpu" and placed["decode"]["engine"] == "cpu"
     assert len({d["engine"].rstrip("0123456789") for d in placed.values()}) >= 2
+    # placements follow the evidence: dynamic shapes stay off the NPU, INT8 only where align.json allows it
+    verdicts = {stage: v["decision"] for stage, v in plans["constraints"]["align"].items()}
+    for option in [plans["recommended"], *plans["alternatives"]]:
+        for d in option["stages"]:
+            assert not (d["dynamic_shape"] and d["kind"] == "npu"), (option["name"], d["stage"])
+            if d["precision"] == "int8":
+                assert verdicts.get(d["stage"]) in ("int8-ok", "int8-keep-fp16"), (option["name"], d["stage"])
+    # what to buy: each accelerator engine of the plan with its units, said in the output
+    bought = {n: e for n, e in plans["recommended"]["engines"].items() if e["kind"] != "cpu"}
+    assert bought and all(e["count"] >= 1 and e["device"] for e in bought.values())
+    assert "What to buy" in out or "what to buy" in out
+    # the plans differ where their engines differ
+    feasible_options = [o for o in [plans["recommended"], *plans["alternatives"]] if o["pipeline"]]
+    for i, a in enumerate(feasible_options):
+        for b in feasible_options[i + 1:]:
+            if {d["stage"]: d["kind"] for d in a["stages"]} != {d["stage"]: d["kind"] for d in b["stages"]}:
+                assert (a["estimate"]["p95_ms"], a["engines"]) != (b["estimate"]["p95_ms"], b["engines"]), \
+                    (a["name"], b["name"])
     assert f"{plans['sizing_rate_rps']:.0f}" in html and "host CPU alone" in html
     assert '<section id="precision"' in html
     # every plan was replayed under the recorded arrivals at 1.5x, and the report shows it
@@ -110,6 +128,8 @@ def test_ctrl_c_stops_the_server(tmp_path):
     assert "interrupted: the figures below are the requests that finished before it" in out
     (run,) = (tmp_path / "runs").iterdir()
     assert f"demo: interrupted; everything written so far is kept in {run}" in out
-    assert list((run / "client").rglob("spans-*.parquet")) and list((run / "data").rglob("*.parquet"))
+    # the client's run was closed properly (how many requests had finished by then depends on the machine)
+    assert list((run / "client").rglob("run.json")) and not list((run / "client").rglob(".spans-*.arrows"))
+    assert list((run / "data").rglob("run.json"))
     server.wait(timeout=30) if server.is_running() else None
     assert not server.is_running()
