@@ -2,6 +2,7 @@
 
 Every failure the user can fix prints one line and exits 2 -- a missing optional dependency
 names the extra to install; ``--debug``, anywhere before a ``--``, shows the traceback instead.
+Ctrl-C exits 130 saying what was kept (``load`` and ``demo`` first print what they had done).
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ class _Group(click.Group):
             ctx.exit(2)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
+        except KeyboardInterrupt:  # Ctrl-C: say what became of the outputs, not click's bare "Aborted!"
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"loadprobe: interrupted; {ctx.invoked_subcommand or 'the command'} stopped before its next "
+                       "output: files already written are kept whole, none is left half-written", err=True)
+            ctx.exit(130)
         except BrokenPipeError:  # `loadprobe ... | head`: the reader left; what was asked is done
             import os
 

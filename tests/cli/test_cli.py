@@ -205,3 +205,30 @@ def test_errors_point_the_right_way_for_files_of_another_kind(tmp_path):
     lines = done.output.strip().splitlines()
     assert done.exit_code == 2 and len(lines) == 2, done.output  # the problem, then the count of bad files
     assert "this is a plans.json (loadprobe recommend's options side by side), not a pipeline.yaml" in lines[0]
+
+
+def test_ctrl_c_on_a_long_command_says_what_was_kept_and_exits_130(tmp_path):
+    import signal
+    import time
+
+    # a simulation long enough to be interrupted: a million arrivals through the Python loop
+    plan = tmp_path / "pipeline.yaml"
+    plan.write_text("version: 1\nservice: svc\nengines:\n  host: {kind: cpu, count: 1, max_concurrency: 4, "
+                    "max_queue: 100}\nstages:\n  - name: work\n    engine: host\n    timeout_ms: 100\n"
+                    "    service_time_ms: {p50: 1, p95: 2, source: user}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADPROBE_")}
+    proc = subprocess.Popen([sys.executable, "-m", "loadprobe", "simulate", str(plan), "--rate", "500",
+                             "--requests", "5000000", "-o", str(tmp_path / "sim")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    import psutil
+
+    watched, deadline = psutil.Process(proc.pid), time.monotonic() + 60
+    while sum(watched.cpu_times()[:2]) < 2.5 and time.monotonic() < deadline:  # imported, now simulating
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    assert "Aborted" not in err and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == ("loadprobe: interrupted; simulate stopped before its next output: files "
+                                            "already written are kept whole, none is left half-written")
+    assert not (tmp_path / "sim" / "simulation.json").exists()
