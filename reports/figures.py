@@ -449,8 +449,12 @@ def roofline(portrait) -> dict | None:
     ys = [y for trace in data for y in trace["y"] if y and y > 0]
     y_range = [math.log10(min(ys)) - 0.5, math.log10(max(ys)) + 0.5]
     xs = [x for trace in data for x in trace["x"]]
+    no_roofs = [] if roofs is not None else [{  # said on the chart itself, not only in the text above it
+        "text": "no roofs: no device chosen (loadprobe analyze --device ID)", "showarrow": False,
+        "xref": "paper", "yref": "paper", "x": 0, "y": 1, "xanchor": "left", "yanchor": "top"}]
     return figure(data, xaxis=axis("arithmetic intensity (FLOP/byte, log)", **log_ticks(xs)),
-                  yaxis=axis("FLOP/s (log)", type="log", exponentformat="SI", range=y_range), height=440)
+                  yaxis=axis("FLOP/s (log)", type="log", exponentformat="SI", range=y_range), height=440,
+                  annotations=no_roofs)
 
 
 def portrait_figures(portrait) -> dict:

@@ -275,3 +275,19 @@ def test_batch_sizes_beyond_the_commonest_end_in_an_other_bar(tmp_path):
     assert trace["x"][-1].startswith("other (36 sizes, up to 100)")
     assert trace["customdata"][-1] == batch.other
     assert sum(trace["y"]) == pytest.approx(100, abs=0.01)  # shares of every span, the tail included
+
+
+def test_a_roofline_without_a_device_says_so_on_the_chart_and_keeps_room_for_its_labels():
+    import math
+
+    from loadprobe.reports.figures import roofline
+
+    for device, roofs in ((None, False), ("nvidia-l4", True)):
+        portrait = loadprobe.analyze([str(VISION)], device=device)
+        if not roofs and portrait.roofline_roofs is not None:
+            pytest.skip("the sample's recorded hardware is in the catalog: a roofline device is always chosen")
+        chart = roofline(portrait)
+        notes = [a["text"] for a in chart["layout"].get("annotations", [])]
+        assert any("no roofs" in n for n in notes) != roofs, notes
+        top = max(y for trace in chart["data"] for y in trace["y"])
+        assert chart["layout"]["yaxis"]["range"][1] >= math.log10(top) + 0.4  # room for a name above the top point
