@@ -52,11 +52,12 @@ def align(baseline, candidate, labels, stage, output, kept, min_cosine, min_sqnr
     from ..align.compare import align as compare
     from ..align.document import write_align
     from ..align.verdict import Thresholds
+    from .._files import inside
     from ._outputs import refuse_existing
 
     if stage is not None and not _printable(stage):
         raise LoadprobeError(f"--stage {stage!r}: a stage name is 1 to 200 printable characters, as recorded")
-    out = Path(output)
+    out = inside(Path(output).parent, Path(output).name)  # a link there must not lead the write elsewhere
     refuse_existing([out], force)  # before the work: fail fast
     names = [n.strip() for value in kept for n in value.split(",") if n.strip()]
     doc = compare(baseline, candidate, labels=labels, stage=stage,
