@@ -83,24 +83,34 @@ def check_importable(paths: Iterable[str]) -> None:
     current folder is searched too (the ``loadprobe`` command, unlike ``python``, does not add it):
     export is run from the service's own folder.
     """
-    import importlib
     import os
     import sys
 
-    if os.getcwd() not in sys.path:
+    added = os.getcwd() not in sys.path
+    if added:
         sys.path.append(os.getcwd())  # last: it never shadows an installed module
-    for path in sorted(set(paths)):
-        module_name, _, attribute = path.partition(":")
-        try:
-            found = importlib.import_module(module_name)
-            for part in attribute.split("."):
-                found = getattr(found, part)
-        except Exception as exc:  # noqa: BLE001 - any failure of the user's import is reported, not raised
-            why = f"{type(exc).__name__}: {exc}" if not isinstance(exc, AttributeError) else \
-                f"{module_name} has no {attribute}"
-            raise LoadprobeError(f"executor {path}: cannot import it ({why}); run export from the service's folder "
-                                 "or with its code on PYTHONPATH, or pass --no-import-check to write it unchecked") \
-                from None
-        if not callable(found):
-            raise LoadprobeError(f"executor {path}: {type(found).__name__} is not callable; name the function or "
-                                 "class that runs the stage")
+    try:
+        for path in sorted(set(paths)):
+            _check_one(path)
+    finally:
+        if added:  # the caller's sys.path as it was (export() is public API too)
+            sys.path.remove(os.getcwd())
+
+
+def _check_one(path: str) -> None:
+    import importlib
+
+    module_name, _, attribute = path.partition(":")
+    try:
+        found = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's import is reported, not raised
+        why = f"{type(exc).__name__}: {exc}" if not isinstance(exc, AttributeError) else \
+            f"{module_name} has no {attribute}"
+        raise LoadprobeError(f"executor {path}: cannot import it ({why}); run export from the service's folder "
+                             "or with its code on PYTHONPATH, or pass --no-import-check to write it unchecked") \
+            from None
+    if not callable(found):
+        raise LoadprobeError(f"executor {path}: {type(found).__name__} is not callable; name the function or "
+                             "class that runs the stage")

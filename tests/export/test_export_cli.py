@@ -125,3 +125,16 @@ def test_an_executor_that_does_not_import_is_refused_before_anything_is_written(
     assert done.exit_code == 0, done.output  # the service's code may live elsewhere: the check can be skipped
     assert cli("export", VISION, "--to", "triton", "-o", tmp_path / "real", "--executor",
                "decode=json:dumps").exit_code == 0
+
+
+def test_the_import_check_finds_the_service_in_the_current_folder_and_leaves_sys_path_as_it_was(tmp_path,
+                                                                                               monkeypatch):
+    import sys
+
+    from loadprobe.export import export
+
+    (tmp_path / "mysteps_for_export.py").write_text("def decode(x):\n    return x\n")
+    monkeypatch.chdir(tmp_path)
+    before = list(sys.path)
+    done = export(VISION, "triton", tmp_path / "out", executors=["decode=mysteps_for_export:decode"])
+    assert "decode" not in done.missing and sys.path == before
