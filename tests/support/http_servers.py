@@ -46,12 +46,16 @@ def serve_wsgi(app):
     from werkzeug.serving import make_server
 
     server = make_server("127.0.0.1", 0, app, threaded=True)
+    # Request threads are joined on close: werkzeug's are daemons, so a handler still closing its
+    # response (which ends the request's span) could record into the next test's recorder.
+    server.daemon_threads = False
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_port}"
     finally:
         server.shutdown()
+        server.server_close()  # joins the request threads (ThreadingMixIn.block_on_close)
         thread.join(20)
 
 
