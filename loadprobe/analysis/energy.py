@@ -57,9 +57,9 @@ def map_engine_busy(part: Partial, c: SpanColumns, host: str) -> None:
 
     Only spans that name an engine and have no children in the file count: a parent's time is its
     children's (counting both would charge the device twice). A root span counts when it names an
-    engine (``@probe("model", engine="gpu0")`` called outside any request). A batched execution comes either as one span per member (the same
-    start, end and ``batch`` on each, as ``record_span`` and the Router write them) or as one span
-    with ``batch`` items: spans sharing stage, engine, start and end are one execution, whose time
+    engine (``@probe("model", engine="gpu0")`` called outside any request). A batched execution
+    comes either as one span per member (the same start, end and ``batch`` on each, as
+    ``record_span`` and the Router write them) or as one span with ``batch`` items: spans sharing stage, engine, start and end are one execution, whose time
     and items they share equally.
     """
     rows = (c.engine >= 0) & (c.stage >= 0) & c.valid & (c.dur > 0)

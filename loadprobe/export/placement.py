@@ -15,12 +15,11 @@ knowing the machine.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 from ..pipeline.config import EngineConfig, PipelineConfig, StageConfig
 
-__all__ = ["Placement", "placements", "slug"]
+__all__ = ["Placement", "placements"]
 
 
 @dataclass(frozen=True)
@@ -71,11 +70,3 @@ def placements(config: PipelineConfig) -> list[Placement]:
     return [Placement(stage, name, config.engines[name], primary, sharing[name], first[name])
             for stage, name, primary in pairs]
 
-
-def slug(text: str, fallback: str = "pipeline") -> str:
-    """``text`` as a name any file system, URL and model repository takes: letters, digits, ``_ . -``.
-
-    ``slug("vision inspection/v2")`` -> ``"vision-inspection-v2"``.
-    """
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")
-    return cleaned[:64] or fallback

@@ -27,7 +27,7 @@ import yaml
 from .._version import __version__
 from ..pipeline.config import PipelineConfig
 from .losses import Loss, attempts, fallback_text, markdown, ray_losses
-from .placement import Placement, placements, slug
+from .placement import Placement, placements
 from .rayserve_module import module_text
 
 __all__ = ["Deployment", "Ingress", "ray_files"]
@@ -106,7 +106,7 @@ def deployments(config: PipelineConfig, paths: dict[tuple[str, str], str], num_c
 
 
 def ingress(config: PipelineConfig, stages: list[Deployment], num_cpus: float) -> Ingress:
-    app = slug(config.service)
+    app = config.service  # a name (pipeline.names): valid as a Ray application and route prefix
     names = {d.name for d in stages}
     name = "ingress"
     while name in names:
@@ -121,7 +121,7 @@ def ingress(config: PipelineConfig, stages: list[Deployment], num_cpus: float) -
 
 def module_name(config: PipelineConfig) -> str:
     """``vision-routed`` -> ``vision_routed_serve``: an importable module name."""
-    base = re.sub(r"\W+", "_", slug(config.service)).strip("_").lower() or "pipeline"
+    base = re.sub(r"\W+", "_", config.service).strip("_").lower() or "pipeline"
     return f"{base if base[0].isalpha() else 'p_' + base}_serve"
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from .._version import __version__
 from ..pipeline.config import PipelineConfig
 from .losses import Loss, markdown, triton_losses
-from .placement import Placement, placements, slug
+from .placement import Placement, placements
 
 __all__ = ["triton_files"]
 
@@ -79,7 +79,8 @@ def model_config(p: Placement, service: str, executor: str | None) -> str:
 
 def ensemble_name(config: PipelineConfig) -> str:
     """The ensemble's model name: the service's, made safe, and never a stage's."""
-    name, stages = slug(config.service), {s.name for s in config.stages}
+    # a plan's names are valid as folder and model names (pipeline.names), checked before export
+    name, stages = config.service, {s.name for s in config.stages}
     while name in stages:
         name += "-ensemble"
     return name

@@ -58,7 +58,8 @@ class LoadReport:
         failed = finished - self.succeeded
         if not finished or failed <= max_failed * finished:
             return None
-        answers = ", ".join(f"{n:,} answered {code}" for code, n in sorted(self.statuses.items()) if not 200 <= code < 400)
+        answers = ", ".join(f"{n:,} answered {code}" for code, n in sorted(self.statuses.items())
+                            if not 200 <= code < 400)
         errors = ", ".join(f"{n:,} {kind}" for kind, n in sorted(self.errors.items(), key=lambda e: -e[1])
                            if not kind.startswith("http "))
         what = "; ".join(x for x in (answers, errors) if x)
