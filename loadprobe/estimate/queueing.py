@@ -36,15 +36,16 @@ class Placement:
     window_ms: float
     calls: float = 1.0  # executions per request (an LLM's decode: once per generated token)
     p99_ms: float | None = None  # one execution's p99 (default: its p95)
+    mean_ms: float | None = None  # what loads an engine (default: its p50); a skewed stage's is well above its p50
 
     @property
-    def mean_ms(self) -> float:
-        """What loads an engine: a skewed stage's mean is well above its median, and capacity is set by the mean."""
-        return lognormal_mean(self.p50_ms, self.p95_ms)
+    def load_ms(self) -> float:
+        return self.p50_ms if self.mean_ms is None else self.mean_ms
 
 
 def lognormal_mean(p50: float, p95: float) -> float:
-    """The mean of the lognormal through ``p50`` and ``p95`` (the simulator's draw); ``p50`` when not skewed."""
+    """The mean of the lognormal through ``p50`` and ``p95`` (a hand-written pipeline's two figures); ``p50`` when
+    not skewed."""
     if p50 <= 0 or p95 <= p50:
         return p50
     sigma = math.log(p95 / p50) / Z95
@@ -93,7 +94,7 @@ def estimate(placements: list[Placement], engines: dict[str, EngineCapacity], *,
              unattributed_ms: float = 0.0) -> Estimate:
     work: dict[str, float] = {}  # engine -> seconds of service per request
     for p in placements:
-        work[p.engine] = work.get(p.engine, 0.0) + p.calls * p.mean_ms / 1000.0 / max(1, p.batch)
+        work[p.engine] = work.get(p.engine, 0.0) + p.calls * p.load_ms / 1000.0 / max(1, p.batch)
     capacity = {e: engines[e].servers / w for e, w in work.items() if w > 0}
     max_rps = min(capacity.values()) if capacity else math.inf
     bottleneck = min(capacity, key=capacity.get) if capacity else None
@@ -120,7 +121,7 @@ def estimate(placements: list[Placement], engines: dict[str, EngineCapacity], *,
         window_mean = min(p.window_ms, 1000.0 * (p.batch - 1) / stage_rate) / 2 if p.batch > 1 else 0.0
         windows = p.calls * window_mean
         p50 += p.calls * p.p50_ms + windows + median_wait
-        mean_stage = p.calls * p.mean_ms + windows + mean_wait
+        mean_stage = p.calls * p.load_ms + windows + mean_wait
         mean_total += mean_stage
         stage_p95[p.stage] = p.calls * p.p95_ms + p.calls * p.window_ms + p95_wait
         spread += (stage_p95[p.stage] - mean_stage) ** 2

@@ -4,7 +4,8 @@ Usage::
 
     profile = StageProfile.of(portrait.stage("backbone"), recorded_device=catalog.get("amd-epyc-9654"))
     est = service_time(profile, target=catalog.get("ascend-310p"), kind="npu", precision="int8", batch=4)
-    est.p50_ms, est.p95_ms, est.source, est.how      # per batch of 4; "roofline-estimate", why
+    est.mean_ms, est.p50_ms, est.p95_ms, est.source, est.how   # per batch of 4; "roofline-estimate", why
+    est.distribution                                           # the recorded shape at that level
 
 The rule: a stage moving ``F`` FLOPs and ``B`` bytes takes ``B * max(I / peak, 1 / bandwidth)``
 on a device at its roof, with ``I = F / B`` its arithmetic intensity. Moving it keeps its
@@ -13,6 +14,12 @@ roof times -- only the intensity matters, not how the FLOPs were annotated. When
 recorded device is not in the catalog, the target is assumed to reach
 ``ASSUMED_EFFICIENCY`` of its roof instead, and the ``how`` says so. A stage with no FLOPs or
 bytes recorded cannot be scaled: its measured time is kept, said plainly.
+
+Every estimate is the stage's recorded distribution (``estimate.distribution``: its quantiles and
+its exact mean self time) moved to a new level: the mean at the plan's batch size (the recorded
+batch->latency fit, a least-squares line and so a line through means) times the roofline ratio.
+The shape -- the tail a heavy-tailed stage brings -- carries over unchanged; nothing is fitted
+through two percentiles.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..schema import engine_kind
+from .distribution import Distribution
 
 ASSUMED_EFFICIENCY = 0.5
 """Share of a target's roof reached when the recorded device's own roof is unknown."""
@@ -46,9 +54,7 @@ class StageProfile:
 
     name: str
     kind: str  # the engine kind it was recorded on
-    p50_ms: float  # self time per execution (children excluded)
-    p95_ms: float
-    p99_ms: float
+    distribution: Distribution  # self time per execution (children excluded), as recorded
     batch_mean: float
     items_per_request: float  # batch items one request brings (1 when a batcher's batch counts requests)
     fit_a_ms: float | None  # self time ~ a + b * batch, when recorded at several batch sizes
@@ -62,19 +68,16 @@ class StageProfile:
 
     @classmethod
     def of(cls, stage, *, recorded_device=None, recorded_precision: str | None = None) -> StageProfile:
-        lat = stage.latency_ms
-        self_fraction = 1.0
-        if stage.share and stage.self_share is not None:
-            self_fraction = max(0.0, min(1.0, stage.self_share / stage.share))
+        distribution = Distribution.of_stage(stage)
+        lat_mean = stage.latency_ms.mean if stage.latency_ms is not None else None
+        self_fraction = (max(0.0, min(1.0, distribution.mean_ms / lat_mean)) if lat_mean else 1.0)
         kinds = [engine_kind(e) for e in (stage.engines or {})]
         kind = max(set(kinds), key=kinds.count) if kinds else "cpu"
         fit = stage.batch.fit if stage.batch is not None else None
         intensity = stage.intensity
         shapes = stage.shapes
         return cls(
-            name=stage.name, kind=kind,
-            p50_ms=(lat.p50 or 0.0) * self_fraction, p95_ms=(lat.p95 or lat.p50 or 0.0) * self_fraction,
-            p99_ms=(lat.p99 or lat.p95 or lat.p50 or 0.0) * self_fraction,
+            name=stage.name, kind=kind, distribution=distribution,
             batch_mean=stage.batch.mean if stage.batch is not None else 1.0,
             # A stage that records queue time is fed by a batcher: its batch counts requests. Otherwise
             # the batch is the items of one request (boxes, tokens) and plan batches multiply it.
@@ -90,32 +93,75 @@ class StageProfile:
             recorded_precision=recorded_precision or ("fp32" if kind == "cpu" else "fp16"),
         )
 
+    @property
+    def mean_ms(self) -> float:
+        return self.distribution.mean_ms
+
+    @property
+    def p50_ms(self) -> float:
+        return self.distribution.p50_ms
+
+    @property
+    def p95_ms(self) -> float:
+        return self.distribution.p95_ms
+
+    @property
+    def p99_ms(self) -> float:
+        return self.distribution.p99_ms
+
     def measured_ms(self, requests: float) -> float:
-        """Median self time of one execution serving ``requests`` requests, on the recorded engine."""
+        """Mean self time of one execution serving ``requests`` requests, on the recorded engine."""
         items = requests * self.items_per_request
         if self.fit_a_ms is not None and self.fit_b_ms is not None and self.fit_b_ms > 0:
             return max(1e-6, self.fit_a_ms + self.fit_b_ms * items)
         # no usable batch->latency fit: time grows in proportion, batching gains nothing
-        return self.p50_ms * items / max(1.0, self.batch_mean)
+        return self.mean_ms * items / max(1.0, self.batch_mean)
 
-    @property
-    def tail(self) -> float:
-        """p95 / p50 of the measured time: the stage's own variability, carried to any engine."""
-        return self.p95_ms / self.p50_ms if self.p50_ms > 0 else 1.0
-
-    @property
-    def tail99(self) -> float:
-        return self.p99_ms / self.p50_ms if self.p50_ms > 0 else 1.0
+    def at(self, mean_ms: float) -> Distribution:
+        """The recorded distribution moved to the level ``mean_ms``: the shape kept, the tail with it."""
+        return self.distribution.with_mean(mean_ms)
 
 
 @dataclass(frozen=True)
 class ServiceTime:
-    p50_ms: float  # one execution of ``batch`` items
-    p95_ms: float
+    distribution: Distribution  # one execution of ``batch`` items
     batch: int
     source: str  # measured | roofline-estimate | unscaled | calibrated (observed by loadprobe verify)
     how: str  # one sentence: where the figure comes from
-    p99_ms: float | None = None
+
+    @property
+    def mean_ms(self) -> float:
+        """What loads an engine: capacity and sizing use the mean, never a median."""
+        return self.distribution.mean_ms
+
+    @property
+    def p50_ms(self) -> float:
+        return self.distribution.p50_ms
+
+    @property
+    def p95_ms(self) -> float:
+        return self.distribution.p95_ms
+
+    @property
+    def p99_ms(self) -> float:
+        return self.distribution.p99_ms
+
+    def scaled(self, factor: float, source: str, how: str) -> ServiceTime:
+        return ServiceTime(self.distribution.scaled(factor), self.batch, source, how)
+
+    def to_dict(self) -> dict:
+        """As plans.json shows it; ``file_dict`` is what pipeline.yaml keeps."""
+        return {"mean_ms": self.mean_ms, "p50_ms": self.p50_ms, "p95_ms": self.p95_ms, "p99_ms": self.p99_ms,
+                "batch": self.batch, "source": self.source, "how": self.how}
+
+    def file_dict(self) -> dict:
+        """pipeline.yaml's ``service_time_ms``: the figures, the recorded shape (``cdf``) and where they come from."""
+        figure = lambda ms: float(f"{ms:.6g}")  # noqa: E731 - a sub-microsecond stage keeps its level
+        out = {"p50": figure(self.p50_ms), "p95": figure(self.p95_ms), "p99": figure(self.p99_ms),
+               "mean": figure(self.mean_ms), "cdf": self.distribution.to_cdf(), "source": self.file_source}
+        if self.error_factor != 1.0:
+            out["error_factor"] = self.error_factor
+        return out
 
     @property
     def error_factor(self) -> float:
@@ -134,28 +180,37 @@ def service_time(profile: StageProfile, *, target, kind: str, precision: str, ba
     same_place = kind == profile.kind and (target is None or target == profile.recorded_device
                                            or profile.recorded_device is None and kind == "cpu")
     if same_place:
-        how = f"measured: {base:.3g} ms at batch {batch}"
+        how = f"measured: mean {base:.3g} ms at batch {batch}"
         if profile.fit_b_ms is not None:
             how += f" from the recorded fit {profile.fit_a_ms:.3g} + {profile.fit_b_ms:.3g} ms x batch"
-        return ServiceTime(base, base * profile.tail, batch, "measured", how, base * profile.tail99)
+        return ServiceTime(profile.at(base), batch, "measured", how + _shape(profile))
     peakless = target is not None and (not target.peak(precision) or not target.memory_bandwidth_bytes_per_s)
     if profile.flops_per_byte is None or target is None or peakless:
         why = ("the engine has no catalog device" if target is None else
                f"{target.id} publishes no {precision} peak or no memory bandwidth" if peakless else
                "no FLOPs/bytes were recorded for it")
-        return ServiceTime(base, base * profile.tail, batch, "unscaled",
-                           f"kept at the measured {base:.3g} ms: {why}, so the roofline cannot scale it",
-                           base * profile.tail99)
+        return ServiceTime(profile.at(base), batch, "unscaled",
+                           f"kept at the measured mean {base:.3g} ms: {why}, so the roofline cannot scale it"
+                           + _shape(profile))
     ratio, detail = _roof_ratio(profile, target, precision)
     pad = profile.shape_growth if profile.dynamic_shape and target.dynamic_shapes != "native" else 1.0
     call = ACCELERATOR_CALL_MS if kind != "cpu" else 0.0
     t = base * ratio * pad + call
-    how = f"roofline estimate: measured {base:.3g} ms x {ratio:.3g} ({detail})"
+    how = f"roofline estimate: measured mean {base:.3g} ms x {ratio:.3g} ({detail})"
     if pad > 1.0:
         how += f" x {pad:.3g} for padding dynamic shapes to the largest recorded ({target.name} {target.dynamic_shapes}s)"
     if call:
         how += f" + {call:g} ms per call for launches and host-device copies (assumed)"
-    return ServiceTime(t, t * profile.tail, batch, "roofline-estimate", how, t * profile.tail99)
+    return ServiceTime(profile.at(t), batch, "roofline-estimate", how + _shape(profile))
+
+
+def _shape(profile: StageProfile) -> str:
+    """The words for the distribution an estimate carries: the recorded one, at the estimate's level."""
+    d = profile.distribution
+    if d.mean_ms <= 0 or d.p95_ms <= 1.5 * d.p50_ms:
+        return ""
+    return (f"; the recorded distribution at that level (recorded p50 {d.p50_ms:.3g}, p95 {d.p95_ms:.3g}, "
+            f"mean {d.mean_ms:.3g} ms)")
 
 
 def roof_seconds_per_byte(intensity: float, peak: float, bandwidth: float) -> float:

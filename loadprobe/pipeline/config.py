@@ -22,7 +22,7 @@ from ..formats import PIPELINE
 __all__ = [
     "BatchConfig", "BreakerConfig", "CalibrationConfig", "CanaryConfig", "EngineConfig", "FallbackConfig", "FallbackWhen",
     "InputConfig", "PipelineConfig", "RetryBudgetConfig", "RetryConfig", "RoutingConfig", "SLOConfig",
-    "ServiceTimeConfig", "ShedConfig", "StageCalibration", "StageConfig",
+    "HostConfig", "ServiceTimeConfig", "ShedConfig", "StageCalibration", "StageConfig",
 ]
 
 
@@ -95,8 +95,14 @@ class BreakerConfig:
 class ServiceTimeConfig:
     p50: float | None = None
     p95: float | None = None
+    p99: float | None = None
+    mean: float | None = None  # what loads the engine: the recorded mean (a heavy tail puts it far above p50)
+    cdf: tuple[tuple[float, float], ...] = ()  # [[ms, fraction <= ms], ...]: the recorded shape (estimate.distribution)
     source: str
     error_factor: float = 1.0  # an estimate's stated error bound (estimate.servicetime.ESTIMATE_ERROR)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cdf", tuple(tuple(point) for point in self.cdf))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,6 +192,17 @@ class CalibrationConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HostConfig:
+    """The service's own work per request outside every stage, on a CPU engine (``host:``): the simulator runs it
+    first, on that engine; the runtime leaves it to the service."""
+
+    engine: str
+    work_ms: ServiceTimeConfig = _nested(ServiceTimeConfig)
+    recorded: str | None = None  # the request span it was measured in
+    why: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class PipelineConfig:
     """A whole plan. Build one from keywords, or read one with :func:`load`; lists become tuples.
 
@@ -198,6 +215,7 @@ class PipelineConfig:
     engines: Mapping[str, EngineConfig] = _nested(EngineConfig, many="map")
     stages: tuple[StageConfig, ...] = _nested(StageConfig, many="list")
     routing: RoutingConfig | None = _nested(RoutingConfig, default=None)
+    host: HostConfig | None = _nested(HostConfig, default=None)
     calibration: CalibrationConfig | None = _nested(CalibrationConfig, default=None)
     why: Mapping[str, str] = field(default_factory=dict)
 

@@ -139,6 +139,14 @@ def _semantic_problems(data: Mapping[str, Any], walk: Walk, catalog: Any) -> lis
         if stage.get("keep_fp16") and stage.get("precision") != "int8":
             has = f"precision: {stage['precision']}" if stage.get("precision") else "no precision"
             out.append((("stages", i, "keep_fp16"), f"only applies with precision: int8, and the stage has {has}"))
+    host = data.get("host") if isinstance(data.get("host"), dict) else {}
+    if isinstance(host.get("engine"), str):
+        engine = engines.get(host["engine"])
+        if engine is None:
+            out.append((("host", "engine"), f"unknown engine {host['engine']!r}; the engines are: {known}"))
+        elif isinstance(engine, dict) and engine.get("kind") != "cpu":
+            out.append((("host", "engine"), f"the service's own work runs on a CPU engine, and {host['engine']!r} "
+                                            f"is a {engine.get('kind')}; name the plan's CPU engine"))
     calibration = data.get("calibration") if isinstance(data.get("calibration"), dict) else {}
     calibrated = calibration.get("stages") if isinstance(calibration.get("stages"), dict) else {}
     for name in calibrated:

@@ -7,10 +7,10 @@ Usage (``planner.recommend`` does this)::
     choices, verdicts = settle(choices, votes, ctx)     # ties broken by the stable rule; per-stage words
     intervals(option, draws)                            # {"p95_ms": [lo, hi], ...} for one option's line-up
 
-The resampling is a parametric bootstrap of what the plan rests on: each stage's p50 and p95 are
-redrawn from their sampling distributions -- a sample quantile of ``n`` spans from the lognormal
-through them is normal in log space with standard deviation ``sigma sqrt(p(1 - p) / n) / phi(z_p)``
--- and, where the sizing rate is the recorded peak, the rate from a Poisson count of the arrivals in
+The resampling is a parametric bootstrap of what the plan rests on: each stage's level -- its
+recorded distribution, moved as a whole -- is redrawn from the sampling distribution of its mean
+over ``n`` spans (normal, standard deviation ``sd / sqrt(n)``: the mean is what sizes an engine),
+and, where the sizing rate is the recorded peak, the rate from a Poisson count of the arrivals in
 the peak's bucket. Each draw is searched again (analytically; simulation would cost seconds a
 draw). A stage whose engine wins in at least ``DECIDED_SHARE`` of the draws is decided; otherwise
 the engines that won at least ``TIE_SHARE`` of them tie, and the tie is broken by figures that do
@@ -25,7 +25,6 @@ import math
 import random
 from collections import Counter
 from dataclasses import replace
-from statistics import NormalDist
 
 __all__ = ["DECIDED_SHARE", "RESAMPLES", "TIE_SHARE", "intervals", "resample", "settle", "stage_votes"]
 
@@ -33,7 +32,6 @@ RESAMPLES = 24  # draws: each is one analytic search, so the whole costs about a
 DECIDED_SHARE = 0.9  # an engine that wins in this share of the draws is decided
 TIE_SHARE = 0.1  # engines that win in at least this share tie when none is decided
 _KIND_ORDER = {"cpu": 0, "gpu": 1, "npu": 2}
-_Z = NormalDist()
 
 
 def resample(profiles: list, ctx, *, draws: int = RESAMPLES, seed: int = 0) -> list:
@@ -52,22 +50,15 @@ def resample(profiles: list, ctx, *, draws: int = RESAMPLES, seed: int = 0) -> l
 
 
 def _redraw(profile, n: int, rng: random.Random):
-    """One draw of a stage's profile: p50 and p95 from their sampling distributions over ``n`` spans."""
-    if n < 2 or profile.p50_ms <= 0:
+    """One draw of a stage's profile: its distribution and batch fit moved by its mean's sampling error over ``n`` spans."""
+    d = profile.distribution
+    if n < 2 or d.mean_ms <= 0:
         return profile
-    sigma = math.log(profile.p95_ms / profile.p50_ms) / _Z.inv_cdf(0.95) if profile.p95_ms > profile.p50_ms else 0.0
-    if sigma <= 0:
-        return profile
-
-    def factor(p: float) -> float:
-        sd = sigma * math.sqrt(p * (1 - p) / n) / _Z.pdf(_Z.inv_cdf(p))
-        return math.exp(rng.gauss(0.0, sd))
-
-    f50, f95 = factor(0.5), factor(0.95)
-    p50, p95 = profile.p50_ms * f50, max(profile.p50_ms * f50, profile.p95_ms * f95)
-    scale = lambda v: None if v is None else v * f50  # noqa: E731 - the fit moves with the median
-    return replace(profile, p50_ms=p50, p95_ms=p95, p99_ms=max(p95, profile.p99_ms * f95),
-                   fit_a_ms=scale(profile.fit_a_ms), fit_b_ms=scale(profile.fit_b_ms))
+    cv = d.sd_ms / d.mean_ms / math.sqrt(n)
+    f = max(0.05, rng.gauss(1.0, cv)) if cv > 0 else 1.0
+    scale = lambda v: None if v is None else v * f  # noqa: E731 - the fit moves with the level
+    return replace(profile, distribution=d.scaled(f), fit_a_ms=scale(profile.fit_a_ms),
+                   fit_b_ms=scale(profile.fit_b_ms))
 
 
 def _poisson(mean: float, rng: random.Random) -> int:

@@ -7,18 +7,21 @@ Usage::
     ctx.budget_ms(stage)                       # the stage's share of the SLO
     calls_per_request(ctx)["decode"]           # executions per request (an LLM's decode: once per token)
     host_cpu_capacity(portrait)                # (req/s the recorded host's CPU alone carries, how)
+    host_work(portrait)                        # the host's CPU work outside the stages, per request, and how counted
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .constraints import Constraints, EngineSpec
+from ..estimate.distribution import Distribution
 from ..estimate.servicetime import DEFAULT_DEVICE
 from ..schema import engine_kind
 
-__all__ = ["DEFAULT_CPU_CORES", "PlanContext", "calls_per_request", "cpu_cores", "cpu_load_pct", "cpu_util",
-           "host_cpu_capacity", "plan_stages", "recorded_kind", "service_name", "time_outside_stages",
+__all__ = ["DEFAULT_CPU_CORES", "HostWork", "PlanContext", "calls_per_request", "cpu_cores", "cpu_load_pct", "cpu_util",
+           "handoff_ms", "host_cpu_capacity", "host_work", "plan_stages", "recorded_kind", "service_name",
            "unattributed_ms"]
 
 DEFAULT_CPU_CORES = 4
@@ -38,6 +41,7 @@ class PlanContext:
     cpu_load_pct: float | None = None  # the host CPU at the sizing rate with every stage where it was recorded
     host_power: object = None  # estimate.hostpower.HostCpuPower: the host CPU's maximum power and its basis
     draws: list = None  # confidence.resample: the resampled (profiles, ctx) pairs the decisions are checked on
+    host: HostWork | None = None  # the host CPU's work outside the stages, per request (``host_work``)
 
     def budget_ms(self, stage) -> float | None:
         """A stage's share of the SLO: the SLO times its share of request time (at least 5% of it)."""
@@ -88,11 +92,19 @@ def cpu_cores(portrait) -> tuple[int, str]:
     return DEFAULT_CPU_CORES, f"{DEFAULT_CPU_CORES} cores assumed: {why}; give --cpu-cores"
 
 
-def _cpu_busy_ms(portrait) -> float:
+def _cpu_stage_ms(portrait) -> float:
     """Core-milliseconds the stages recorded on the CPU took, over the whole recording."""
     # A batcher-fed stage records its shared execution once per member: count it once per batch.
     return sum(s.count / (s.batch.mean if s.queue_ms is not None and s.batch is not None and s.batch.mean else 1.0)
                * (s.self_ms_mean or 0.0) for s in plan_stages(portrait) if recorded_kind(s) == "cpu")
+
+
+def _cpu_busy_ms(portrait) -> float:
+    """Core-milliseconds the host CPU worked over the whole recording: the CPU stages, and the service's own
+    work outside them (``host_work``)."""
+    requests = portrait.requests.count if portrait.requests is not None else 0
+    work = host_work(portrait)
+    return _cpu_stage_ms(portrait) + (requests * work.distribution.mean_ms if work is not None else 0.0)
 
 
 def cpu_load_pct(portrait, rate: float, cores: int) -> float | None:
@@ -116,7 +128,10 @@ def host_cpu_capacity(portrait) -> tuple[float, str] | None:
     if not load:
         return None
     per_request_ms = load / 100.0 * cores * 1000.0
-    return 100.0 / load, f"{cores_why}; {per_request_ms:.3g} ms of CPU per request, as recorded"
+    work = host_work(portrait)
+    return 100.0 / load, (f"{cores_why}; {per_request_ms:.3g} ms of CPU per request, as recorded"
+                          + (f" ({work.distribution.mean_ms:.3g} ms of it the service's own work outside the stages)"
+                             if work is not None else ""))
 
 
 def cpu_util(portrait) -> float | None:
@@ -133,19 +148,82 @@ def calls_per_request(ctx: PlanContext) -> dict[str, float]:
 
 
 def unattributed_ms(portrait) -> float:
-    """Mean request time spent outside every stage (ms): added to every plan's latency alike."""
+    """Mean request time spent outside every stage (ms): the request spans' own time."""
     req = portrait.requests
     if req is None or req.latency_ms is None or req.unattributed_share is None or req.latency_ms.mean is None:
         return 0.0
     return req.latency_ms.mean * req.unattributed_share
 
 
-def time_outside_stages(ctx: PlanContext) -> float:
-    """What every plan adds to each request's latency: the recorded time outside every stage, plus the
-    runtime's hand-off delay per stage when a calibration (``--calibration``) measured one."""
+@dataclass(frozen=True)
+class HostWork:
+    """The host CPU's work per request outside the probed stages (HTTP parsing, serialisation, framework code).
+
+    Every plan keeps the request path on the host, so every plan counts it on the host's CPU engine:
+    in its capacity, its utilisation and its simulation, like a stage that never moves."""
+
+    root: str  # the request span it was measured in
+    distribution: Distribution  # ms per request
+    how: str
+
+
+def host_work(portrait) -> HostWork | None:
+    """The recorded time in no probed stage, as host CPU work per request; None when there is none.
+
+    Its mean is the request spans' mean own time (exact) -- unless the process CPU the recording
+    sampled shows less work: a request's own time also holds waits (for a core, a lock, a
+    downstream call) that load no core. Then the work is what the sampled CPU leaves after the CPU
+    stages: ``min(own time, process CPU per request - CPU stages per request)``. The portrait keeps
+    the request span's total time, not its own time's distribution, so its shape is worked out: a
+    lognormal at the own time's mean whose variance is what the stages do not explain (the request's
+    variance less its stages', as for independent parts), its long tail cut to the work's mean when
+    that is less (the waits are the long part). ``loadprobe simulate --service-times DATA`` draws the
+    recorded own times instead."""
+    own = unattributed_ms(portrait)
+    roots = [s for s in portrait.stages if _is_root(s)]
+    requests = portrait.requests.count if portrait.requests is not None else 0
+    if own <= 0 or not roots or not requests:
+        return None
+    root = max(roots, key=lambda s: s.count)
+    share = portrait.requests.unattributed_share
+    how = (f"{own:.3g} ms per request in no probed stage ({share:.0%} of request time: the {root.name!r} spans' own "
+           "time)")
+    work = own
+    sampled = process_cpu_ms(portrait)
+    if sampled is not None:
+        stages = _cpu_stage_ms(portrait) / requests
+        work = max(0.0, min(own, sampled - stages))
+        how += (f"; the process CPU sampled was {sampled:.3g} ms per request, {stages:.3g} ms of it in CPU stages"
+                + (f", so {work:.3g} ms of that time is work and the rest waiting" if work < own else ""))
+    how += "; counted as host CPU work in every plan, since the request path stays on the host"
+    if work <= 0:
+        return None
+    return HostWork(root.name, Distribution.lognormal(own, _own_time_cv(portrait, root, own)).capped_to_mean(work), how)
+
+
+def _own_time_cv(portrait, root, own_ms: float) -> float:
+    """The spread of a request's own time: the variance of its whole time that its stages (independent parts,
+    ``calls`` executions each) do not explain, as a coefficient of variation (at most 3)."""
+    requests = portrait.requests.count if portrait.requests is not None else 0
+    whole = Distribution.of_stage(root, total=True).sd_ms ** 2
+    parts = sum(max(1.0, s.count / requests) * Distribution.of_stage(s).sd_ms ** 2 for s in plan_stages(portrait))
+    return min(3.0, math.sqrt(max(0.0, whole - parts)) / own_ms)
+
+
+def process_cpu_ms(portrait) -> float | None:
+    """CPU milliseconds per request the recorded processes used, from their sampled CPU (None when not sampled)."""
+    requests = portrait.requests.count if portrait.requests is not None else 0
+    samples = [m for m in portrait.devices.metrics if m.device == "process" and m.metric == "cpu_pct"]
+    if not requests or not samples:
+        return None
+    return sum(m.mean / 100.0 * m.seconds for m in samples) * 1000.0 / requests
+
+
+def handoff_ms(ctx: PlanContext) -> float:
+    """What every plan adds to each request's latency without loading an engine: the runtime's hand-off delay
+    per stage, when a calibration (``--calibration``) measured one."""
     calibration = ctx.constraints.calibration
-    handoff = calibration.handoff_ms * len(ctx.stages) if calibration is not None else 0.0
-    return unattributed_ms(ctx.portrait) + handoff
+    return calibration.handoff_ms * len(ctx.stages) if calibration is not None else 0.0
 
 
 def service_name(portrait) -> str:

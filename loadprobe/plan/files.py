@@ -60,10 +60,7 @@ def pipeline_dict(plan, option=None) -> dict:
         if d.fallback:
             stage["fallback"] = {"engine": d.fallback["engine"], "when": {"queue_len_over": d.fallback["queue_len_over"]},
                                  "max_ratio": d.fallback["max_ratio"], "otherwise": d.fallback["otherwise"]}
-        stage["service_time_ms"] = {"p50": _num(d.service.p50_ms), "p95": _num(d.service.p95_ms),
-                                    "source": d.service.file_source}
-        if d.service.error_factor != 1.0:
-            stage["service_time_ms"]["error_factor"] = d.service.error_factor
+        stage["service_time_ms"] = d.service.file_dict()
         stage["why"] = dict(d.why)
         stages.append(stage)
     return {
@@ -73,6 +70,7 @@ def pipeline_dict(plan, option=None) -> dict:
         "engines": engines,
         "stages": stages,
         "routing": {"retry": {"budget_ratio": 0.1, "max_attempts": 2}, "shed": {"by": "priority"}},
+        **({"host": _host(option.host)} if option.host is not None else {}),
         "why": {"scenario": f"{plan.scenario}: {plan.scenario_why}",
                 "estimate": _estimate_text(option.estimate, plan.slo_p95_ms),
                 "routing": "retries only inside a 10% budget of requests (retries amplify overload); under "
@@ -80,6 +78,15 @@ def pipeline_dict(plan, option=None) -> dict:
                 "verdict": plan.verdict if option is plan.recommended else f"alternative {option.name!r} to the "
                            f"recommended {plan.recommended.name!r}"},
     }
+
+
+def _host(host) -> dict:
+    """pipeline.yaml's ``host:``: the service's own work per request, on the host CPU engine."""
+    from ..estimate.servicetime import ServiceTime
+
+    engine, work = host
+    return {"engine": engine, "work_ms": ServiceTime(work.distribution, 1, "measured", work.how).file_dict(),
+            "recorded": work.root, "why": work.how}
 
 
 def to_pipeline(plan, option=None):
@@ -118,10 +125,10 @@ def render(plan) -> str:
              d.precision + (f" ({len(d.keep_fp16)} kept fp16)" if d.keep_fp16 else ""), str(d.batch),
              f"{d.window_ms:g}", f"{d.timeout_ms:g}", str(d.max_concurrency),
              f"{d.fallback['engine']} <= {d.fallback['max_ratio']:.0%}" if d.fallback else "-",
-             f"{d.service.p50_ms:.3g} ({d.service.source})", d.confidence.get("state", "-")]
+             f"{d.service.mean_ms:.3g} ({d.service.source})", d.confidence.get("state", "-")]
             for d in plan.recommended.decisions]
     lines += text_table(["stage", "engine", "precision", "batch", "window ms", "timeout ms", "concurrency", "fallback",
-                         "service ms", "engine is"], rows)
+                         "mean service ms", "engine is"], rows)
     ties = [f"{d.stage}: {d.confidence['why']}" for d in plan.recommended.decisions
             if d.confidence.get("state") == "tie"]
     lines += [f"  {t}" for t in ties]
@@ -213,8 +220,10 @@ def _estimate_text(est, slo) -> str:
 def _plain(value):
     if value is None:
         return None
-    if dataclasses.is_dataclass(value):
-        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if hasattr(value, "to_dict") and not isinstance(value, type):
+        return _plain(value.to_dict())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -13,12 +13,13 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 
-from .context import PlanContext, calls_per_request, service_name, time_outside_stages
+from .context import PlanContext, calls_per_request, handoff_ms, service_name
 from .placement import add_fallbacks
 from ..estimate.queueing import EngineCapacity, Placement, estimate
 from .result import Option, Plan
 from .simulation import FAILED_SHARE_OK, FAILOVER_RATIOS, STRESS, WINDOW_FACTORS, OptionCheck, tune
 from .sizing import MAX_WINDOW_MS, cover_stage_p95, engine_limits, known_power
+from ..simulator.servicetimes import HOST_STAGE
 
 COVER_ROUNDS = 3
 
@@ -34,12 +35,17 @@ def assemble(name: str, decisions: list, specs, profiles, ctx: PlanContext, note
     capacities = {n: EngineCapacity(n, e["servers"], e["power_w"]) for n, e in engines.items()}
     calls = calls_per_request(ctx)
     placements = [Placement(d.stage, d.engine, d.service.p50_ms, d.service.p95_ms, d.batch, d.window_ms,
-                            calls.get(d.stage, 1.0), d.service.p99_ms) for d in decisions]
-    unattributed = time_outside_stages(ctx)
-    est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=unattributed)
-    stress = estimate(placements, capacities, rate=ctx.rate * STRESS, unattributed_ms=unattributed)
+                            calls.get(d.stage, 1.0), d.service.p99_ms, d.service.mean_ms) for d in decisions]
+    host = host_engine(engines, ctx)
+    if host is not None:
+        d = ctx.host.distribution
+        placements.append(Placement(HOST_STAGE, host, d.p50_ms, d.p95_ms, 1, 0.0, 1.0, d.p99_ms, d.mean_ms))
+    est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=handoff_ms(ctx))
+    stress = estimate(placements, capacities, rate=ctx.rate * STRESS, unattributed_ms=handoff_ms(ctx))
     unknown = [n for n, e in engines.items() if e["power_w"] is None and e.get("measured_w") is None]
     notes = list(notes)
+    if host is not None:
+        notes.append(f"host CPU ({host}): {ctx.host.how}")
     measured = [n for n, e in engines.items() if e.get("measured_w") is not None]
     if measured and not unknown:
         est.power_w = known_power(engines, est.utilisation)
@@ -55,7 +61,8 @@ def assemble(name: str, decisions: list, specs, profiles, ctx: PlanContext, note
                      + ": the power and energy shown leave it out" + (
                          f" ({ctx.host_power.note})" if ctx.host_power is not None and "cpu" in unknown else ""))
     cover_stage_p95(decisions, est, ctx)
-    option = Option(name, decisions, engines, est, stress, None, None, notes)
+    option = Option(name, decisions, engines, est, stress, None, None, notes,
+                    host=(host, ctx.host) if host is not None else None)
     option.power_unknown = unknown
     maxima = [e["power_w"] for e in engines.values()]  # provisioned for full load: maxima, never what was measured
     option.provisioned_w = None if None in maxima else sum(maxima)
@@ -64,11 +71,18 @@ def assemble(name: str, decisions: list, specs, profiles, ctx: PlanContext, note
     return option
 
 
+def host_engine(engines: dict, ctx: PlanContext) -> str | None:
+    """The engine the host's own work outside the stages (``context.host_work``) runs on: the host CPU; None
+    when there is no such work."""
+    if ctx.host is None:
+        return None
+    return next((n for n, e in engines.items() if e["kind"] == "cpu" and not e["device"]), None)
+
+
 def option_check(option: Option, ctx: PlanContext, profiles) -> OptionCheck:
     """The option as a pipeline the simulator can replay (``simulation.OptionCheck``)."""
     stub = Plan(service_name(ctx.portrait), "", "", ctx.constraints, ctx.rate, ctx.slo_ms, option, [], "")
-    return OptionCheck(stub, option, {p.name: p for p in profiles}, calls_per_request(ctx),
-                       time_outside_stages(ctx))
+    return OptionCheck(stub, option, {p.name: p for p in profiles}, calls_per_request(ctx), handoff_ms(ctx))
 
 
 def simulate_option(option: Option, ctx: PlanContext, profiles) -> None:

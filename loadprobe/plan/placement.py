@@ -57,7 +57,7 @@ def candidates(stage, profile: StageProfile, specs, ctx: PlanContext) -> tuple[l
                                    + (f" and the CPU is not saturated ({_fmt_pct(util)})"
                                       if profile.kind == "cpu" else ""))
             continue
-        per_item_s = svc.p50_ms / 1000.0 / batch
+        per_item_s = svc.mean_ms / 1000.0 / batch
         power = unit_power(spec, device, ctx)
         measured = measured_stage(ctx, stage.name, spec, device)
         energy = (measured.item_j(per_item_s) if measured is not None
@@ -75,11 +75,8 @@ def calibrated(svc, stage: str, spec, device, ctx):
     scale = calibration.scale(stage, spec.kind, device.id if device is not None else None) if calibration else None
     if scale is None:
         return svc
-    from dataclasses import replace
-
-    return replace(svc, p50_ms=svc.p50_ms * scale, p95_ms=svc.p95_ms * scale,
-                   p99_ms=None if svc.p99_ms is None else svc.p99_ms * scale, source="calibrated",
-                   how=f"{svc.how}; x {scale:.3g} as observed running ({calibration.source}, loadprobe verify)")
+    return svc.scaled(scale, "calibrated",
+                      f"{svc.how}; x {scale:.3g} as observed running ({calibration.source}, loadprobe verify)")
 
 
 def cannot_run(stage, profile, spec, ctx, tensor) -> str | None:
@@ -157,7 +154,7 @@ def explain_engine(basis: str, stage, profile, pick, admissible, excluded) -> st
 def add_fallbacks(decisions, engines, specs, profiles, ctx) -> None:
     """Rule 8: a capped share of a backed-up accelerator stage goes to another engine that can run it."""
     calls = calls_per_request(ctx)
-    work = {n: sum(calls.get(d.stage, 1.0) * d.service.p50_ms / 1000.0 / d.batch for d in decisions if d.engine == n)
+    work = {n: sum(calls.get(d.stage, 1.0) * d.service.mean_ms / 1000.0 / d.batch for d in decisions if d.engine == n)
             for n in engines}
     by_name = {s.name: s for s in ctx.stages}
     for d, profile in zip(decisions, profiles):
@@ -180,7 +177,7 @@ def add_fallbacks(decisions, engines, specs, profiles, ctx) -> None:
                 continue  # rule 5: no evidence the stage runs acceptably there
             servers = engines[spec.name]["servers"]
             spare = servers - ctx.rate * work.get(spec.name, 0.0)
-            per_request_s = stage_calls * svc.p50_ms / 1000.0
+            per_request_s = stage_calls * svc.mean_ms / 1000.0
             absorbable = spare / per_request_s / ctx.rate if per_request_s > 0 else 0.0
             if absorbable > 0.01 and (best is None or absorbable > best[1]):
                 best = (spec, absorbable, svc)
@@ -192,11 +189,11 @@ def add_fallbacks(decisions, engines, specs, profiles, ctx) -> None:
         ratio = round(min(FAILOVER_CAP, absorbable), 2)
         over = max(1, math.ceil(0.75 * engines[d.engine]["max_queue"]))
         d.fallback = {"engine": spec.name, "queue_len_over": over, "max_ratio": ratio, "otherwise": "reject",
-                      "service_ms": [svc.p50_ms, svc.p95_ms]}  # per item there: what the simulator draws
+                      "service": svc}  # one item there: what the planner's simulation draws
         d.why["fallback"] = (f"to {spec.name} when {d.engine}'s queue passes {over} (75% of its bound), for at most "
                              f"{ratio:.0%} of the stage's traffic: {spec.name} has spare capacity for "
-                             + (f"{absorbable:.0%}" if absorbable < 1 else "all") + f" of it at {ctx.rate:.3g} req/s ({svc.p50_ms:.3g} ms per "
-                             f"item there), capped at {FAILOVER_CAP:.0%} so a backlog never all lands on one engine; "
+                             + (f"{absorbable:.0%}" if absorbable < 1 else "all") + f" of it at {ctx.rate:.3g} req/s ({svc.mean_ms:.3g} ms per "
+                             f"item there, mean), capped at {FAILOVER_CAP:.0%} so a backlog never all lands on one engine; "
                              "past the cap requests are rejected fast")
 
 

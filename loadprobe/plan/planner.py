@@ -44,7 +44,7 @@ from __future__ import annotations
 from .._errors import LoadprobeError
 from .choice import name_scenario, select, verdict
 from .constraints import Constraints, EngineSpec
-from .context import PlanContext, cpu_load_pct, plan_stages, recorded_kind, service_name
+from .context import PlanContext, cpu_load_pct, host_work, plan_stages, recorded_kind, service_name
 from .context import cpu_cores as recorded_cpu_cores, host_cpu_capacity  # noqa: F401 - importable from here
 from ..estimate.hostpower import host_cpu_power
 from .confidence import intervals, resample, settle, stage_votes
@@ -59,6 +59,9 @@ __all__ = ["Decision", "Option", "PLAN_KINDS", "Plan", "host_cpu_capacity", "rec
 
 PLAN_KINDS = {"hybrid": None, "all-gpu": "gpu", "all-npu": "npu", "all-cpu": "cpu"}
 RESIZES = 3  # a simulation that finds a sized option short of its targets grows it again, at most this often
+RECORDED_SLO_SLACK = 0.10
+"""Without --slo-p95-ms the target is the recorded p95 plus this share: a replay of the recording agrees with
+it to about this much (loadprobe verify's tolerance), so the plan that keeps everything as recorded meets it."""
 
 
 def recommend(portrait, constraints: Constraints | None = None, *, catalog=None, cpu_cores: int | None = None,
@@ -85,7 +88,8 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
         rate_why = ("the rate asked for (--min-rps)" if constraints.min_rps else
                     f"the recorded peak (per {portrait.traffic.bucket_s:g} s); give --min-rps to plan for another rate")
     req = portrait.requests
-    slo = constraints.slo_p95_ms or (req.latency_ms.p95 if req is not None and req.latency_ms else None)
+    recorded_p95 = req.latency_ms.p95 if req is not None and req.latency_ms else None
+    slo = constraints.slo_p95_ms or (recorded_p95 * (1 + RECORDED_SLO_SLACK) if recorded_p95 else None)
     recorded = catalog.find(portrait.roofline_device)
     profiles = [StageProfile.of(s, recorded_device=recorded if recorded is not None
                                 and recorded.kind == recorded_kind(s) else None) for s in stages]
@@ -93,7 +97,7 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
     ctx = PlanContext(portrait, constraints, catalog, rate, slo, cores, stages,
                       cpu_load_pct(portrait, rate, cores[0] * next((s.count for s in constraints.engines
                                                                       if s.kind == "cpu"), 1)),
-                      host_cpu_power(portrait, catalog, cpu_power_w=constraints.cpu_power_w))
+                      host_cpu_power(portrait, catalog, cpu_power_w=constraints.cpu_power_w), host=host_work(portrait))
     ctx.draws = resample(profiles, ctx)
     built = [_build_option(name, kind, profiles, ctx) for name, kind in PLAN_KINDS.items()]
     options = []

@@ -64,6 +64,7 @@ class Option:
     power_unknown: list = field(default_factory=list)  # engines whose maximum power is unknown
     sizing: str = ""  # how many units of each accelerator, and why (lineup.py)
     intervals: dict = field(default_factory=dict)  # figure -> [lo, hi] over resampled recordings (confidence.py)
+    host: tuple | None = None  # (the host CPU engine, context.HostWork): the service's own work per request
 
 
 @dataclass

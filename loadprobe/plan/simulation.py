@@ -2,20 +2,25 @@
 
 Usage (``planner.recommend`` does this)::
 
-    check = OptionCheck(plan_stub, option, profiles, calls, unattributed_ms=2.0)
+    check = OptionCheck(plan_stub, option, profiles, calls, handoff_ms=0.2)
     est = check.estimate(rate=300)                   # an Estimate whose figures are simulated
     trials, best = tune(check, rate=300, slo_ms=200) # what it tried, and the settings it keeps
 
 How an option is simulated, so that the table compares like with like:
 
 - arrivals: ``SIM_REQUESTS`` Poisson arrivals at the rate (seed 0, the same for every option);
-- service times: each decision's estimate (lognormal through its p50 and p95 per execution of a
-  full batch), a smaller batch scaled by the stage's batch->latency fit; a stage run ``n = calls``
+- service times: each decision's estimate (the stage's recorded distribution at the estimate's
+  mean, per execution of a full batch: ``estimate.distribution``), a smaller batch scaled by the
+  stage's batch->latency fit -- the same distribution pipeline.yaml keeps for ``loadprobe simulate``
+  and ``loadprobe verify``; a stage run ``n = calls``
   times per request (decode, once per token) takes ``n x mean + sqrt(n) x (draw - mean)``: the
   sum of ``n`` independent executions has that mean and variance, without drawing ``n`` times;
 - slots: an engine's servers (devices, or cores), not its ``max_concurrency``: a slot beyond
   the hardware shares it rather than adding to it, which a fixed service time cannot show;
-- time spent outside every stage (the recorded unattributed share) is added to each latency;
+- time spent outside every stage (the request spans' own time: HTTP, framework) is the host's work,
+  which the file keeps as ``host:`` and the simulator runs as a first stage on the host CPU engine
+  (``simulator.servicetimes.with_host``), so it takes cores as it did when recorded; a calibrated
+  hand-off delay is added to each latency;
 - power and capacity stay those of the analytic model, from the simulated utilisation.
 """
 
@@ -46,7 +51,7 @@ class OptionCheck:
     option: object
     profiles: dict  # stage name -> StageProfile
     calls: dict  # stage name -> executions per request
-    unattributed_ms: float = 0.0
+    handoff_ms: float = 0.0  # added to every latency (the runtime's hand-off delay, where calibrated)
 
     @functools.cached_property
     def _pipeline(self):
@@ -80,11 +85,17 @@ class OptionCheck:
         out = {}
         for d in self.option.decisions:
             profile, calls = self.profiles[d.stage], self.calls.get(d.stage, 1.0)
-            out[(d.stage, d.engine)] = _sampler(d.service.p50_ms, d.service.p95_ms, d.batch, profile, calls)
-            if d.fallback:
-                there = d.fallback.get("service_ms") or [d.service.p50_ms, d.service.p95_ms]
-                out[(d.stage, d.fallback["engine"])] = _sampler(there[0] * d.batch, there[1] * d.batch, d.batch,
-                                                                profile, calls)
+            out[(d.stage, d.engine)] = _sampler(d.service.distribution, d.batch, profile, calls)
+            if d.fallback:  # its service time there is one item's: a batch of them takes d.batch times it
+                there = d.fallback["service"].distribution.scaled(d.batch)
+                out[(d.stage, d.fallback["engine"])] = _sampler(there, d.batch, profile, calls)
+        host = self.option.host
+        if host is not None:
+            from ..simulator import empirical
+            from ..simulator.servicetimes import HOST_STAGE
+
+            engine, work = host
+            out[(HOST_STAGE, engine)] = empirical(work.distribution)
         return out
 
     def samplers(self) -> dict:
@@ -101,13 +112,13 @@ class OptionCheck:
 
     def estimate(self, analytic: Estimate, rate: float, config=None, result=None) -> Estimate:
         """``analytic`` with its latency figures, utilisation and stage p95s replaced by a simulation's."""
-        return as_estimate(analytic, result or self.run(rate, config), self.unattributed_ms)
+        return as_estimate(analytic, result or self.run(rate, config), self.handoff_ms)
 
 
-def as_estimate(analytic: Estimate, result, unattributed_ms: float) -> Estimate:
+def as_estimate(analytic: Estimate, result, handoff_ms: float) -> Estimate:
     lat = result.latency_ms
     failed = (result.outcomes["rejected"] + result.outcomes["timeout"] + result.outcomes["error"]) / result.requests
-    shift = lambda v: None if v is None else v + unattributed_ms  # noqa: E731
+    shift = lambda v: None if v is None else v + handoff_ms  # noqa: E731
     return replace(analytic, p50_ms=shift(lat["p50"]), p95_ms=shift(lat["p95"]), p99_ms=shift(lat["p99"]),
                    utilisation={n: e["utilisation"] for n, e in result.engines.items()},
                    stage_p95_ms={n: s["p95"] for n, s in result.stages.items() if s["p95"] is not None},
@@ -136,11 +147,11 @@ def tune(check: OptionCheck, rate: float, slo_ms: float | None, p99_ms: float | 
         at, over = check.run(rate, config), check.run(rate * STRESS, config)
         failed = _failed(at)
         meets = failed <= FAILED_SHARE_OK and at.latency_ms["p95"] is not None and \
-            (slo_ms is None or at.latency_ms["p95"] + check.unattributed_ms <= slo_ms) and \
-            (p99_ms is None or at.latency_ms["p99"] + check.unattributed_ms <= p99_ms)
+            (slo_ms is None or at.latency_ms["p95"] + check.handoff_ms <= slo_ms) and \
+            (p99_ms is None or at.latency_ms["p99"] + check.handoff_ms <= p99_ms)
         trials.append({"window_factor": window, "failover_max_ratio": ratio, "meets_targets": meets,
-                       "p95_ms": _plus(at.latency_ms["p95"], check.unattributed_ms), "failed_share": failed,
-                       "stress_p95_ms": _plus(over.latency_ms["p95"], check.unattributed_ms),
+                       "p95_ms": _plus(at.latency_ms["p95"], check.handoff_ms), "failed_share": failed,
+                       "stress_p95_ms": _plus(over.latency_ms["p95"], check.handoff_ms),
                        "stress_failed_share": _failed(over)})
         runs.append((at, over))
     key = lambda t: (not t["meets_targets"], round(t["stress_failed_share"], 3),  # noqa: E731
@@ -159,13 +170,12 @@ def _plus(value, extra: float):
     return None if value is None else value + extra
 
 
-def _sampler(p50_ms: float, p95_ms: float, batch: int, profile, calls: float):
-    """Seconds for ``k`` requests' executions: lognormal at a full batch, scaled by the fit, summed over calls."""
-    from ..estimate.queueing import lognormal_mean
-    from ..simulator import lognormal
+def _sampler(distribution, batch: int, profile, calls: float):
+    """Seconds for ``k`` requests' executions: the distribution at a full batch, scaled by the fit, summed over calls."""
+    from ..simulator import empirical
 
-    base = lognormal(p50_ms, p95_ms)
-    mean_s = lognormal_mean(p50_ms, p95_ms) / 1000.0
+    base = empirical(distribution)
+    mean_s = distribution.mean_ms / 1000.0
     full = profile.measured_ms(batch) if profile is not None else 1.0
     factors = {k: (profile.measured_ms(k) / full if profile is not None and full > 0 else k / batch)
                for k in range(1, batch + 1)}

@@ -27,6 +27,7 @@ __all__ = ["BATCHES", "HEADROOM", "MAX_CONCURRENCY", "MAX_QUEUE", "MAX_TIMEOUT_M
 BATCHES = (1, 2, 4, 8, 16, 32)
 HEADROOM = 1.5  # concurrency: Little's law at the sizing rate, plus half again
 P99_COVER = 1.5  # a timeout covers 1.5 x a stage's simulated p99 (and 2 x its p95)
+TAIL_COVER = 1.5  # ... and 1.5 x its recorded p99.9: the executions the service completed when recorded
 NO_SLO_WINDOW_MS = 100.0  # without an SLO, batching windows stay online-short (the seeds' advice)
 # pipeline.yaml's limits (loadprobe/pipeline.schema.json): a plan the planner writes always loads.
 MAX_TIMEOUT_MS = maximum("stage", "timeout_ms")
@@ -54,19 +55,19 @@ def choose_batch(profile, spec, device, precision, budget, ctx, stage) -> tuple[
         if window > window_cap or (budget is not None and calls * (svc.p95_ms + window) > budget):
             stopped = (b, window, svc)
             break
-        if svc.p50_ms / b < best[2].p50_ms / best[0] * 0.95:  # at least 5% less time per item
+        if svc.mean_ms / b < best[2].mean_ms / best[0] * 0.95:  # at least 5% less time per item
             best = (b, window, svc)
     b, window, svc = best
     limit = (f"its {budget:.3g} ms share of the {ctx.slo_ms:g} ms p95 SLO" if budget is not None
              else f"{NO_SLO_WINDOW_MS:g} ms of window (no SLO given: windows stay online-short)")
     if b > 1:
         why = (f"batch {b}, window {window:g} ms: the largest of {', '.join(map(str, BATCHES))} that cuts the time "
-               f"per item by 5% or more ({best[2].p50_ms / b:.3g} vs {one.p50_ms:.3g} ms at batch 1) and whose "
+               f"per item by 5% or more ({best[2].mean_ms / b:.3g} vs {one.mean_ms:.3g} ms at batch 1) and whose "
                f"execution ({svc.p95_ms:.3g} ms p95) plus window fits {limit}; the window is the time {b - 1} more "
                f"executions take to arrive at {stage_rate:.3g}/s, +20%")
     elif profile.fit_b_ms is None:
         why = "batch 1: no batch->latency fit was recorded, so batching is assumed to gain nothing per item"
-    elif stopped is not None and (stopped[2].p50_ms / stopped[0] < one.p50_ms * 0.95):
+    elif stopped is not None and (stopped[2].mean_ms / stopped[0] < one.mean_ms * 0.95):
         why = (f"batch 1: batch {stopped[0]} would save time per item but needs a {stopped[1]:g} ms window and "
                f"{stopped[2].p95_ms:.3g} ms p95, past {limit}")
     else:
@@ -78,21 +79,24 @@ def choose_batch(profile, spec, device, precision, budget, ctx, stage) -> tuple[
 def make_decision(stage, profile, c, engine_why, budget, ctx) -> Decision:
     """Rule 7: candidate ``c``'s placement as a Decision: timeout, concurrency and the reason for each."""
     spec, svc, batch, window = c["spec"], c["svc"], c["batch"], c["window"]
-    p99 = svc.p50_ms * (profile.p99_ms / profile.p50_ms if profile.p50_ms > 0 else 1.0)
-    timeout = min(MAX_TIMEOUT_MS, max(1.0, math.ceil(2 * (p99 * svc.error_factor + window))))
+    p99, p999 = svc.p99_ms, svc.distribution.quantile(0.999)
+    # twice the p99, and never under the recorded tail: a timeout that kills executions the service
+    # completed when recorded turns a heavy tail into failures and retries
+    timeout = min(MAX_TIMEOUT_MS, max(1.0, math.ceil(2 * (p99 * svc.error_factor + window)),
+                                      math.ceil(TAIL_COVER * p999 * svc.error_factor + window)))
     calls = calls_per_request(ctx).get(stage.name, 1.0)
-    in_flight = ctx.rate * calls / batch * svc.p50_ms / 1000.0
+    in_flight = ctx.rate * calls / batch * svc.mean_ms / 1000.0
     servers = ctx.cpu_cores[0] * spec.count if spec.kind == "cpu" else spec.count
     concurrency = min(MAX_CONCURRENCY, max(servers, math.ceil(HEADROOM * in_flight)))
     why = {
         "engine": engine_why,
         "precision": c["precision_why"],
         "batch": c["batch_why"],
-        "timeout_ms": (f"2 x (estimated p99 {p99:.3g} ms" + _widened(svc) + f" + window {window:g} ms), from the "
-                       f"recorded p99/p50 of {profile.p99_ms / profile.p50_ms if profile.p50_ms else 1:.3g}"),
+        "timeout_ms": (f"2 x (estimated p99 {p99:.3g} ms" + _widened(svc) + f" + window {window:g} ms), at least "
+                       f"{TAIL_COVER:g} x its p99.9 ({p999:.3g} ms) + the window, from the recorded distribution"),
         "max_concurrency": f"max({servers} servers of {spec.name}, Little's law: {ctx.rate:.3g} req/s"
                            + (f" x {calls:.3g} calls" if calls > 1 else "")
-                           + f" / batch {batch} x {svc.p50_ms:.3g} ms = {in_flight:.2f} executions in flight, "
+                           + f" / batch {batch} x mean {svc.mean_ms:.3g} ms = {in_flight:.2f} executions in flight, "
                            f"x{HEADROOM:g} headroom)",
         "service_time_ms": svc.how,
     }
@@ -122,7 +126,7 @@ def engine_limits(decisions, specs, ctx) -> dict:
         else:
             servers, servers_why = spec.count, f"{spec.count} x {device.id if device else spec.kind}"
         calls = calls_per_request(ctx)
-        work = sum(calls.get(d.stage, 1.0) * d.service.p50_ms / 1000.0 / d.batch for d in mine)
+        work = sum(calls.get(d.stage, 1.0) * d.service.mean_ms / 1000.0 / d.batch for d in mine)
         in_flight = ctx.rate * work
         concurrency = min(MAX_CONCURRENCY, max(servers, math.ceil(HEADROOM * in_flight)))
         budget = ctx.slo_ms / 1000.0 if ctx.slo_ms else 1.0
@@ -136,7 +140,7 @@ def engine_limits(decisions, specs, ctx) -> dict:
         engines[spec.name] = {
             # Every stage on it measured on this very device: its mean power at the rate from those figures.
             "measured_w": (measured[0].idle_w * spec.count + ctx.rate * sum(
-                m.request_j(d.service.p50_ms / 1000.0 / d.batch) for m, d in zip(measured, mine)))
+                m.request_j(d.service.mean_ms / 1000.0 / d.batch) for m, d in zip(measured, mine)))
             if mine and all(m is not None for m in measured) else None,
             "kind": spec.kind, "device": device.id if device is not None and (spec.kind != "cpu" or spec.device)
             else None, "count": spec.count, "servers": servers,

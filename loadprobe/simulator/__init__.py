@@ -15,7 +15,7 @@ compiled/ for long runs (``loop=``), held to it by a parity test.
 
 from .recorded import RecordedTimes, from_recording
 from .result import SimulationResult, simulate
-from .servicetimes import ServiceTime, constant, exponential, from_config, lognormal, parse_override
+from .servicetimes import ServiceTime, constant, empirical, exponential, from_config, lognormal, parse_override
 
 __all__ = ["RecordedTimes", "ServiceTime", "SimulationResult", "constant", "exponential", "from_config", "from_recording",
-           "lognormal", "parse_override", "simulate"]
+           "empirical", "lognormal", "parse_override", "simulate"]

@@ -25,7 +25,7 @@ from .._table import text_table
 from ..analysis.histogram import Histogram
 from ..pipeline.config import PipelineConfig
 from .events import Simulation
-from .servicetimes import Overrides, from_config
+from .servicetimes import Overrides, from_config, with_host
 
 __all__ = ["COMPILED_FROM", "LOOPS", "SimulationResult", "compiled_available", "simulate"]
 
@@ -123,7 +123,8 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
     its slot until it ends, as threads do) follow the router. ``outside`` samples the time a
     request spends outside every stage (``recorded.outside_stages``), added to its end-to-end
     latency as a delay that holds no engine; without it, a file's ``calibration.handoff_ms`` (per
-    stage) is that delay. ``catalog`` (default: the built-in one), ``prices`` ({device: price}), ``price_per_kwh`` and
+    stage) is that delay. A file with a ``host:`` section runs that work as a first stage on its
+    CPU engine (``servicetimes.with_host``) instead, and ``outside`` is not added again. ``catalog`` (default: the built-in one), ``prices`` ({device: price}), ``price_per_kwh`` and
     ``years`` feed the power and cost figures.
 
     ``loop`` picks the event loop, which never changes the result: "python" (events.py, the
@@ -150,11 +151,14 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
             raise ValueError(f"{len(priorities)} priorities for {len(times)} arrivals; give one per arrival")
         priorities = np.asarray(priorities)[order].tolist()
     times = times[order]
+    if config.host is not None:  # the host stage is the time outside the stages
+        outside = None
     if outside is None and config.calibration is not None and config.calibration.handoff_ms > 0:
         # the runtime's own delay, measured by loadprobe verify --calibrate: once per stage a request passes
         from .servicetimes import constant
 
         outside = constant(config.calibration.handoff_ms * len(config.stages))
+    config = with_host(config)
     options = dict(seed=seed, window_s=config.window_s if window_s is None else window_s, error_rates=error_rates,
                    executors=executors, outside=outside)
     samplers = _samplers(config, service_times)

@@ -2,7 +2,7 @@
 
 Usage::
 
-    times = from_config(config)                                   # each stage's service_time_ms, lognormal
+    times = from_config(config)                                   # each stage's service_time_ms
     times = from_config(config, {"head": exponential(2.0),        # a stage on every engine it may run on
                                  "backbone": {"gpu0": constant(4.0)}})  # or on one engine
     times[("backbone", "npu0")](4, random.Random(0))              # seconds for one batch of 4
@@ -30,9 +30,14 @@ import numpy as np
 
 from .._errors import LoadprobeError
 from ..pipeline.config import PipelineConfig
+from ..estimate.distribution import Distribution
 from ..estimate.queueing import Z95
 
-__all__ = ["ServiceTime", "constant", "draw_block", "exponential", "from_config", "lognormal", "parse_override"]
+__all__ = ["HOST_STAGE", "ServiceTime", "config_distribution", "constant", "draw_block", "empirical", "exponential",
+           "from_config", "lognormal", "parse_override", "with_host"]
+
+HOST_STAGE = "(host work)"
+"""The stage the simulator runs a file's ``host:`` work as (no plan stage can have this name)."""
 
 ServiceTime = Callable[[int, random.Random], float]
 
@@ -137,6 +142,22 @@ def lognormal(p50_ms: float, p95_ms: float | None = None) -> ServiceTime:
     return _Buffered(lambda generator, n: generator.lognormal(mu, sigma, n))
 
 
+def empirical(distribution: Distribution) -> ServiceTime:
+    """Draws from a recorded distribution (``estimate.distribution``, ms): its quantiles, tail and mean kept."""
+    if distribution.values[0] == distribution.values[-1]:
+        return constant(distribution.values[0])
+    return _Buffered(lambda generator, n: distribution.sample(generator, n) / 1000.0)
+
+
+def config_distribution(st, scale: float = 1.0) -> Distribution | None:
+    """A pipeline stage's ``service_time_ms`` as a distribution, times ``scale``: its recorded ``cdf`` at its
+    ``mean``; None for a file that gives only p50 and p95 (drawn from the lognormal through them)."""
+    if st is None or not st.cdf:
+        return None
+    found = Distribution.from_cdf(st.cdf, st.mean)
+    return found.scaled(scale) if found is not None else None
+
+
 def parse_override(text: str) -> tuple[str, str | None, ServiceTime]:
     """``"STAGE[@ENGINE]=lognormal:P50:P95"`` (or ``constant:MS``, ``exponential:MEAN``), milliseconds.
 
@@ -162,17 +183,35 @@ def parse_override(text: str) -> tuple[str, str | None, ServiceTime]:
 Overrides = Mapping[str, "ServiceTime | Mapping[str, ServiceTime]"]
 
 
+def with_host(config: PipelineConfig) -> PipelineConfig:
+    """The plan as the simulator runs it: the service's own work outside every stage (``host:``, as ``loadprobe
+    recommend`` measured it) is a first stage, ``HOST_STAGE``, on its CPU engine, so it takes cores as it did
+    when recorded. A file without ``host:`` is returned as it is."""
+    if config.host is None:
+        return config
+    from dataclasses import replace
+
+    from ..pipeline.config import StageConfig
+
+    stage = StageConfig(name=HOST_STAGE, engine=config.host.engine, timeout_ms=3_600_000.0,
+                        service_time_ms=config.host.work_ms)
+    return replace(config, stages=(stage,) + tuple(config.stages), host=None)
+
+
 def from_config(config: PipelineConfig, overrides: Overrides | None = None, *,
                 measured: Callable[[object, str], ServiceTime | None] | None = None) -> dict[tuple[str, str], ServiceTime]:
     """A sampler for every (stage, engine) a request may run on: its own engine and its fallback's.
 
     ``overrides`` maps a stage to a sampler (every engine) or to ``{engine: sampler}``; then
     ``measured(stage, engine)`` is asked (recorded times, see ``recorded.from_recording``); the
-    rest come from the stage's ``service_time_ms`` (lognormal through p50 and p95), used on the
-    fallback engine too, since the file gives one figure per stage, and multiplied by the stage's
-    ``calibration`` scale where ``loadprobe verify --calibrate`` measured one.
+    rest come from the stage's ``service_time_ms``: its recorded distribution (``cdf`` at its
+    ``mean``, as ``loadprobe recommend`` writes it), else the lognormal through its p50 and p95 (a
+    file written by hand), used on the fallback engine too, since the file gives one figure per
+    stage, and multiplied by the stage's ``calibration`` scale where ``loadprobe verify --calibrate``
+    measured one.
     """
     overrides = overrides or {}
+    config = with_host(config)
     unknown = sorted(set(overrides) - {s.name for s in config.stages})
     if unknown:
         raise LoadprobeError(f"service times given for unknown stages: {', '.join(unknown)}; the stages are: "
@@ -196,7 +235,9 @@ def from_config(config: PipelineConfig, overrides: Overrides | None = None, *,
                         + (" and was not recorded" if measured is not None else "")
                         + f"; add it to the pipeline file or pass service_times={{{stage.name!r}: sampler}}")
                 scale = config.calibration.scale(stage.name) if config.calibration is not None else 1.0
+                recorded = config_distribution(st, scale)
                 p50, p95 = (None if v is None else v * scale for v in (st.p50, st.p95))
-                sampler = lognormal(p50, p95) if p50 is not None else constant(p95)
+                sampler = (empirical(recorded) if recorded is not None else
+                           lognormal(p50, p95) if p50 is not None else constant(p95))
             out[(stage.name, engine)] = sampler
     return out

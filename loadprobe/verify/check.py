@@ -94,6 +94,7 @@ def verify(path, data: list, *, tolerance: float | None = None, seed: int = 0, c
 
 def _rows(config, seen: Observed, result) -> list:
     from ..estimate.queueing import lognormal_mean
+    from ..simulator.servicetimes import config_distribution
 
     rows = []
 
@@ -118,7 +119,9 @@ def _rows(config, seen: Observed, result) -> list:
         st = stage.service_time_ms
         scale = config.calibration.scale(stage.name) if config.calibration is not None else 1.0
         if st is not None and st.p50 is not None and sim.get("mean") is not None:
-            service = lognormal_mean(st.p50 * scale, (st.p95 or st.p50) * scale)
+            recorded = config_distribution(st, scale)
+            service = (recorded.mean_ms if recorded is not None else
+                       lognormal_mean(st.p50 * scale, (st.p95 or st.p50) * scale))
             add(f"{stage.name} wait (mean)", max(0.0, sim["mean"] - service),
                 float(np.mean(obs.queue_ms)) if len(obs.queue_ms) else None)
         if stage.fallback is not None:

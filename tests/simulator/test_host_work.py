@@ -1,0 +1,59 @@
+"""pipeline.yaml's ``host:`` section: the service's own work, run by the simulator on the CPU engine it names."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadprobe import load, pipeline
+from loadprobe.estimate.distribution import Distribution
+from loadprobe.simulator import simulate
+
+PLAN = """
+version: 1
+service: svc
+engines:
+  cpu: {kind: cpu, max_concurrency: 1, max_queue: 100000}
+  gpu0: {kind: gpu, device: nvidia-l4, max_concurrency: 1, max_queue: 100000}
+stages:
+  - {name: model, engine: gpu0, timeout_ms: 100000, service_time_ms: {p50: 1.0, p95: 1.0, source: user}}
+"""
+HOST = """
+host:
+  engine: ENGINE
+  work_ms: {p50: 2.0, p95: 2.0, mean: 2.0, cdf: [[2.0, 0.0], [2.0, 1.0]], source: measured}
+  recorded: request
+"""
+
+
+@pytest.mark.timeout(60)
+def test_the_host_work_takes_the_cpu_engine_and_adds_to_each_request():
+    plain = pipeline.loads(PLAN)
+    hosted = pipeline.loads(PLAN + HOST.replace("ENGINE", "cpu"))
+    assert hosted.host.work_ms.cdf == ((2.0, 0.0), (2.0, 1.0))
+    arrivals = load.constant(100, duration=5)
+    without, with_host = simulate(plain, arrivals), simulate(hosted, arrivals)
+    assert with_host.latency_ms["p50"] == pytest.approx(without.latency_ms["p50"] + 2.0, rel=0.01)
+    assert with_host.engines["cpu"]["utilisation"] == pytest.approx(0.2, rel=0.05)  # 100/s x 2 ms on one core
+    assert without.engines["cpu"]["utilisation"] == 0.0
+    assert "(host work)" in with_host.stages
+    # the host's work saturates its one core before the GPU: 600/s x 2 ms > 1 core
+    saturated = simulate(hosted, load.constant(600, duration=2))
+    assert saturated.engines["cpu"]["utilisation"] > 0.95
+    assert saturated.latency_ms["p95"] > 20 * with_host.latency_ms["p95"]
+
+
+def test_the_host_work_must_run_on_a_cpu_engine():
+    problems = pipeline.validate_text(PLAN + HOST.replace("ENGINE", "gpu0"))
+    assert [p.message for p in problems] == [
+        "the service's own work runs on a CPU engine, and 'gpu0' is a gpu; name the plan's CPU engine"]
+    unknown = pipeline.validate_text(PLAN + HOST.replace("ENGINE", "npu9"))
+    assert "unknown engine 'npu9'" in unknown[0].message
+
+
+def test_a_plan_s_distribution_survives_its_file():
+    """What recommend writes (cdf at the mean) is what simulate draws: same mean, same tail."""
+    d = Distribution.from_cdf([[0.1, 0.2], [0.12, 0.85], [30.0, 0.9], [60.0, 1.0]], mean_ms=7.0)
+    back = Distribution.from_cdf(d.to_cdf(), d.mean_ms)
+    assert back.mean_ms == pytest.approx(7.0)
+    for q in (0.5, 0.9, 0.95, 0.99):
+        assert back.quantile(q) == pytest.approx(d.quantile(q), rel=0.03)
