@@ -120,3 +120,14 @@ def test_a_stage_recorded_partly_on_another_kind_is_refused(tmp_path):
     result = CliRunner().invoke(main, ["verify", str(plan), str(out)])
     assert result.exit_code == 2, result.output
     assert "ran it on gpu (30 spans), npu (10 spans)" in result.output
+
+
+def test_a_calibrated_plan_that_still_fails_does_not_suggest_calibrating_again(on_gpu, tmp_path):
+    plan = _plan(tmp_path, "  - {name: model, engine: l4, timeout_ms: 1000, service_time_ms: {p50: 2.0, p95: 3.0, "
+                           "source: measured}}\ncalibration:\n  source: another recording\n  stages:\n"
+                           "    model: {service_time_scale: 40}\n")
+    result = CliRunner().invoke(main, ["verify", str(plan), str(on_gpu)])
+    assert result.exit_code == 1, result.output
+    assert "with the file's calibration (another recording)" in result.output
+    assert "--calibrate again only if that calibration came from another recording" in result.output
+    assert "loadprobe verify --calibrate corrects" not in result.output
