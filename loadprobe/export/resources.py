@@ -84,12 +84,16 @@ def ray_fit(config: PipelineConfig, stages: list, ingress: dict, *, given: bool)
         mine = [d.options for d in stages if d.placement.engine_name == name]
         if not mine:
             continue
-        key = "num_gpus" if engine.kind == "gpu" else next(iter(mine[0]["ray_actor_options"].get("resources", {})), name)
-        amount = sum(d["num_replicas"] * (d["ray_actor_options"].get("num_gpus", 0) if engine.kind == "gpu"
-                                          else d["ray_actor_options"].get("resources", {}).get(key, 0)) for d in mine)
-        unit = "GPU" if engine.kind == "gpu" else f"{key!r}"
+        actors = [d["ray_actor_options"] for d in mine]
+        if engine.kind == "gpu":
+            unit, shares = "GPU", [a.get("num_gpus", 0) for a in actors]
+        else:  # an NPU: the accelerator's Ray resource (rayserve.accelerator_resources)
+            key = next(iter(actors[0].get("resources", {})), name)
+            unit, shares = repr(key), [a.get("resources", {}).get(key, 0) for a in actors]
+        amount = sum(d["num_replicas"] * share for d, share in zip(mine, shares))
         asked.append(f"{name} ({engine.kind}{', ' + engine.device if engine.device else ''}): {len(mine):,} "
-                     f"deployment{'s ask' if len(mine) > 1 else ' asks'} for {_num(amount)} {unit} of its {engine.count:,}")
+                     f"deployment{'s ask' if len(mine) > 1 else ' asks'} for {_num(amount)} {unit} of its "
+                     f"{engine.count:,}")
         if amount > engine.count + 1e-9:
             warnings.append(f"ray-serve: the deployments on {name} ask for {_num(amount)} {unit} and the plan gives it "
                             f"{engine.count:,}: Ray cannot schedule them all")
