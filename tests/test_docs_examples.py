@@ -34,15 +34,19 @@ def bash_blocks(doc: str, heading: str) -> list[str]:
 
 
 def as_run_here(line: str, port: int) -> str:
-    line = line.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+    line = line.replace("127.0.0.1:8000", f"127.0.0.1:{port}").replace("--port 8000", f"--port {port}")
     return re.sub(r"--duration \d+", "--duration 2", line)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def vision_server(tmp_path_factory):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cwd = tmp_path_factory.mktemp("vision")
     env = dict(os.environ, LOADPROBE_CACHE=str(cwd / "cache"))
     env.pop("LOADPROBE_DIR", None)
@@ -71,11 +75,38 @@ def run_lines(lines: list[str], port: int, cwd: Path) -> None:
         assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
 
 
-def test_the_readmes_load_examples_run_against_the_sample(vision_server):
-    port, cwd = vision_server
+@pytest.mark.timeout(400)
+def test_the_readmes_load_section_records_the_server_it_loads_and_analyze_reads_it(vision_server, tmp_path):
+    """The section is one shell session: the sample started under loadprobe record, loaded twice, stopped; its
+    data/ is what the next section's ``loadprobe analyze data/`` reads."""
+    from .conftest import spans_in
+
+    _, models = vision_server  # the sample's models, built once by the fixture (LOADPROBE_CACHE)
+    port = free_port()
     lines = bash_blocks("README.md", "## Load it")
-    assert any("/inspect" in line for line in lines)
-    run_lines(lines, port, cwd)
+    assert lines[0].startswith("loadprobe record -o data/ -- python3 -m loadprobe.samples.vision.serve")
+    analyze = bash_blocks("README.md", "## Analyse it")[0]
+    assert analyze.startswith("loadprobe analyze data/")
+    script = "\n".join(as_run_here(line, port).replace("python3 ", f"{sys.executable} ", 1) for line in lines)
+    bin_dir = str(Path(sys.executable).parent)
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""),
+               LOADPROBE_CACHE=str(models / "cache"))
+    env.pop("LOADPROBE_DIR", None)
+    shell = subprocess.Popen(["bash", "-c", script], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = shell.communicate(timeout=300)
+    finally:  # whatever failed, no server is left running
+        try:
+            os.killpg(shell.pid, 9)
+        except ProcessLookupError:
+            pass
+    assert shell.returncode == 0, out
+    served = [r for r in spans_in(tmp_path / "data") if r["stage"] == "POST /inspect"]
+    sent = sum(1 for r in spans_in(tmp_path / "client") if r["parent_id"] is None)
+    assert sent and len(served) == 2 * sent, out  # every request of both loads (the replay resends client/'s)
+    run_lines([analyze], port, tmp_path)
+    assert (tmp_path / "loadprobe-report" / "portrait.json").is_file()
 
 
 def test_the_vision_samples_commands_run_as_documented(vision_server):

@@ -17,7 +17,8 @@ TARGETS = ("triton", "ray-serve")  # loadprobe.export.TARGETS, here so that --he
 @click.option("--executor", "executors", multiple=True, metavar="STAGE[@ENGINE]=MODULE:NAME",
               help="The callable that runs STAGE (on every engine of it, or on ENGINE only), by import path; "
                    "repeatable.")
-@click.option("--num-cpus", type=float, help="CPUs each Ray Serve replica reserves (default 1; ray-serve only).")
+@click.option("--num-cpus", type=float, help="CPUs each Ray Serve replica reserves (ray-serve only; default: an equal "
+                                           "share of the plan's host cores, at most 1).")
 @click.option("--no-import-check", is_flag=True,
               help="Write the executors' import paths without importing them here (the service's code is elsewhere).")
 @click.option("--strict", is_flag=True, help="Refuse, writing nothing, when the target drops a feature the plan uses.")
@@ -58,6 +59,8 @@ def export(pipeline_file, target, out_dir, executors, num_cpus, no_import_check,
     if done.dropped:
         click.echo("not carried over (README.md says what is done instead): "
                    + "; ".join(f"{loss.feature} ({loss.where})" for loss in done.dropped), err=True)
+    for warning in done.warnings:  # what will not schedule where the plan was sized (README.md, "Resources")
+        click.echo(warning, err=True)
     if done.missing:
         click.echo(f"no executor for {', '.join(done.missing)}: those refuse to start until you export again with "
                    f"--executor STAGE=MODULE:NAME", err=True)

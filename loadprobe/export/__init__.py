@@ -6,6 +6,7 @@
     done.files        # the paths written
     done.losses       # what the target cannot express of this plan (also in done.out_dir / README.md)
     done.missing      # "stage" / "stage@engine" that were given no executor
+    done.warnings     # what will not schedule on the line-up the plan was sized on (README.md, "Resources")
 
 ``to`` is ``"triton"`` (``triton``: one model per stage and an ensemble) or ``"ray-serve"``
 (``rayserve``: ``serve_config.yaml`` and a module with a deployment per stage). Executors are
@@ -37,6 +38,7 @@ class Exported:
     files: list[Path]
     losses: list[Loss]
     missing: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what will not schedule on the plan's line-up (resources)
 
     @property
     def dropped(self) -> list[Loss]:
@@ -51,7 +53,8 @@ def export(plan: PipelineConfig | str | os.PathLike, to: str, out_dir: str | os.
 
     ``out_dir`` must be missing or empty unless ``force`` (then the files the export writes are
     replaced; others are left alone). ``strict`` refuses a plan using a feature the target drops.
-    ``num_cpus`` is what each Ray Serve replica reserves (default 1; ray-serve only). Bad input
+    ``num_cpus`` is what each Ray Serve replica reserves (ray-serve only; default: an equal share of the
+    plan's cores, at most 1, so that the application fits the host it was planned for). Bad input
     is a LoadprobeError saying what to change; so is an executor that does not import here,
     unless ``check_imports`` is False.
     """
@@ -69,7 +72,7 @@ def export(plan: PipelineConfig | str | os.PathLike, to: str, out_dir: str | os.
     paths = executor_paths(config, executors)
     if check_imports:
         check_importable(paths.values())
-    files, losses = _render(config, to, paths, 1.0 if num_cpus is None else num_cpus)
+    files, losses, fit = _render(config, to, paths, num_cpus)
     if strict and (dropped := [loss for loss in losses if loss.dropped]):
         lost = "; ".join(f"{x.feature} ({x.where})" for x in dropped)
         raise LoadprobeError(f"{config.service}: {to} cannot express {lost}; nothing written (without --strict "
@@ -91,7 +94,7 @@ def export(plan: PipelineConfig | str | os.PathLike, to: str, out_dir: str | os.
                 from None
     missing = [stage if engine == _own(config, stage) else f"{stage}@{engine}"
                for stage, engine in _needed(config, to) if (stage, engine) not in paths]
-    return Exported(to, out, written, losses, missing)
+    return Exported(to, out, written, losses, missing, fit.warnings)
 
 
 def _own(config: PipelineConfig, stage: str) -> str:
@@ -103,16 +106,19 @@ def _needed(config: PipelineConfig, to: str) -> list[tuple[str, str]]:
     return [(s.name, e) for s in config.stages for e in (s.runs_on if to == "ray-serve" else (s.engine,))]
 
 
-def _render(config: PipelineConfig, to: str, paths, num_cpus: float) -> tuple[dict[str, str], list[Loss]]:
+def _render(config: PipelineConfig, to: str, paths, num_cpus: float | None):
+    """The files, the losses and how the files fit the plan's line-up (``resources.Fit``)."""
     if to == "triton":
         from .losses import triton_losses
+        from .resources import triton_fit
         from .triton import triton_files
 
-        return triton_files(config, paths), triton_losses(config)
+        return triton_files(config, paths), triton_losses(config), triton_fit(config)
     from .losses import ray_losses
-    from .rayserve import accelerator_resources, ray_files
+    from .rayserve import accelerator_resources, application, ray_files
 
-    return ray_files(config, paths, num_cpus=num_cpus), ray_losses(config, accelerator_resources(config))
+    return (ray_files(config, paths, num_cpus=num_cpus), ray_losses(config, accelerator_resources(config)),
+            application(config, paths, num_cpus)[2])
 
 
 def _check_target(out: Path, force: bool) -> None:

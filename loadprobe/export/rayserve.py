@@ -29,8 +29,9 @@ from ..pipeline.config import PipelineConfig
 from .losses import Loss, attempts, fallback_text, markdown, ray_losses
 from .placement import Placement, placements
 from .rayserve_module import module_text
+from .resources import Fit, ray_fit, ray_num_cpus
 
-__all__ = ["Deployment", "Ingress", "ray_files"]
+__all__ = ["Deployment", "Ingress", "application", "ray_files"]
 
 # Ray's resource name for each accelerator vendor it schedules besides NVIDIA GPUs.
 RAY_RESOURCE = {"Huawei": "NPU", "Google": "TPU", "AWS": "neuron_cores", "Intel": "HPU"}
@@ -81,6 +82,16 @@ def _class_name(name: str, taken: set[str]) -> str:
         cls, n = f"{base}{n}", n + 1
     taken.add(cls)
     return cls
+
+
+def replicas(config: PipelineConfig) -> int:
+    """The application's replicas: one per device of each placement, and the ingress."""
+    return sum(p.devices for p in placements(config)) + 1
+
+
+def cpus_each(config: PipelineConfig, num_cpus: float | None) -> float:
+    """Each replica's ``num_cpus``: as given, else an equal share of the plan's cores (``resources``)."""
+    return num_cpus if num_cpus is not None else ray_num_cpus(config, replicas(config))
 
 
 def deployments(config: PipelineConfig, paths: dict[tuple[str, str], str], num_cpus: float) -> list[Deployment]:
@@ -170,7 +181,8 @@ def _row(config: PipelineConfig, d: Deployment) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def readme(config: PipelineConfig, stages: list[Deployment], entry: Ingress, module: str, losses: list[Loss]) -> str:
+def readme(config: PipelineConfig, stages: list[Deployment], entry: Ingress, module: str, losses: list[Loss],
+           fit: Fit) -> str:
     missing = [d.name for d in stages if d.executor is None]
     budget = config.routing.retry if config.routing is not None else None
     retries = f"within the retry budget ({budget.budget_ratio:.0%} of requests)" if budget else "(no retry budget)"
@@ -222,16 +234,32 @@ fallback (one hop: a moved request runs on the fallback engine or fails) and the
 counts are kept per ingress replica: with the one replica written here they are service-wide,
 as in the Router.
 
+## Resources
+
+What the replicas reserve, against the line-up the plan was sized on:
+
+{chr(10).join(f"- {line}" for line in fit.asked + [f"**{w}**" for w in fit.warnings])}
+
 ''' + markdown(losses)
 
 
-def ray_files(config: PipelineConfig, paths: dict[tuple[str, str], str], *, num_cpus: float = 1.0) -> dict[str, str]:
+def application(config: PipelineConfig, paths: dict[tuple[str, str], str],
+                num_cpus: float | None = None) -> tuple[list[Deployment], Ingress, Fit]:
+    """The deployments, the ingress and how they fit the plan's line-up; ``num_cpus`` each replica's (default:
+    an equal share of the plan's cores, at most 1)."""
+    each = cpus_each(config, num_cpus)
+    stages = deployments(config, paths, each)
+    entry = ingress(config, stages, each)
+    return stages, entry, ray_fit(config, stages, entry.options, given=num_cpus is not None)
+
+
+def ray_files(config: PipelineConfig, paths: dict[tuple[str, str], str], *,
+              num_cpus: float | None = None) -> dict[str, str]:
     """Every file of the application, by path relative to the export folder."""
-    stages = deployments(config, paths, num_cpus)
-    entry = ingress(config, stages, num_cpus)
+    stages, entry, fit = application(config, paths, num_cpus)
     module = module_name(config)
     return {
         "serve_config.yaml": serve_config(config, stages, entry, module),
         f"{module}.py": module_text(config, stages, entry),
-        "README.md": readme(config, stages, entry, module, ray_losses(config, accelerator_resources(config))),
+        "README.md": readme(config, stages, entry, module, ray_losses(config, accelerator_resources(config)), fit),
     }

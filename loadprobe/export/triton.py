@@ -24,6 +24,7 @@ from .._version import __version__
 from ..pipeline.config import PipelineConfig
 from .losses import Loss, markdown, triton_losses
 from .placement import Placement, placements
+from .resources import Fit, triton_fit
 
 __all__ = ["triton_files"]
 
@@ -121,7 +122,7 @@ def triton_files(config: PipelineConfig, paths: dict[tuple[str, str], str]) -> d
     ensemble = ensemble_name(config)
     files[f"{ensemble}/config.pbtxt"] = ensemble_config(config)
     files[f"{ensemble}/1/"] = ""  # Triton loads an ensemble only with a version folder, empty
-    files["README.md"] = readme(config, paths, triton_losses(config))
+    files["README.md"] = readme(config, paths, triton_losses(config), triton_fit(config))
     return files
 
 
@@ -137,7 +138,7 @@ def _row(p: Placement, paths: dict[tuple[str, str], str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def readme(config: PipelineConfig, paths: dict[tuple[str, str], str], losses: list[Loss]) -> str:
+def readme(config: PipelineConfig, paths: dict[tuple[str, str], str], losses: list[Loss], fit: Fit) -> str:
     ensemble = ensemble_name(config)
     rows = [_row(p, paths) for p in placements(config) if p.primary]
     missing = [p.stage.name for p in placements(config) if p.primary and (p.stage.name, p.engine_name) not in paths]
@@ -180,5 +181,11 @@ To serve a model file instead (ONNX, TensorRT, TorchScript), put it in `STAGE/1/
 `backend: "python"` with its backend or platform and `INPUT`/`OUTPUT` with the model's own
 tensors, and rename them in the ensemble's `input_map`/`output_map`. GPU indices count the plan's
 GPUs in the order it lists its engines; change `gpus` where this machine numbers them otherwise.
+
+## Resources
+
+What the instance groups ask for, against the line-up the plan was sized on:
+
+{chr(10).join(f"- {line}" for line in fit.asked + [f"**{w}**" for w in fit.warnings])}
 '''
     return body + "\n" + markdown(losses)

@@ -43,6 +43,7 @@ class EngineConfig:
     kind: str
     device: str | None = None
     count: int = 1
+    cores: int | None = None  # a cpu engine's logical cores per host, as planned (count hosts of them)
     max_concurrency: int
     max_queue: int
     power_w: float | None = None

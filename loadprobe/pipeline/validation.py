@@ -154,6 +154,9 @@ def _semantic_problems(data: Mapping[str, Any], walk: Walk, catalog: Any) -> lis
             out.append((("calibration", "stages", name), f"no stage {name!r} in this plan; its stages are: "
                                                          f"{', '.join(first_at) or 'none'}"))
     for name, engine in engines.items():
+        if isinstance(engine, dict) and "cores" in engine and engine.get("kind") in ("gpu", "npu"):
+            out.append((("engines", name, "cores"), f"only a cpu engine has cores, and this one is a "
+                                                    f"{engine['kind']}; remove cores (count is its devices)"))
         if isinstance(engine, dict) and isinstance(engine.get("device"), str):
             message = _device_problem(engine["device"], engine.get("kind"), catalog)
             if message:

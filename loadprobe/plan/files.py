@@ -37,7 +37,10 @@ def pipeline_dict(plan, option=None) -> dict:
         entry = {"kind": e["kind"]}
         if e["device"]:
             entry["device"] = e["device"]
-        entry.update(count=e["count"], max_concurrency=e["max_concurrency"], max_queue=e["max_queue"])
+        entry["count"] = e["count"]
+        if e["kind"] == "cpu":  # the cores the plan was sized on (export fits its CPU requests into them)
+            entry["cores"] = e["servers"] // e["count"]
+        entry.update(max_concurrency=e["max_concurrency"], max_queue=e["max_queue"])
         if e["power_w"] is not None:  # the plan's figure is for all the devices; the file's is for one
             entry["power_w"] = _num(e["power_w"] / e["count"])
         entry["why"] = e["why"]

@@ -11,6 +11,12 @@ A request is a root span (no parent) of the commonest root name -- the ``request
 the plan's stages beneath it. A stage span's ``queue_ns`` is its wait for a slot (and a
 batch); its duration the execution. What a request spent outside every stage's wait and
 execution is the runtime's own: divided by the stage spans it passed, the hand-off overhead.
+
+A plan's stage is compared only with spans that ran on an engine kind the plan places it on
+(its engine's, or its fallback's): a span's ``engine`` names a plan engine (the Router records
+those), else its kind is ``schema.engine_kind``'s. A recording that ran any stage elsewhere --
+the service recorded on the CPU, checked against a plan that puts its backbone on a GPU -- is
+refused, stage by stage, in one message: its end-to-end figures would mix engines.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ class StageObserved:
     queue_ms: np.ndarray  # wait for a slot or a batch
     engines: Counter = field(default_factory=Counter)  # engine -> spans (every status)
     batches: np.ndarray | None = None  # batch size of each ok span (1 where none was recorded)
+    kinds: np.ndarray | None = None  # engine kind (cpu, gpu, npu) of each ok span
 
 
 @dataclass
@@ -48,8 +55,9 @@ class Observed:
     root: str  # the root span's name
 
 
-def observe(config, data: list) -> Observed:
-    """The recording of ``config``'s plan running; LoadprobeError when it holds no request of it."""
+def observe(config, data: list, *, plan: str = "the plan") -> Observed:
+    """The recording of ``config``'s plan running; LoadprobeError when it holds no request of it, or ran a
+    stage on an engine kind the plan does not place it on (``plan`` names the file in that message)."""
     from ..analysis.reading import read_spans
     from ..simulator.recorded import column
 
@@ -88,6 +96,8 @@ def observe(config, data: list) -> Observed:
         raise LoadprobeError(f"{', '.join(map(str, data))}: no spans of the plan's stage{'s' * (len(missing) > 1)} "
                              f"{', '.join(map(repr, missing))} under its {root!r} requests; is this the recording of "
                              "this plan? (verify compares a plan with the recording of that plan running)")
+    kinds = _kinds(config, c["engine"])
+    _refuse_other_engines(config, c["stage"], kinds, in_plan, data, plan)
     starts = np.sort(c["ts"][is_root]) / 1e9
     arrivals = starts - starts[0]
     status = c["status"]
@@ -102,10 +112,48 @@ def observe(config, data: list) -> Observed:
         service = c["dur"][ok] / 1e6
         stages[name] = StageObserved(latency_ms=queue + service, service_ms=service, queue_ms=queue,
                                      engines=Counter(c["engine"][mine].tolist()),
-                                     batches=c["batch"][ok])
+                                     batches=c["batch"][ok], kinds=kinds[ok])
     return Observed(source=", ".join(map(str, data)), requests=int(is_root.sum()), arrivals_s=arrivals,
                     latency_ms=latency, outcomes=dict(outcomes), stages=stages,
                     handoff_ms=_handoff(c, key, parent_key, ok_root, in_plan), root=root)
+
+
+def kinds_of(config, stage) -> dict:
+    """The engine kinds ``config`` places ``stage`` on, each with the engines of that kind: own engine first."""
+    kinds: dict[str, list] = {}
+    for engine in stage.runs_on:
+        kinds.setdefault(config.engines[engine].kind, []).append(engine)
+    return kinds
+
+
+def _kinds(config, engines: np.ndarray) -> np.ndarray:
+    """Each span's engine kind: a plan engine's ``kind`` where the span names one, else ``engine_kind``."""
+    from ..schema import engine_kind
+
+    names, at = np.unique(engines.astype(str), return_inverse=True)
+    planned = {name: e.kind for name, e in config.engines.items()}
+    return np.array([planned.get(n) or engine_kind(n) for n in names.tolist()], dtype=object)[at.reshape(-1)]
+
+
+def _refuse_other_engines(config, stages: np.ndarray, kinds: np.ndarray, in_plan: np.ndarray, data: list,
+                          plan: str) -> None:
+    """LoadprobeError naming every stage the recording ran on an engine kind the plan does not place it on."""
+    wrong = []
+    for stage in config.stages:
+        wanted = kinds_of(config, stage)
+        ran = Counter(kinds[in_plan & (stages == stage.name)].tolist())
+        other = sum(n for kind, n in ran.items() if kind not in wanted)
+        if other:
+            recorded = ", ".join(f"{kind} ({n:,} spans)" for kind, n in sorted(ran.items()))
+            where = " or ".join(f"{kind} ({', '.join(engines)})" for kind, engines in wanted.items())
+            wrong.append(f"stage {stage.name!r} on {where} but the recording ran it on {recorded}")
+    if wrong:
+        raise LoadprobeError(
+            f"{', '.join(map(str, data))}: not a recording of {plan} running on its engines: {plan} places "
+            + "; ".join(wrong) + ". verify compares each stage only with spans on the engine kinds the plan gives it "
+            "(end-to-end figures would mix engines otherwise): record the plan running on its engines (in "
+            "loadprobe.route's Router, under loadprobe record; docs/verify.md), or verify a plan whose engines "
+            "match the recording")
 
 
 def _handoff(c: dict, key: np.ndarray, parent_key: np.ndarray, ok_root: np.ndarray, in_plan: np.ndarray):

@@ -47,12 +47,13 @@ stages:
   - {name: work, engine: cpu, timeout_ms: 100}
 """
 
-# What the Ray test deploys: a thread executor, a batched async one on a (declared) GPU, a timeout.
+# What the Ray test deploys: a thread executor, a batched async one on a (declared) GPU, a timeout; on a host of 2
+# cores, which the test's Ray cluster has: the 4 replicas reserve half a CPU each.
 RAY_DEMO = """\
 version: 1
 service: ray-demo
 engines:
-  cpu: {kind: cpu, max_concurrency: 2, max_queue: 16}
+  cpu: {kind: cpu, cores: 2, max_concurrency: 2, max_queue: 16}
   gpu0: {kind: gpu, count: 1, max_concurrency: 1, max_queue: 8}
 stages:
   - {name: parse, engine: cpu, timeout_ms: 10000}

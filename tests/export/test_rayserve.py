@@ -149,7 +149,9 @@ def test_the_exported_application_deploys_on_ray_serve_and_answers(tmp_path, mon
     ray, serve, ServeDeploySchema = _ray_serve()
     from ray.serve.context import _get_global_client
 
-    _, _, document, module = exported(tmp_path, "ray-demo", executors=RAY_DEMO_EXECUTORS, num_cpus=0.1)
+    # num_cpus as export sizes it from the plan's 2 cores: every replica schedules on the 2 CPUs given to Ray below
+    _, _, document, module = exported(tmp_path, "ray-demo", executors=RAY_DEMO_EXECUTORS)
+    assert sum(d["ray_actor_options"]["num_cpus"] for d in document["applications"][0]["deployments"]) == 2
     document["http_options"]["port"] = port = _free_port()
     config = ServeDeploySchema.model_validate(document)
     # What `PYTHONPATH=... serve run serve_config.yaml` does: Ray's workers import the module and
