@@ -107,7 +107,14 @@ def find_bottlenecks(p: Portrait) -> list[Verdict]:
             "errors", "failing requests", r.error_rate + r.timeout_rate,
             {"error_rate": r.error_rate, "timeout_rate": r.timeout_rate, "requests": r.count},
             f"{_pct(r.error_rate)} of requests fail and {_pct(r.timeout_rate)} time out"))
-    if r is not None and r.unattributed_share is not None and r.unattributed_share >= UNATTRIBUTED_SHARE:
+    if r is not None and r.outside_server_share is not None and r.outside_server_share >= UNATTRIBUTED_SHARE:
+        verdicts.append(Verdict(
+            "outside_server", "request time outside the server", r.outside_server_share,
+            {"outside_server_share": r.outside_server_share, "joined_requests": r.joined_requests},
+            f"{_pct(r.outside_server_share)} of request time, as the load client saw it, is outside the server's "
+            "spans: the network, connections and the client's own queueing; check the client's lateness and "
+            "the path to the server before the server's stages"))
+    elif r is not None and r.unattributed_share is not None and r.unattributed_share >= UNATTRIBUTED_SHARE:
         verdicts.append(Verdict(
             "unattributed_time", "request time outside any probe", r.unattributed_share,
             {"unattributed_share": r.unattributed_share},
