@@ -46,6 +46,7 @@ class ClientRequests:
     """The load client's requests (root spans with a request id, in the analysis' time window)."""
 
     ids: pa.Array  # request ids (strings), one per request
+    ts: np.ndarray  # int64 start, epoch ns
     dur: np.ndarray  # int64 ns, 0 where the span has no duration
     stage: np.ndarray  # int64 index into ``stages`` of each request's span
     stages: tuple  # the client spans' stage names ("client")
@@ -67,7 +68,7 @@ def client_requests(runs, since_ns: int | None = None, until_ns: int | None = No
     """The pre-pass: the request ids, durations and stages of the root spans in ``runs``' span files
     (the load client's), within the window; None when there are none. A file that cannot be read
     is passed over here: the map step skips it too, and says why."""
-    ids, durs, stages, names = [], [], [], {}
+    ids, starts, durs, stages, names = [], [], [], [], {}
     for ref in file_refs(runs):
         if ref.kind != "spans":
             continue
@@ -87,12 +88,14 @@ def client_requests(runs, since_ns: int | None = None, until_ns: int | None = No
         codes, file_names = dictionary_codes(table, "stage")
         local = np.array([names.setdefault(str(name), len(names)) for name in file_names] + [-1], dtype=np.int64)
         stages.append(local[codes[keep]])  # (-1 never appears: the stage column is required non-null)
+        starts.append(ts[keep])
         kept = dur[keep]
         durs.append(np.where(kept == _NULL, 0, kept))
         ids.append(table.column("request_id").filter(arrow_mask(keep)).cast(pa.string()).combine_chunks())
     if not ids:
         return None
-    return ClientRequests(pa.concat_arrays(ids), np.concatenate(durs), np.concatenate(stages), tuple(names))
+    return ClientRequests(pa.concat_arrays(ids), np.concatenate(starts), np.concatenate(durs), np.concatenate(stages),
+                          tuple(names))
 
 
 def join_client(part: Partial, table: pa.Table, cols: SpanColumns, client: ClientRequests,
@@ -125,6 +128,15 @@ def join_client(part: Partial, table: pa.Table, cols: SpanColumns, client: Clien
         sp.self_ns -= value
         sp.self_in_request_ns -= value
     part.request_self_ns -= int(inner.sum())
+    # Where the server's span starts in the request (after the client's send): as the kernels measure
+    # a joined child's offset from its request's start, so the report orders it among the stages.
+    offsets = np.maximum(cols.ts[rows] - client.ts[where], 0)[valid]
+    codes, ns = sum_by(cols.stage[rows][valid].astype(np.int64), offsets)
+    _, n = sum_by(cols.stage[rows][valid].astype(np.int64), np.ones(len(offsets), dtype=np.int64))
+    for code, value, count in zip(codes.tolist(), ns.tolist(), n.tolist()):
+        sp = part.stage(str(cols.stage_names[code]))
+        sp.offset_ns += value
+        sp.offset_n += count
     part.joined_requests += int(rows.size)
     # Their parent is the client's span, in another file: joined here, not unjoined (the kernels
     # count every valid child whose parent is not in its file).

@@ -108,7 +108,10 @@ def services(paths, *, service: str | None = None, host: str | None = None) -> l
     if isinstance(paths, str):
         paths = [paths]
     runs, _ = discover(paths, host=host)
-    return each_service(runs, service)
+    names = each_service(runs, service)
+    if not names:
+        choose(runs, service, ", ".join(map(str, paths)))  # raises: says that nothing matches, and what is there
+    return names
 
 
 def _window(since, until) -> str:

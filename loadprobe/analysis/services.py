@@ -26,7 +26,7 @@ from .requestjoin import client_requests, is_load_client
 from ..schema import LOAD_CLIENT_SERVICE
 
 HOW = ("choose one with --service NAME (service=NAME in Python), or write one portrait per service "
-       "with --each-service")
+       "with --each-service (loadprobe analyze; recommend, simulate and report read the portrait.json it writes)")
 
 
 def choose(runs: list[Run], service: str | None, where: str) -> tuple[list[Run], list[Run]]:

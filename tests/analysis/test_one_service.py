@@ -89,6 +89,8 @@ def test_client_and_server_count_each_request_once(both_sides):
     # when the body closes, which may be after the client read the response)
     assert outer.self_share >= 1 - http.share - 1e-9
     assert 0 < outer.self_share < 1
+    # The server's span starts inside the client's, and before its own stages.
+    assert outer.start_offset_ms is None and 0 <= http.start_offset_ms
     assert not [v for v in portrait.bottlenecks if v.kind == "dominant_stage" and v.evidence["stage"] == "client"]
     # Each side alone is still its own view.
     assert loadprobe.analyze([server]).requests.count == recorded
@@ -113,11 +115,26 @@ def test_the_join_gives_one_portrait_on_every_kernel_and_engine(both_sides):
 
 @pytest.mark.timeout(300)
 def test_the_cli_reports_the_requests_once(both_sides, tmp_path):
-    done = _cli("analyze", *both_sides, "-o", tmp_path / "out", "--no-html")
+    done = _cli("analyze", *both_sides, "-o", tmp_path / "out")
     assert done.returncode == 0, done.stderr
     portrait = json.loads((tmp_path / "out" / "portrait.json").read_text())
     assert portrait["requests"]["count"] == REQUESTS and portrait["traffic"]["requests"] == REQUESTS
     assert "client dominates" not in done.stdout
+    assert "outside the server" in done.stdout and f"{REQUESTS:,} requests joined" in done.stdout
+    assert "time outside it (network" in (tmp_path / "out" / "portrait.html").read_text()
+
+
+@pytest.mark.timeout(120)
+def test_two_imported_logs_are_two_services(tmp_path):
+    for name, step in (("api", 1), ("batch", 7)):
+        rows = "".join(f"2026-12-02T10:00:{i * step % 60:02d}Z,{5 + i}\n" for i in range(20))
+        (tmp_path / f"{name}.csv").write_text("timestamp,latency_ms\n" + rows)
+        assert _cli("import", tmp_path / f"{name}.csv", "-o", tmp_path / "data", "--latency-col", "latency_ms",
+                    "--latency-unit", "ms").returncode == 0
+    done = _cli("analyze", tmp_path / "data", "-o", tmp_path / "out")
+    assert done.returncode == 2 and "2 services (api, batch)" in done.stderr and "Traceback" not in done.stderr
+    assert _cli("analyze", tmp_path / "data", "-o", tmp_path / "out", "--service", "api").returncode == 0
+    assert json.loads((tmp_path / "out" / "portrait.json").read_text())["requests"]["count"] == 20
 
 
 def _record(root, service, n=5):
@@ -165,6 +182,8 @@ def test_each_service_writes_a_portrait_per_service_inside_the_folder(tmp_path):
     again = _cli("analyze", data, "-o", out, "--each-service")
     assert again.returncode == 2 and "exists; pass --force" in again.stderr and "Traceback" not in again.stderr
     assert _cli("analyze", data, "-o", out, "--each-service", "--force").returncode == 0
+    none = _cli("analyze", data, "-o", out, "--each-service", "--service", "nothing")
+    assert none.returncode == 2 and "no loadprobe data for --service 'nothing'" in none.stderr
 
 
 @pytest.mark.timeout(240)
