@@ -189,15 +189,16 @@ def _requests(part: Partial) -> Requests | None:
         return None
     n = max(1, sum(part.request_statuses.values()))
     # With the load client's recording joined, a request's own time (its root's, the client span's)
-    # is the time outside the server: reported as such too (bottlenecks words it so).
-    own = part.request_self_ns / part.request_total_ns if part.request_total_ns else None
+    # is the time outside the server; the server span's own time is in no probed stage too.
+    total = part.request_total_ns
+    own = part.request_self_ns / total if total else None
     joined = part.client_requests > 0 and part.joined_requests > 0
     return Requests(
         count=part.request_count,
         latency_ms=percentiles(part.requests),
         error_rate=part.request_statuses.get("error", 0) / n,
         timeout_rate=part.request_statuses.get("timeout", 0) / n,
-        unattributed_share=own,
+        unattributed_share=(part.request_self_ns + part.joined_server_self_ns) / total if total else None,
         latency_cdf=latency_cdf(part.requests),
         queued_share=part.request_queue_ns / part.request_total_ns if part.request_total_ns else None,
         joined_requests=part.joined_requests if part.client_requests else None,

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .columns import SpanColumns, arrow_mask, arrow_rows, dictionary_codes, int_column, validity, with_fill
+from .columns import (SpanColumns, arrow_mask, arrow_rows, dictionary_codes, int_column, sparse_filled, validity,
+                      with_fill)
 from .dataset import file_refs
 from .kernel_numpy import NS_PER_S, count_values, sum_by
 from .partials import Partial
@@ -128,15 +129,9 @@ def join_client(part: Partial, table: pa.Table, cols: SpanColumns, client: Clien
         sp.self_ns -= value
         sp.self_in_request_ns -= value
     part.request_self_ns -= int(inner.sum())
-    # Where the server's span starts in the request (after the client's send): as the kernels measure
-    # a joined child's offset from its request's start, so the report orders it among the stages.
-    offsets = np.maximum(cols.ts[rows] - client.ts[where], 0)[valid]
-    codes, ns = sum_by(cols.stage[rows][valid].astype(np.int64), offsets)
-    _, n = sum_by(cols.stage[rows][valid].astype(np.int64), np.ones(len(offsets), dtype=np.int64))
-    for code, value, count in zip(codes.tolist(), ns.tolist(), n.tolist()):
-        sp = part.stage(str(cols.stage_names[code]))
-        sp.offset_ns += value
-        sp.offset_n += count
+    # The server span's own time (less its children's, as the kernels take it) is time in no probed
+    # stage, as a root's is: kept apart, since the client span's self time is now the requests' own.
+    part.joined_server_self_ns += _self_time(cols, rows[valid])
     part.joined_requests += int(rows.size)
     # Their parent is the client's span, in another file: joined here, not unjoined (the kernels
     # count every valid child whose parent is not in its file).
@@ -145,6 +140,22 @@ def join_client(part: Partial, table: pa.Table, cols: SpanColumns, client: Clien
     for second, n in count_values(cols.ts[rows] // NS_PER_S).items():
         part.host_arrivals[(host, second)] = part.host_arrivals.get((host, second), 0) + n
     return cols._replace(parent=parent), Joined(int(rows.size), int(found.size - rows.size))
+
+
+def _self_time(cols: SpanColumns, rows: np.ndarray) -> int:
+    """Σ self time of the spans at ``rows`` (valid): each one's duration less its direct children's
+    durations and recorded queue time, children joined within the file, floored at 0 (as the kernels)."""
+    if rows.size == 0:
+        return 0
+    ids = cols.span_id[rows]
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    child = np.flatnonzero((cols.parent != 0) & cols.valid)
+    pos = np.minimum(np.searchsorted(sorted_ids, cols.parent[child]), len(ids) - 1)
+    found = sorted_ids[pos] == cols.parent[child]
+    queued = np.maximum(sparse_filled(cols.queue, len(cols.ts), 0), 0)[child][found]
+    children = np.bincount(order[pos[found]], weights=(cols.dur[child][found] + queued), minlength=len(ids))
+    return int(np.maximum(cols.dur[rows] - children.astype(np.int64), 0).sum())
 
 
 def _outside(span_id: np.ndarray) -> int:
