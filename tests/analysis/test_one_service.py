@@ -112,6 +112,11 @@ def test_the_join_gives_one_portrait_on_every_kernel_and_engine(both_sides):
     if kernel_available():
         assert figures(kernel="compiled") == reference
     assert figures(kernel="numpy", engine="process", workers=2) == reference
+    try:
+        import dask.distributed  # noqa: F401
+    except ImportError:
+        return
+    assert figures(kernel="numpy", engine="dask", workers=2) == reference
 
 
 @pytest.mark.timeout(300)
