@@ -162,6 +162,11 @@ class Requests:
     unattributed_share: float | None  # request time inside no probed stage
     latency_cdf: list[tuple[float, float]] | None = None  # [[ms, fraction of requests <= ms], ...], at most 200 points (1.2)
     queued_share: float | None = None  # request time its stages spent queued (recorded queue_ns) (1.5)
+    # The load client's recording joined to the server's by request id (1.8): requests the server's
+    # spans were found for, of ``count``; and the time in the client's spans outside the server's
+    # (network, connections, the client's own queueing), as a share of request time.
+    joined_requests: int | None = None
+    outside_server_share: float | None = None
 
 
 @dataclass

@@ -25,6 +25,10 @@ SCHEMA_VERSION = DATA.version
 """major.minor of the data format (``loadprobe.formats.DATA``). Readers refuse a newer major; a newer
 minor only adds columns."""
 
+LOAD_CLIENT_SERVICE = "loadprobe-load"
+"""The service name of ``loadprobe load --record``'s runs: one root span per request, under the
+x-request-id it sent. Analysis joins them to the server's spans of the same requests by that id."""
+
 SCHEMA_KEY = b"loadprobe.schema"
 VERSION_KEY = b"loadprobe.version"
 

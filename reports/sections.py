@@ -120,7 +120,9 @@ def _shares(p, figures) -> dict:
         mean = r.latency_ms.mean if r.latency_ms else None
         queued = f", {pct(r.queued_share, 0)} is spent queued before a stage" if r.queued_share else ""
         reading = (f"A mean request takes {ms(mean)} ms: {top.name} is the largest part ({pct(top.self_share, 0)})"
-                   f"{queued}, and {pct(r.unattributed_share, 0)} of the time is in no probed stage.")
+                   f"{queued}, and {pct(r.unattributed_share, 0)} of the time is in no probed stage"
+                   + (f" ({pct(r.outside_server_share, 0)} outside the server, as the load client saw it: network, "
+                      "connections, its own queueing)." if r.outside_server_share is not None else "."))
     return _section("shares", "Where request time goes", reading, figures,
                     [("shares", "A mean request's time split by stage (self time), in run order, then the time queued "
                                 "before stages and the time in no probed stage")])

@@ -30,7 +30,10 @@ def render(portrait) -> str:
         out.append(f"requests: p50 {_ms(lat.p50)} ms, p95 {_ms(lat.p95)} ms, p99 {_ms(lat.p99)} ms; "
                    f"errors {_pct(r.error_rate)}, timeouts {_pct(r.timeout_rate)}, "
                    + (f"queued before stages {_pct(r.queued_share)}, " if r.queued_share else "")
-                   + f"outside any stage {_pct(r.unattributed_share)}")
+                   + f"outside any stage {_pct(r.unattributed_share)}"
+                   + ("" if r.outside_server_share is None else
+                      f" (outside the server {_pct(r.outside_server_share)}, as the load client saw it; "
+                      f"{r.joined_requests:,} of {r.count:,} requests joined to the server's spans)"))
     if p.stages:
         rows = []
         for s in p.stages:

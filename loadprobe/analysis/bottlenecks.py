@@ -107,12 +107,24 @@ def find_bottlenecks(p: Portrait) -> list[Verdict]:
             "errors", "failing requests", r.error_rate + r.timeout_rate,
             {"error_rate": r.error_rate, "timeout_rate": r.timeout_rate, "requests": r.count},
             f"{_pct(r.error_rate)} of requests fail and {_pct(r.timeout_rate)} time out"))
-    if r is not None and r.unattributed_share is not None and r.unattributed_share >= UNATTRIBUTED_SHARE:
+    if r is not None and r.outside_server_share is not None and r.outside_server_share >= UNATTRIBUTED_SHARE:
         verdicts.append(Verdict(
-            "unattributed_time", "request time outside any probe", r.unattributed_share,
-            {"unattributed_share": r.unattributed_share},
-            f"{_pct(r.unattributed_share)} of request time is in no probed stage: add @probe to the "
-            "code between stages (I/O, serialisation, waiting) before trusting the shares"))
+            "outside_server", "request time outside the server", r.outside_server_share,
+            {"outside_server_share": r.outside_server_share, "joined_requests": r.joined_requests},
+            f"{_pct(r.outside_server_share)} of request time, as the load client saw it, is outside the server's "
+            "spans: the network, connections and the client's own queueing; check the client's lateness and "
+            "the path to the server before the server's stages"))
+    # In the server: the time in no stage, less what is outside the server when a load client was joined.
+    inside = None if r is None or r.unattributed_share is None else r.unattributed_share - (r.outside_server_share or 0)
+    if inside is not None and inside >= UNATTRIBUTED_SHARE:
+        joined = r.outside_server_share is not None
+        evidence = {"unattributed_share": r.unattributed_share}
+        if joined:
+            evidence["outside_server_share"] = r.outside_server_share
+        verdicts.append(Verdict(
+            "unattributed_time", "request time outside any probe", inside, evidence,
+            f"{_pct(inside)} of request time is in no probed stage{' of the server' if joined else ''}: add @probe "
+            "to the code between stages (I/O, serialisation, waiting) before trusting the shares"))
 
     for stage in p.stages:
         if stage.shapes is not None and stage.shapes.dynamic_shape and stage.shapes.distinct > 1:

@@ -23,9 +23,18 @@ ENGINES = ("inprocess", "process", "dask")
 MAX_THREADS = 4  # files mapped at once in-process
 
 
-def _map_one(job) -> Partial:
-    ref, filters, window = job
-    return map_file(ref, filters, window)
+_SHARED: dict = {}  # a pool process's Filters, sent once (they may hold the load client's request ids)
+
+
+def _share(filters: Filters) -> None:
+    _SHARED["filters"] = filters
+
+
+def _map_one(job, filters: Filters | None = None) -> Partial:
+    """One job ``(ref, filters or None, window)``; None: the ``filters`` given (Dask), or the pool's."""
+    ref, given, window = job
+    return map_file(ref, given if given is not None else filters if filters is not None else _SHARED["filters"],
+                    window)
 
 
 def _merge_two(a: Partial, b: Partial) -> Partial:
@@ -81,17 +90,20 @@ def _run_map(refs, filters: Filters, windows: dict, engine: str, workers: int, s
     if engine == "process":
         from concurrent.futures import ProcessPoolExecutor  # 26 ms to import: only when used
 
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for part in pool.map(_map_one, jobs, chunksize=1):
+        # The Filters go to each process once, not with every file: the load client's request ids
+        # (requestjoin.py) are a few tens of bytes per request.
+        light = [(ref, None, window) for ref, _, window in jobs]
+        with ProcessPoolExecutor(max_workers=workers, initializer=_share, initargs=(filters,)) as pool:
+            for part in pool.map(_map_one, light, chunksize=1):
                 total.merge(part)
                 tick()
         return total
     if engine == "dask":
-        return _run_dask(jobs, workers, scheduler, tick)
+        return _run_dask(jobs, filters, workers, scheduler, tick)
     raise LoadprobeError(f"--engine {engine!r} is not one of {', '.join(ENGINES)}")
 
 
-def _run_dask(jobs, workers: int, scheduler: str | None, tick) -> Partial:
+def _run_dask(jobs, filters: Filters, workers: int, scheduler: str | None, tick) -> Partial:
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError:
@@ -104,7 +116,8 @@ def _run_dask(jobs, workers: int, scheduler: str | None, tick) -> Partial:
                                dashboard_address=None)
         client = Client(cluster)
     try:
-        futures = client.map(_map_one, jobs, pure=False)
+        shared = client.scatter(filters, broadcast=True)  # once per worker, not with every file
+        futures = client.map(_map_one, [(ref, None, window) for ref, _, window in jobs], filters=shared, pure=False)
         pending = list(futures)
         # Tree reduction on the cluster: partials never all travel to this process.
         for _ in as_completed(futures):

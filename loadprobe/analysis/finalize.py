@@ -188,14 +188,21 @@ def _requests(part: Partial) -> Requests | None:
     if not part.request_count:
         return None
     n = max(1, sum(part.request_statuses.values()))
+    # With the load client's recording joined, a request's own time (its root's, the client span's)
+    # is the time outside the server; the server span's own time is in no probed stage too.
+    total = part.request_total_ns
+    own = part.request_self_ns / total if total else None
+    joined = part.client_requests > 0 and part.joined_requests > 0
     return Requests(
         count=part.request_count,
         latency_ms=percentiles(part.requests),
         error_rate=part.request_statuses.get("error", 0) / n,
         timeout_rate=part.request_statuses.get("timeout", 0) / n,
-        unattributed_share=part.request_self_ns / part.request_total_ns if part.request_total_ns else None,
+        unattributed_share=(part.request_self_ns + part.joined_server_self_ns) / total if total else None,
         latency_cdf=latency_cdf(part.requests),
         queued_share=part.request_queue_ns / part.request_total_ns if part.request_total_ns else None,
+        joined_requests=part.joined_requests if part.client_requests else None,
+        outside_server_share=own if joined else None,
     )
 
 
@@ -267,6 +274,11 @@ def _quality(part: Partial, runs: list, dataset_skipped: dict) -> DataQuality:
                         f"still running, killed or out of disk), so their loss is unknown: {listed(not_final)}")
     if recorder["write_errors"]:
         warnings.append(f"{recorder['write_errors']} write error(s) while recording")
+    if part.client_requests and part.joined_requests < part.client_requests:
+        unseen = part.client_requests - part.joined_requests
+        warnings.append(f"{unseen:,} of the load client's {part.client_requests:,} requests have no span in the "
+                        "server's recording (failed before it, not recorded, or outside its files): each is counted "
+                        "once, from the client's side")
     if part.unjoined_children and part.unjoined_children > 0.01 * max(1, part.rows):
         warnings.append(f"{part.unjoined_children} span(s) whose parent is in another file: self time is approximate")
     span = ((part.last_ns - part.first_ns) / 1e9) if part.first_ns is not None else 0.0

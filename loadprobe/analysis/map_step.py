@@ -30,6 +30,7 @@ from .kernel_numpy import NS_PER_S, sum_by
 from .kernels import resolve_kernel
 from .partials import Partial, SamplePartial, add_counts, merge, pick
 from .reading import UnreadableFile, read_data_file
+from .requestjoin import ClientRequests, is_load_client, join_client
 
 SKEW_SAMPLE_SUFFIX = "00"  # requests whose id ends so are sampled for the cross-host clock check
 _NULL_DURATION = -(2**62)  # what a null dur_ns decodes as, before it is told from a negative one
@@ -49,6 +50,7 @@ class Filters:
     read_threads: bool = False  # let Arrow decode columns in parallel (when one process maps alone)
     kernel: str = "auto"  # "auto": compiled (C) when built, else numpy; "compiled"; "numpy"
     energy: bool = True  # map each span's time on its engine (energy.py); analyze: only when power was sampled
+    client: ClientRequests | None = None  # the load client's requests, joined to the server's (requestjoin.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kernel", resolve_kernel(self.kernel))
@@ -62,7 +64,8 @@ def map_file(ref: FileRef, filters: Filters | None = None, run_window: tuple | N
     filters = Filters() if filters is None else filters
     part = Partial() if into is None else into
     try:
-        read = read_data_file(ref, request_ids=filters.sample_skew, use_threads=filters.read_threads)
+        joining = filters.client is not None and not is_load_client(ref.service)  # the join needs the ids
+        read = read_data_file(ref, request_ids=filters.sample_skew or joining, use_threads=filters.read_threads)
     except UnreadableFile as exc:
         part.skipped[ref.path] = exc.reason
         return part
@@ -151,7 +154,17 @@ def map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, ru
         dur = np.where(valid, dur, 0)
 
     cols = span_columns(table, ts, dur, valid, request_ids_known)
+    joined = None
+    if filters.client is not None and not is_load_client(ref.service):
+        cols, joined = join_client(part, table, cols, filters.client, ref.host)
+    gaps_before = len(part.gaps.get(ref.run_id, ()))
     _KERNELS[filters.kernel].aggregate(part, cols, ref, run_window)
+    if joined is not None and not joined.left and ref.run_id in part.gaps:
+        # Every request of the file is the client's: its gaps are the client's, not these (which the
+        # kernels took from whatever root spans are left, background work).
+        del part.gaps[ref.run_id][gaps_before:]
+        if not part.gaps[ref.run_id]:
+            del part.gaps[ref.run_id]
     if filters.energy:
         map_engine_busy(part, cols, ref.host)
     if request_ids_known is None:

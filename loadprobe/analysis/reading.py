@@ -106,6 +106,24 @@ def read_data_file(ref: FileRef, *, request_ids: bool = True, use_threads: bool 
         raise UnreadableFile(ref.path, _reason(exc)) from None
 
 
+def read_request_ids(ref: FileRef) -> pa.ChunkedArray:
+    """Only the ``request_id`` column of a spans file (as strings); UnreadableFile if it cannot be read."""
+    try:
+        source = open_input(ref)
+        try:
+            if ref.stream:
+                column = pa.Table.from_batches(list(iter_stream(source)), schema=SCHEMAS["spans"]).column("request_id")
+            else:
+                pf = pq.ParquetFile(source, pre_buffer=False, memory_map=isinstance(source, str))
+                column = pf.read(columns=["request_id"]).column("request_id")
+        finally:
+            if hasattr(source, "close"):
+                source.close()
+        return column.cast(pa.string())
+    except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
+        raise UnreadableFile(ref.path, _reason(exc)) from None
+
+
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
     if "magic bytes" in text or "Parquet file size is 0" in text or "footer" in text.lower():

@@ -18,6 +18,8 @@ from .finalize import build_portrait
 from .footers import hosts_may_share_request_ids
 from .kernels import resolve_kernel
 from .map_step import Filters
+from .requestjoin import client_requests
+from .services import choose, each_service
 from ..portrait import Portrait
 
 
@@ -46,7 +48,12 @@ def parse_time(value, option: str) -> int | None:
 def analyze(paths, *, since=None, until=None, service: str | None = None, host: str | None = None,
             device: str | None = None, precision: str | None = None, catalog=(), engine: str = "inprocess",
             workers: int = 1, scheduler: str | None = None, progress=None, kernel: str = "auto") -> Portrait:
-    """The load portrait of the data under ``paths`` (directories, globs or URIs).
+    """The load portrait of one service's data under ``paths`` (directories, globs or URIs).
+
+    ``service`` (an fnmatch pattern) chooses the service when ``paths`` hold several; several
+    are refused with a LoadprobeError naming them (``services.choose``). A load client's recording
+    (``loadprobe load --record``) that shares request ids with the service is joined to it: each
+    request counted once, the client's span outermost (``requestjoin.py``).
 
     ``device`` names a catalog entry for the roofline (default: the recorded GPU or CPU
     when the catalog knows it); ``catalog`` adds device files. ``engine``: "inprocess",
@@ -60,13 +67,17 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
     since_ns, until_ns = parse_time(since, "--since"), parse_time(until, "--until")
     if since_ns is not None and until_ns is not None and since_ns >= until_ns:
         raise LoadprobeError(f"--since {since} is not before --until {until}")
-    runs, skipped = discover(paths, service=service, host=host)
+    runs, skipped = discover(paths, host=host)
+    runs, clients = choose(runs, service, ", ".join(map(str, paths)))  # one service (and its load client)
+    # The load client's requests, read once (its files are small): the map step joins the server's to them.
+    client = client_requests(clients, since_ns, until_ns) if clients else None
     refs = file_refs(runs)
     # The cross-host clock check compares requests seen on several hosts, so it needs the request
     # ids; with one host, or when the files' footers prove that no two hosts share an id (each
     # host's id ranges are disjoint from every other's), it can find nothing and they are not decoded.
     sample_skew = len({r.host for r in runs}) > 1 and hosts_may_share_request_ids(refs)
-    filters = Filters(since_ns, until_ns, sample_skew=sample_skew, kernel=kernel, energy=samples_power(runs))
+    filters = Filters(since_ns, until_ns, sample_skew=sample_skew, kernel=kernel, energy=samples_power(runs),
+                      client=client)
     windows = {r.run_id: (r.info["started_ns"], r.info.get("stopped_ns"))
                for r in runs if isinstance(r.info.get("started_ns"), int) and r.info.get("role") != "imported"}
     part = run_map(refs, filters, windows, engine=engine, workers=workers, scheduler=scheduler,
@@ -78,6 +89,7 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
                "only device samples (samples-*.parquet), no spans-*.parquet")
         raise LoadprobeError(f"{', '.join(map(str, paths))}: no readable span data ({why}); fix or replace those "
                              "files, or record again with 'loadprobe record'")
+    part.client_requests = client.count if client is not None else 0
     portrait = build_portrait(part, runs, inputs=list(paths), device=_roofline_device(device, runs, catalog),
                               precision=precision, dataset_skipped=skipped)
     if not portrait.stages and (since_ns is not None or until_ns is not None):
@@ -86,6 +98,20 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
                              f"({portrait.data_quality.rows_filtered:,} read, all outside; the runs cover "
                              f"{_covered(windows)}); widen --since/--until")
     return portrait
+
+
+def services(paths, *, service: str | None = None, host: str | None = None) -> list[str]:
+    """The services under ``paths`` that get a portrait each (``loadprobe analyze --each-service``):
+    every one matching ``service`` (all when None), the load client's recording joined to the one it
+    shares request ids with, or a portrait of its own when it shares none. Pass each, escaped as a
+    pattern (``glob.escape``), to ``analyze(service=)``."""
+    if isinstance(paths, str):
+        paths = [paths]
+    runs, _ = discover(paths, host=host)
+    names = each_service(runs, service)
+    if not names:
+        choose(runs, service, ", ".join(map(str, paths)))  # raises: says that nothing matches, and what is there
+    return names
 
 
 def _window(since, until) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import sys
 from pathlib import Path
 
@@ -18,7 +19,10 @@ from ..analysis.kernels import KERNELS  # the names only: stdlib, no numpy or py
 @click.option("--no-html", is_flag=True, help="Do not write the HTML report (portrait.html).")
 @click.option("--since", help="Only data from this time (ISO-8601, UTC if no zone, or epoch seconds).")
 @click.option("--until", help="Only data before this time.")
-@click.option("--service", help="Only this service (a glob pattern).")
+@click.option("--service", help="The service to analyse when DATA holds several (a glob pattern that must match one; "
+                                "the load client's recording of its requests joins it).")
+@click.option("--each-service", is_flag=True,
+              help="One portrait (and report) per service, in a folder per service under -o.")
 @click.option("--host", help="Only this host (a glob pattern).")
 @click.option("--device", help="Catalog device for the roofline (default: the recorded one when known).")
 @click.option("--precision", help="Precision for the roofline: fp32, fp16, bf16, fp8, int8 ...")
@@ -33,28 +37,32 @@ from ..analysis.kernels import KERNELS  # the names only: stdlib, no numpy or py
                    "when it was built (auto). All give the same portrait.")
 @click.option("--force", is_flag=True, help="Replace portrait.json and portrait.html in -o.")
 def analyze(data, output, as_json, no_html, since, until, service, host, device, precision, catalogs, engine, workers,
-            scheduler, kernel, force):
+            scheduler, kernel, force, each_service):
     """Compute the load portrait of DATA (directories, globs or s3://, gs:// URIs).
 
     \b
-    Example:
+    Examples:
         loadprobe analyze loadprobe-data/ --device nvidia-l4
+        loadprobe analyze client-data/ server-data/           # one service, seen by its load client too
+        loadprobe analyze data/ --each-service -o reports/    # reports/<service>/portrait.json each
     """
     from .._errors import LoadprobeError
+    from .._files import inside
     from ..analysis.run import analyze as run_analysis
+    from ..analysis.run import services
+    from ..pipeline.names import plan_names
     from ..reports.summary import render
 
-    from .._files import inside
-    from ._outputs import refuse_existing
-
-    json_path, html_path = inside(output, "portrait.json"), inside(output, "portrait.html")
-    refuse_existing([json_path] + ([] if no_html else [html_path]), force)  # before the work
-    if not no_html and html_path.exists():
-        from ..reports.html import is_report
-
-        if not is_report(html_path):  # replace our own report, as with portrait.json, but nobody else's file
-            raise LoadprobeError(f"{html_path} exists and was not written by loadprobe; move it, choose another "
-                                 "-o, or pass --no-html")
+    if each_service and as_json:
+        raise LoadprobeError("--json prints one portrait; with --each-service read each <service>/portrait.json "
+                             "under -o instead")
+    if each_service:
+        names = services(list(data), service=service, host=host)
+        folders = plan_names(names, fallback="service")  # a service's name may be anything: its folder is a name
+        targets = {name: inside(output, folders[name]) for name in names}
+    else:
+        targets = {service: Path(output)}
+    paths = {name: _targets(folder, no_html, force) for name, folder in targets.items()}  # all refused before work
 
     bar = None
 
@@ -67,23 +75,46 @@ def analyze(data, output, as_json, no_html, since, until, service, host, device,
             bar.__enter__()
         bar.update(1)
 
-    try:
-        portrait = run_analysis(list(data), since=since, until=until, service=service, host=host, device=device,
-                                precision=precision, catalog=catalogs, engine=engine, workers=workers,
-                                scheduler=scheduler, progress=progress, kernel=kernel)
-    finally:
-        if bar is not None:
-            bar.__exit__(None, None, None)
-    path = portrait.save(json_path)
-    size = None
-    if not no_html:
-        from ..reports.html import render_report, write_html
+    for name, (json_path, html_path) in paths.items():
+        try:
+            portrait = run_analysis(list(data), since=since, until=until,
+                                    service=glob.escape(name) if each_service else service, host=host, device=device,
+                                    precision=precision, catalog=catalogs, engine=engine, workers=workers,
+                                    scheduler=scheduler, progress=progress, kernel=kernel)
+        finally:
+            if bar is not None:
+                bar.__exit__(None, None, None)
+                bar = None
+        path = portrait.save(json_path)
+        size = None
+        if html_path is not None:
+            from ..reports.html import render_report, write_html
 
-        size = write_html(html_path, render_report(portrait), overwrite=True)
-    if as_json:
-        click.echo(portrait.to_json(), nl=False)
-        return
-    click.echo(render(portrait))
-    click.echo(f"\nportrait: {path}", err=True)
-    if size is not None:
-        click.echo(f"report:   {html_path} ({size / 1e6:.1f} MB)", err=True)
+            size = write_html(html_path, render_report(portrait), overwrite=True)
+        if as_json:
+            click.echo(portrait.to_json(), nl=False)
+            return
+        if each_service:
+            click.echo(f"{'' if name == next(iter(paths)) else chr(10)}== service {name} ==")
+        click.echo(render(portrait))
+        click.echo(f"\nportrait: {path}", err=True)
+        if size is not None:
+            click.echo(f"report:   {html_path} ({size / 1e6:.1f} MB)", err=True)
+
+
+def _targets(folder, no_html: bool, force: bool):
+    """(portrait.json, portrait.html or None) in ``folder``: refused, before any work, when they exist
+    (unless ``force``), and the HTML when it exists and loadprobe did not write it."""
+    from .._errors import LoadprobeError
+    from .._files import inside
+    from ._outputs import refuse_existing
+
+    json_path, html_path = inside(folder, "portrait.json"), None if no_html else inside(folder, "portrait.html")
+    refuse_existing([json_path] + ([] if html_path is None else [html_path]), force)
+    if html_path is not None and html_path.exists():
+        from ..reports.html import is_report
+
+        if not is_report(html_path):  # replace our own report, as with portrait.json, but nobody else's file
+            raise LoadprobeError(f"{html_path} exists and was not written by loadprobe; move it, choose another "
+                                 "-o, or pass --no-html")
+    return json_path, html_path

@@ -226,12 +226,13 @@ def run(url: str, offsets=None, *, concurrency: int | None = None, duration: flo
     run_id = secrets.token_hex(4)
     results = _Results()
     from ..record import recorder  # the client view is recorded like a service's own spans
+    from ..schema import LOAD_CLIENT_SERVICE  # (pyarrow: only when recording)
 
     own_recorder = record is not None and recorder.current() is None
     if record is not None:
         # Started before the first send, so run.json's start precedes every span; the spans
         # themselves are recorded after the last answer (see _Results.record).
-        recorder.start(record, service="loadprobe-load", sample_devices=False,
+        recorder.start(record, service=LOAD_CLIENT_SERVICE, sample_devices=False,
                         tags={"url": url, "mode": mode or "load", "run": run_id})
         recorder.flush()  # the recorder's imports and files are set up now, not during the first sends
     interrupted = False

@@ -1,0 +1,207 @@
+"""Issue #32, points 4 and 5: one service at a time, and one request counted once when the load
+client's recording and the server's are analysed together.
+
+A real WSGI server recorded with loadprobe's middleware (which records the x-request-id header) is
+driven by a real ``loadprobe load --record`` subprocess; analysis runs through the public API and
+the CLI, on every kernel."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+import loadprobe
+from loadprobe import LoadprobeError, probe
+from loadprobe.instrumentation.wsgi import LoadprobeWSGIMiddleware
+from tests.support.http_servers import serve_wsgi
+
+REQUESTS = 60
+UNRECORDED = 5  # the server leaves every 5th request out of its recording (as a sampling server would)
+
+
+@probe("work")
+def _work():
+    time.sleep(0.003)
+
+
+def _app(environ, start_response):
+    _work()
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+    return [b"ok"]
+
+
+_RECORDED = LoadprobeWSGIMiddleware(_app, route=lambda environ: "infer")
+
+
+def _unrecorded(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+    return [b"ok"]
+
+
+def _server(environ, start_response):
+    rid = environ.get("HTTP_X_REQUEST_ID", "")
+    recorded = not rid.endswith(tuple(f"-{n}" for n in range(UNRECORDED, REQUESTS + 1, UNRECORDED)))
+    return (_RECORDED if recorded else _unrecorded)(environ, start_response)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "loadprobe", *map(str, args)], capture_output=True, text=True,
+                          timeout=240)
+
+
+@pytest.fixture(scope="module")
+def both_sides(tmp_path_factory):
+    """(client-data, server-data): the same requests recorded by the load client and by the server."""
+    root = tmp_path_factory.mktemp("sides")
+    loadprobe.start(root / "server-data", service="web", sample_devices=False, flush_interval_s=0.05)
+    try:
+        with serve_wsgi(_server) as base:
+            done = _cli("load", base + "/infer", "--rate", 200, "--requests", REQUESTS, "--record",
+                        root / "client-data")
+    finally:
+        loadprobe.stop()
+    assert done.returncode == 0, done.stderr
+    return root / "client-data", root / "server-data"
+
+
+@pytest.mark.timeout(300)
+def test_client_and_server_count_each_request_once(both_sides):
+    client, server = both_sides
+    portrait = loadprobe.analyze([client, server])
+    r = portrait.requests
+    assert r.count == REQUESTS and portrait.traffic.requests == REQUESTS  # not 2 x
+    recorded = REQUESTS - REQUESTS // UNRECORDED
+    assert r.joined_requests == recorded
+    assert any(f"{REQUESTS // UNRECORDED:,} of the load client's {REQUESTS:,} requests" in w
+               for w in portrait.data_quality.warnings)
+    outer, http, work = portrait.stage("client"), portrait.stage("GET infer"), portrait.stage("work")
+    assert outer.count == REQUESTS and http.count == work.count == recorded
+    # The client's span is the request: all of it; the server's span and its stage are parts of it.
+    assert outer.share == pytest.approx(1.0)
+    assert 0 < work.share <= http.share < 1
+    # What is left of the client's own time is outside the server: network, connections, queueing.
+    assert r.outside_server_share == pytest.approx(outer.self_share)
+    # (each request's server time is taken off its client time, at most all of it: a WSGI span ends
+    # when the body closes, which may be after the client read the response)
+    assert outer.self_share >= 1 - http.share - 1e-9
+    assert 0 < outer.self_share < 1
+    # Time in no probed stage: outside the server, plus the server span's own (a root in its file, as before).
+    assert r.outside_server_share < r.unattributed_share < r.outside_server_share + http.self_share + 1e-9
+    assert http.start_offset_ms is None
+    assert not [v for v in portrait.bottlenecks if v.kind == "dominant_stage" and v.evidence["stage"] == "client"]
+    # Each side alone is still its own view.
+    assert loadprobe.analyze([server]).requests.count == recorded
+    alone = loadprobe.analyze([client]).requests
+    assert alone.count == REQUESTS and alone.joined_requests is None
+
+
+@pytest.mark.timeout(300)
+def test_the_join_gives_one_portrait_on_every_kernel_and_engine(both_sides):
+    from loadprobe.analysis.kernels import kernel_available
+
+    def figures(**options):
+        data = loadprobe.analyze(list(both_sides), **options).to_dict()
+        data.pop("generated_at")
+        return data
+
+    reference = figures(kernel="numpy")
+    if kernel_available():
+        assert figures(kernel="compiled") == reference
+    assert figures(kernel="numpy", engine="process", workers=2) == reference
+    try:
+        import dask.distributed  # noqa: F401
+    except ImportError:
+        return
+    assert figures(kernel="numpy", engine="dask", workers=2) == reference
+
+
+@pytest.mark.timeout(300)
+def test_the_cli_reports_the_requests_once(both_sides, tmp_path):
+    done = _cli("analyze", *both_sides, "-o", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    portrait = json.loads((tmp_path / "out" / "portrait.json").read_text())
+    assert portrait["requests"]["count"] == REQUESTS and portrait["traffic"]["requests"] == REQUESTS
+    assert "client dominates" not in done.stdout
+    assert "outside the server" in done.stdout and f"{REQUESTS:,} requests joined" in done.stdout
+    assert "outside the server, as the load client saw it" in (tmp_path / "out" / "portrait.html").read_text()
+
+
+@pytest.mark.timeout(120)
+def test_two_imported_logs_are_two_services(tmp_path):
+    for name, step in (("api", 1), ("batch", 7)):
+        rows = "".join(f"2026-12-02T10:00:{i * step % 60:02d}Z,{5 + i}\n" for i in range(20))
+        (tmp_path / f"{name}.csv").write_text("timestamp,latency_ms\n" + rows)
+        assert _cli("import", tmp_path / f"{name}.csv", "-o", tmp_path / "data", "--latency-col", "latency_ms",
+                    "--latency-unit", "ms").returncode == 0
+    done = _cli("analyze", tmp_path / "data", "-o", tmp_path / "out")
+    assert done.returncode == 2 and "2 services (api, batch)" in done.stderr and "Traceback" not in done.stderr
+    assert _cli("analyze", tmp_path / "data", "-o", tmp_path / "out", "--service", "api").returncode == 0
+    assert json.loads((tmp_path / "out" / "portrait.json").read_text())["requests"]["count"] == 20
+
+
+def _record(root, service, n=5):
+    loadprobe.start(root, service=service, sample_devices=False)
+    for i in range(n):
+        with loadprobe.request(id=f"{service}-{i}"):
+            _work()
+    loadprobe.stop()
+
+
+@pytest.mark.timeout(120)
+def test_several_services_are_refused_in_one_line_that_names_them(tmp_path):
+    data = tmp_path / "data"
+    _record(data, "server")
+    _record(data, "batch-scorer")
+    with pytest.raises(LoadprobeError, match=r"2 services \(batch-scorer, server\).*--service NAME.*--each-service"):
+        loadprobe.analyze([data])
+    assert loadprobe.analyze([data], service="server").requests.count == 5
+    with pytest.raises(LoadprobeError, match=r"--service '\*' matches 2 services"):
+        loadprobe.analyze([data], service="*")
+    with pytest.raises(LoadprobeError, match="no loadprobe data for --service 'nothing'.*batch-scorer, server"):
+        loadprobe.analyze([data], service="nothing")
+    done = _cli("analyze", data, "-o", tmp_path / "out")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "batch-scorer, server" in done.stderr
+    assert not (tmp_path / "out" / "portrait.json").exists()
+
+
+@pytest.mark.timeout(240)
+def test_each_service_writes_a_portrait_per_service_inside_the_folder(tmp_path):
+    data, out = tmp_path / "data", tmp_path / "out"
+    _record(data, "server")
+    _record(data, "batch", n=3)
+    # run.json names the service; whatever it says is a name, not a path: its folder is made a name
+    (info_path,) = data.rglob("batch/*/run.json")
+    info = json.loads(info_path.read_text())
+    info_path.write_text(json.dumps({**info, "service": "../batch scorer"}))
+    done = _cli("analyze", data, "-o", out, "--each-service")
+    assert done.returncode == 0, done.stderr
+    written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("portrait.*"))
+    assert written == ["out/batch_scorer/portrait.html", "out/batch_scorer/portrait.json",
+                       "out/server/portrait.html", "out/server/portrait.json"]
+    counts = {p.parent.name: json.loads(p.read_text())["requests"]["count"] for p in out.glob("*/portrait.json")}
+    assert counts == {"server": 5, "batch_scorer": 3}
+    again = _cli("analyze", data, "-o", out, "--each-service")
+    assert again.returncode == 2 and "exists; pass --force" in again.stderr and "Traceback" not in again.stderr
+    assert _cli("analyze", data, "-o", out, "--each-service", "--force").returncode == 0
+    none = _cli("analyze", data, "-o", out, "--each-service", "--service", "nothing")
+    assert none.returncode == 2 and "no loadprobe data for --service 'nothing'" in none.stderr
+
+
+@pytest.mark.timeout(240)
+def test_a_load_client_sharing_no_request_id_is_a_service_of_its_own(both_sides, tmp_path):
+    client, _ = both_sides
+    other = tmp_path / "other"
+    _record(other, "batch")
+    with pytest.raises(LoadprobeError, match="shares no request id"):
+        loadprobe.analyze([client, other])
+    assert loadprobe.analyze([client, other], service="batch").requests.count == 5  # the client left out
+    done = _cli("analyze", client, other, "-o", tmp_path / "out", "--each-service", "--no-html")
+    assert done.returncode == 0, done.stderr
+    counts = {p.parent.name: json.loads(p.read_text())["requests"]["count"]
+              for p in (tmp_path / "out").glob("*/portrait.json")}
+    assert counts == {"batch": 5, "loadprobe-load": REQUESTS}
