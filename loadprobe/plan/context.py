@@ -21,7 +21,7 @@ from ..estimate.servicetime import DEFAULT_DEVICE
 from ..schema import engine_kind
 
 __all__ = ["DEFAULT_CPU_CORES", "HostWork", "PlanContext", "calls_per_request", "cpu_cores", "cpu_load_pct", "cpu_util",
-           "handoff_ms", "host_cpu_capacity", "host_work", "plan_stages", "recorded_kind", "service_name",
+           "delay_ms", "host_cpu_capacity", "host_work", "plan_stages", "recorded_kind", "service_name",
            "unattributed_ms"]
 
 DEFAULT_CPU_CORES = 4
@@ -148,11 +148,12 @@ def calls_per_request(ctx: PlanContext) -> dict[str, float]:
 
 
 def unattributed_ms(portrait) -> float:
-    """Mean request time spent outside every stage (ms): the request spans' own time."""
+    """Mean request time the service spent outside every stage (ms): the request spans' own time. With a load
+    client's recording joined, its time outside the server (network, connections) is not the service's."""
     req = portrait.requests
     if req is None or req.latency_ms is None or req.unattributed_share is None or req.latency_ms.mean is None:
         return 0.0
-    return req.latency_ms.mean * req.unattributed_share
+    return req.latency_ms.mean * max(0.0, req.unattributed_share - (req.outside_server_share or 0.0))
 
 
 @dataclass(frozen=True)
@@ -184,8 +185,10 @@ def host_work(portrait) -> HostWork | None:
     requests = portrait.requests.count if portrait.requests is not None else 0
     if own <= 0 or not roots or not requests:
         return None
+    if portrait.requests.outside_server_share is not None and len(roots) > 1:  # the server's span, not the client's
+        roots = [s for s in roots if s.share is None or s.share < 0.999] or roots
     root = max(roots, key=lambda s: s.count)
-    share = portrait.requests.unattributed_share
+    share = own / portrait.requests.latency_ms.mean
     how = (f"{own:.3g} ms per request in no probed stage ({share:.0%} of request time: the {root.name!r} spans' own "
            "time)")
     work = own
@@ -219,11 +222,15 @@ def process_cpu_ms(portrait) -> float | None:
     return sum(m.mean / 100.0 * m.seconds for m in samples) * 1000.0 / requests
 
 
-def handoff_ms(ctx: PlanContext) -> float:
-    """What every plan adds to each request's latency without loading an engine: the runtime's hand-off delay
-    per stage, when a calibration (``--calibration``) measured one."""
-    calibration = ctx.constraints.calibration
-    return calibration.handoff_ms * len(ctx.stages) if calibration is not None else 0.0
+def delay_ms(ctx: PlanContext) -> float:
+    """What every plan adds to each request's latency without loading an engine: the time outside the server
+    (network, connections) when a load client's recording was joined, and the runtime's hand-off delay per
+    stage when a calibration (``--calibration``) measured one."""
+    req, calibration = ctx.portrait.requests, ctx.constraints.calibration
+    outside_server = (req.latency_ms.mean * req.outside_server_share
+                      if req is not None and req.latency_ms is not None and req.latency_ms.mean is not None
+                      and req.outside_server_share else 0.0)
+    return outside_server + (calibration.handoff_ms * len(ctx.stages) if calibration is not None else 0.0)
 
 
 def service_name(portrait) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 
-from .context import PlanContext, calls_per_request, handoff_ms, service_name
+from .context import PlanContext, calls_per_request, delay_ms, service_name
 from .placement import add_fallbacks
 from ..estimate.queueing import EngineCapacity, Placement, estimate
 from .result import Option, Plan
@@ -40,8 +40,8 @@ def assemble(name: str, decisions: list, specs, profiles, ctx: PlanContext, note
     if host is not None:
         d = ctx.host.distribution
         placements.append(Placement(HOST_STAGE, host, d.p50_ms, d.p95_ms, 1, 0.0, 1.0, d.p99_ms, d.mean_ms))
-    est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=handoff_ms(ctx))
-    stress = estimate(placements, capacities, rate=ctx.rate * STRESS, unattributed_ms=handoff_ms(ctx))
+    est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=delay_ms(ctx))
+    stress = estimate(placements, capacities, rate=ctx.rate * STRESS, unattributed_ms=delay_ms(ctx))
     unknown = [n for n, e in engines.items() if e["power_w"] is None and e.get("measured_w") is None]
     notes = list(notes)
     if host is not None:
@@ -82,7 +82,7 @@ def host_engine(engines: dict, ctx: PlanContext) -> str | None:
 def option_check(option: Option, ctx: PlanContext, profiles) -> OptionCheck:
     """The option as a pipeline the simulator can replay (``simulation.OptionCheck``)."""
     stub = Plan(service_name(ctx.portrait), "", "", ctx.constraints, ctx.rate, ctx.slo_ms, option, [], "")
-    return OptionCheck(stub, option, {p.name: p for p in profiles}, calls_per_request(ctx), handoff_ms(ctx))
+    return OptionCheck(stub, option, {p.name: p for p in profiles}, calls_per_request(ctx), delay_ms(ctx))
 
 
 def simulate_option(option: Option, ctx: PlanContext, profiles) -> None:

@@ -2,7 +2,7 @@
 
 Usage (``planner.recommend`` does this)::
 
-    check = OptionCheck(plan_stub, option, profiles, calls, handoff_ms=0.2)
+    check = OptionCheck(plan_stub, option, profiles, calls, delay_ms=0.2)
     est = check.estimate(rate=300)                   # an Estimate whose figures are simulated
     trials, best = tune(check, rate=300, slo_ms=200) # what it tried, and the settings it keeps
 
@@ -19,8 +19,9 @@ How an option is simulated, so that the table compares like with like:
   the hardware shares it rather than adding to it, which a fixed service time cannot show;
 - time spent outside every stage (the request spans' own time: HTTP, framework) is the host's work,
   which the file keeps as ``host:`` and the simulator runs as a first stage on the host CPU engine
-  (``simulator.servicetimes.with_host``), so it takes cores as it did when recorded; a calibrated
-  hand-off delay is added to each latency;
+  (``simulator.servicetimes.with_host``), so it takes cores as it did when recorded; the time
+  outside the server (a joined load client's) and a calibrated hand-off delay are added to each
+  latency;
 - power and capacity stay those of the analytic model, from the simulated utilisation.
 """
 
@@ -51,7 +52,7 @@ class OptionCheck:
     option: object
     profiles: dict  # stage name -> StageProfile
     calls: dict  # stage name -> executions per request
-    handoff_ms: float = 0.0  # added to every latency (the runtime's hand-off delay, where calibrated)
+    delay_ms: float = 0.0  # added to every latency: time outside the server, the runtime's hand-off (context.delay_ms)
 
     @functools.cached_property
     def _pipeline(self):
@@ -112,13 +113,13 @@ class OptionCheck:
 
     def estimate(self, analytic: Estimate, rate: float, config=None, result=None) -> Estimate:
         """``analytic`` with its latency figures, utilisation and stage p95s replaced by a simulation's."""
-        return as_estimate(analytic, result or self.run(rate, config), self.handoff_ms)
+        return as_estimate(analytic, result or self.run(rate, config), self.delay_ms)
 
 
-def as_estimate(analytic: Estimate, result, handoff_ms: float) -> Estimate:
+def as_estimate(analytic: Estimate, result, delay_ms: float) -> Estimate:
     lat = result.latency_ms
     failed = (result.outcomes["rejected"] + result.outcomes["timeout"] + result.outcomes["error"]) / result.requests
-    shift = lambda v: None if v is None else v + handoff_ms  # noqa: E731
+    shift = lambda v: None if v is None else v + delay_ms  # noqa: E731
     return replace(analytic, p50_ms=shift(lat["p50"]), p95_ms=shift(lat["p95"]), p99_ms=shift(lat["p99"]),
                    utilisation={n: e["utilisation"] for n, e in result.engines.items()},
                    stage_p95_ms={n: s["p95"] for n, s in result.stages.items() if s["p95"] is not None},
@@ -147,11 +148,11 @@ def tune(check: OptionCheck, rate: float, slo_ms: float | None, p99_ms: float | 
         at, over = check.run(rate, config), check.run(rate * STRESS, config)
         failed = _failed(at)
         meets = failed <= FAILED_SHARE_OK and at.latency_ms["p95"] is not None and \
-            (slo_ms is None or at.latency_ms["p95"] + check.handoff_ms <= slo_ms) and \
-            (p99_ms is None or at.latency_ms["p99"] + check.handoff_ms <= p99_ms)
+            (slo_ms is None or at.latency_ms["p95"] + check.delay_ms <= slo_ms) and \
+            (p99_ms is None or at.latency_ms["p99"] + check.delay_ms <= p99_ms)
         trials.append({"window_factor": window, "failover_max_ratio": ratio, "meets_targets": meets,
-                       "p95_ms": _plus(at.latency_ms["p95"], check.handoff_ms), "failed_share": failed,
-                       "stress_p95_ms": _plus(over.latency_ms["p95"], check.handoff_ms),
+                       "p95_ms": _plus(at.latency_ms["p95"], check.delay_ms), "failed_share": failed,
+                       "stress_p95_ms": _plus(over.latency_ms["p95"], check.delay_ms),
                        "stress_failed_share": _failed(over)})
         runs.append((at, over))
     key = lambda t: (not t["meets_targets"], round(t["stress_failed_share"], 3),  # noqa: E731
