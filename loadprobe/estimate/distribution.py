@@ -32,7 +32,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-__all__ = ["CDF_MAX_POINTS", "CDF_TOLERANCE", "Distribution"]
+__all__ = ["CDF_MAX_POINTS", "CDF_TOLERANCE", "Distribution", "Figures"]
 
 FLOOR_MS = 1e-9  # values are kept above 0 so that their logarithm exists
 
@@ -195,6 +195,29 @@ class Distribution:
     def __repr__(self) -> str:
         return f"Distribution(mean {self.mean_ms:.4g} ms, p50 {self.p50_ms:.4g}, p95 {self.p95_ms:.4g}, " \
                f"max {self.values[-1]:.4g})"
+
+
+class Figures:
+    """``mean_ms``, ``p50_ms``, ``p95_ms`` and ``p99_ms`` of an object's ``distribution`` (a mixin)."""
+
+    distribution: Distribution
+
+    @property
+    def mean_ms(self) -> float:
+        """What loads an engine: capacity and sizing use the mean, never a median."""
+        return self.distribution.mean_ms
+
+    @property
+    def p50_ms(self) -> float:
+        return self.distribution.p50_ms
+
+    @property
+    def p95_ms(self) -> float:
+        return self.distribution.p95_ms
+
+    @property
+    def p99_ms(self) -> float:
+        return self.distribution.p99_ms
 
 
 def _log_mean(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..schema import engine_kind
-from .distribution import Distribution
+from .distribution import Distribution, Figures
 
 ASSUMED_EFFICIENCY = 0.5
 """Share of a target's roof reached when the recorded device's own roof is unknown."""
@@ -49,7 +49,7 @@ DEFAULT_DEVICE = {"gpu": "nvidia-l4", "npu": "ascend-310p"}
 
 
 @dataclass(frozen=True)
-class StageProfile:
+class StageProfile(Figures):
     """The measured figures of one stage that service-time estimates start from."""
 
     name: str
@@ -93,22 +93,6 @@ class StageProfile:
             recorded_precision=recorded_precision or ("fp32" if kind == "cpu" else "fp16"),
         )
 
-    @property
-    def mean_ms(self) -> float:
-        return self.distribution.mean_ms
-
-    @property
-    def p50_ms(self) -> float:
-        return self.distribution.p50_ms
-
-    @property
-    def p95_ms(self) -> float:
-        return self.distribution.p95_ms
-
-    @property
-    def p99_ms(self) -> float:
-        return self.distribution.p99_ms
-
     def measured_ms(self, requests: float) -> float:
         """Mean self time of one execution serving ``requests`` requests, on the recorded engine."""
         items = requests * self.items_per_request
@@ -123,28 +107,11 @@ class StageProfile:
 
 
 @dataclass(frozen=True)
-class ServiceTime:
+class ServiceTime(Figures):
     distribution: Distribution  # one execution of ``batch`` items
     batch: int
     source: str  # measured | roofline-estimate | unscaled | calibrated (observed by loadprobe verify)
     how: str  # one sentence: where the figure comes from
-
-    @property
-    def mean_ms(self) -> float:
-        """What loads an engine: capacity and sizing use the mean, never a median."""
-        return self.distribution.mean_ms
-
-    @property
-    def p50_ms(self) -> float:
-        return self.distribution.p50_ms
-
-    @property
-    def p95_ms(self) -> float:
-        return self.distribution.p95_ms
-
-    @property
-    def p99_ms(self) -> float:
-        return self.distribution.p99_ms
 
     def scaled(self, factor: float, source: str, how: str) -> ServiceTime:
         return ServiceTime(self.distribution.scaled(factor), self.batch, source, how)

@@ -79,11 +79,16 @@ def simulate_plans(plans: list, offsets, *, source: str, arrivals: str, seed: in
                                      outside=outside_sampler, **options)
         except LoadprobeError as exc:  # what a plan lacks (a service time, say) is said of its file
             raise LoadprobeError(f"{source}" + (f", plan {name!r}" if len(plans) > 1 else "") + f": {exc}") from None
-    described = (f"recorded in {data}" if recorded else "each stage's service_time_ms (lognormal through p50 and p95)")
+    described = (f"recorded in {data}" if recorded else
+                 "each stage's service_time_ms (its recorded distribution where the file keeps one, else the "
+                 "lognormal through p50 and p95)")
     if overrides:
         described += f"; given for {', '.join(sorted({stage for stage, _, _ in overrides}))}"
-    if outside_sampler:
-        described += f"; plus {outside_sampler.how}"
+    hosted = [name for name, config in plans if config.host is not None]
+    if hosted:
+        described += "; the service's own work outside the stages from the plan's host: section, on its CPU engine"
+    if outside_sampler and len(hosted) < len(plans):
+        described += f"; plus {outside_sampler.how}" + (" (plans without a host: section)" if hosted else "")
     return Comparison(source=source, arrivals=arrivals, requests=len(offsets), seed=seed, service_times=described,
                       results=results)
 

@@ -1,0 +1,159 @@
+"""Does a plan's host capacity match the service it was recorded from? A real FastAPI service, measured twice.
+
+    python benchmarks/fidelity_host.py [--rate 150] [--seconds 20] [--workers 1] [--concurrency 16] [--json]
+
+The service (written to a temporary folder, served by uvicorn on 127.0.0.1): two ``@probe`` numpy
+steps per request and, outside them, the framework's own work -- request parsing, a pydantic
+model, a JSON response of a few hundred numbers -- so that a good share of each request's time is
+in no probed stage. It is recorded under ``loadprobe record`` while ``loadprobe load`` sends an
+open-loop Poisson load well under saturation; ``loadprobe analyze`` and ``loadprobe recommend
+--engines cpu`` then estimate what the host carries (the all-CPU plan's capacity). Then the same
+service, recorded the same way, is saturated by a closed loop (``loadprobe load --concurrency``)
+and its throughput measured. Prints both and their ratio; exit 1 when the estimate is off by more
+than 25%. The load client runs on the same host, as a user's would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+SERVICE = '''
+import os
+
+import numpy as np
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from loadprobe import probe
+from loadprobe.instrumentation.asgi import instrument_app
+
+app = instrument_app(FastAPI())
+ROWS = int(os.environ.get("BENCH_ROWS", "64"))
+WEIGHTS = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
+SQUARE = np.random.default_rng(1).standard_normal((256, 256)).astype(np.float32)
+
+
+class Query(BaseModel):
+    values: list[float]
+    tag: str = "x"
+
+
+@probe("embed", engine="cpu")
+def embed(values):
+    x = np.tile(np.asarray(values, dtype=np.float32), (ROWS, 1))
+    return np.tanh(x @ WEIGHTS @ SQUARE)
+
+
+@probe("score", engine="cpu")
+def score(x):
+    return np.sort(x.ravel())[::-1][:64]
+
+
+@app.get("/health")
+def health():
+    return {"ok": True}
+
+
+@app.post("/score")
+def handle(query: Query):
+    top = score(embed(query.values))
+    return {"tag": query.tag, "top": [round(float(v), 4) for v in top[:16]]}
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(folder: Path, data: Path, port: int, workers: int) -> subprocess.Popen:
+    command = [sys.executable, "-m", "loadprobe", "record", "-o", str(data), "--", sys.executable, "-m", "uvicorn",
+               "svc:app", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers), "--log-level",
+               "warning"]
+    proc = subprocess.Popen(command, cwd=folder, start_new_session=True)
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("the service did not start")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def load(url: str, body: Path, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "loadprobe", "load", url, "--method", "POST", "--body-file", str(body),
+                          "--header", "content-type: application/json", "--max-failed", "1", "--json", *args],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=150.0, help="open-loop rate while recording, req/s")
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of each load, s")
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    parser.add_argument("--concurrency", type=int, default=16, help="closed-loop workers")
+    parser.add_argument("--rows", type=int, default=64, help="rows of the probed matrix work (more: less time outside)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    import loadprobe
+    from loadprobe.plan.constraints import Constraints
+    from loadprobe.plan.planner import recommend
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "svc.py").write_text(SERVICE, encoding="utf-8")
+        body = folder / "query.json"
+        body.write_text(json.dumps({"values": [float(i % 7) for i in range(64)], "tag": "bench"}), encoding="utf-8")
+        os.environ["BENCH_ROWS"] = str(args.rows)
+        port = free_port()
+        url = f"http://127.0.0.1:{port}/score"
+        proc = serve(folder, folder / "recorded", port, args.workers)
+        try:
+            open_loop = load(url, body, "--poisson", "--rate", str(args.rate), "--duration", str(args.seconds))
+        finally:
+            stop(proc)
+        portrait = loadprobe.analyze([str(folder / "recorded")])
+        plan = recommend(portrait, Constraints.parse(engines="cpu"), rate_why="bench")
+        estimate = plan.recommended.estimate.max_rps
+        proc = serve(folder, folder / "saturated", port, args.workers)
+        try:
+            closed = load(url, body, "--concurrency", str(args.concurrency), "--duration", str(args.seconds))
+        finally:
+            stop(proc)
+    measured = closed["succeeded"] / closed["elapsed_s"]
+    result = {"workers": args.workers, "recorded_rate_rps": args.rate,
+              "recorded_p50_ms": open_loop.get("latency_ms", {}).get("p50"),
+              "unattributed_share": portrait.requests.unattributed_share,
+              "host_work": plan.recommended.host[1].how if plan.recommended.host else None,
+              "estimated_capacity_rps": estimate, "closed_loop_rps": measured, "ratio": estimate / measured}
+    print(json.dumps(result, indent=2) if args.json else
+          f"uvicorn x{args.workers}: recorded at {args.rate:g} req/s ({portrait.requests.unattributed_share:.0%} of "
+          f"request time in no probed stage); estimated host capacity {estimate:.0f} req/s; closed loop "
+          f"(concurrency {args.concurrency}) {measured:.0f} req/s; ratio {estimate / measured:.2f}")
+    return 0 if abs(estimate / measured - 1) <= 0.25 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
