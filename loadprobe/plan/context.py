@@ -103,8 +103,8 @@ def _cpu_busy_ms(portrait) -> float:
     """Core-milliseconds the host CPU worked over the whole recording: the CPU stages, and the service's own
     work outside them (``host_work``)."""
     requests = portrait.requests.count if portrait.requests is not None else 0
-    work = host_work(portrait)
-    return _cpu_stage_ms(portrait) + (requests * work.distribution.mean_ms if work is not None else 0.0)
+    own = _own_work(portrait)
+    return _cpu_stage_ms(portrait) + (requests * own[2] if own is not None else 0.0)
 
 
 def cpu_load_pct(portrait, rate: float, cores: int) -> float | None:
@@ -128,10 +128,10 @@ def host_cpu_capacity(portrait) -> tuple[float, str] | None:
     if not load:
         return None
     per_request_ms = load / 100.0 * cores * 1000.0
-    work = host_work(portrait)
+    own = _own_work(portrait)
     return 100.0 / load, (f"{cores_why}; {per_request_ms:.3g} ms of CPU per request, as recorded"
-                          + (f" ({work.distribution.mean_ms:.3g} ms of it the service's own work outside the stages)"
-                             if work is not None else ""))
+                          + (f" ({own[2]:.3g} ms of it the service's own work outside the stages)"
+                             if own is not None else ""))
 
 
 def cpu_util(portrait) -> float | None:
@@ -180,6 +180,15 @@ def host_work(portrait) -> HostWork | None:
     variance less its stages', as for independent parts), its long tail cut to the work's mean when
     that is less (the waits are the long part). ``loadprobe simulate --service-times DATA`` draws the
     recorded own times instead."""
+    found = _own_work(portrait)
+    if found is None:
+        return None
+    root, own, work, how = found
+    return HostWork(root.name, Distribution.lognormal(own, _own_time_cv(portrait, root, own)).capped_to_mean(work), how)
+
+
+def _own_work(portrait) -> tuple[object, float, float, str] | None:
+    """``host_work``'s figures without its shape: (the request stage, own time ms, work ms, how counted)."""
     own = unattributed_ms(portrait)
     roots = [s for s in portrait.stages if _is_root(s)]
     requests = portrait.requests.count if portrait.requests is not None else 0
@@ -199,9 +208,7 @@ def host_work(portrait) -> HostWork | None:
         how += (f"; the process CPU sampled was {sampled:.3g} ms per request, {stages:.3g} ms of it in CPU stages"
                 + (f", so {work:.3g} ms of that time is work and the rest waiting" if work < own else ""))
     how += "; counted as host CPU work in every plan, since the request path stays on the host"
-    if work <= 0:
-        return None
-    return HostWork(root.name, Distribution.lognormal(own, _own_time_cv(portrait, root, own)).capped_to_mean(work), how)
+    return (root, own, work, how) if work > 0 else None
 
 
 def _own_time_cv(portrait, root, own_ms: float) -> float:

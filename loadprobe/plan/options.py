@@ -40,8 +40,9 @@ def assemble(name: str, decisions: list, specs, profiles, ctx: PlanContext, note
     if host is not None:
         d = ctx.host.distribution
         placements.append(Placement(HOST_STAGE, host, d.p50_ms, d.p95_ms, 1, 0.0, 1.0, d.p99_ms, d.mean_ms))
-    est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=delay_ms(ctx))
-    stress = estimate(placements, capacities, rate=ctx.rate * STRESS, unattributed_ms=delay_ms(ctx))
+    delay = delay_ms(ctx)
+    est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=delay)
+    stress = estimate(placements, capacities, rate=ctx.rate * STRESS, unattributed_ms=delay)
     unknown = [n for n, e in engines.items() if e["power_w"] is None and e.get("measured_w") is None]
     notes = list(notes)
     if host is not None:
