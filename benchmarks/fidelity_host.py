@@ -1,11 +1,14 @@
 """Does a plan's host capacity match the service it was recorded from? A real FastAPI service, measured twice.
 
-    python benchmarks/fidelity_host.py [--rate 150] [--seconds 20] [--workers 1] [--concurrency 16] [--json]
+    python benchmarks/fidelity_host.py [--rate 150] [--seconds 20] [--workers 1] [--concurrency 16]
+                                       [--rows 64] [--steps matrix|small] [--json]
 
 The service (written to a temporary folder, served by uvicorn on 127.0.0.1): two ``@probe`` numpy
 steps per request and, outside them, the framework's own work -- request parsing, a pydantic
 model, a JSON response of a few hundred numbers -- so that a good share of each request's time is
-in no probed stage. It is recorded under ``loadprobe record`` while ``loadprobe load`` sends an
+in no probed stage. ``--steps matrix`` (default): the steps are BLAS matrix work on ``--rows`` rows
+(the interpreter lock released while it runs, BLAS threads beside it); ``--steps small``: ``--rows``
+small numpy calls on a 64-vector each, which hold the lock (the issue's own service). It is recorded under ``loadprobe record`` while ``loadprobe load`` sends an
 open-loop Poisson load well under saturation; ``loadprobe analyze`` and ``loadprobe recommend
 --engines cpu`` then estimate what the host carries (the all-CPU plan's capacity). Then the same
 service, recorded the same way, is saturated by a closed loop (``loadprobe load --concurrency``)
@@ -39,6 +42,7 @@ from loadprobe.instrumentation.asgi import instrument_app
 
 app = instrument_app(FastAPI())
 ROWS = int(os.environ.get("BENCH_ROWS", "64"))
+SMALL = os.environ.get("BENCH_STEPS") == "small"
 WEIGHTS = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
 SQUARE = np.random.default_rng(1).standard_normal((256, 256)).astype(np.float32)
 
@@ -50,12 +54,21 @@ class Query(BaseModel):
 
 @probe("embed", engine="cpu")
 def embed(values):
+    if SMALL:
+        x = np.asarray(values, dtype=np.float32)
+        for _ in range(ROWS):
+            x = np.tanh(x * 0.5 + 0.1)
+        return x
     x = np.tile(np.asarray(values, dtype=np.float32), (ROWS, 1))
     return np.tanh(x @ WEIGHTS @ SQUARE)
 
 
 @probe("score", engine="cpu")
 def score(x):
+    if SMALL:
+        for _ in range(ROWS // 2):
+            x = np.sort(x)[::-1] * 0.99
+        return x[:64]
     return np.sort(x.ravel())[::-1][:64]
 
 
@@ -115,6 +128,8 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     parser.add_argument("--concurrency", type=int, default=16, help="closed-loop workers")
     parser.add_argument("--rows", type=int, default=64, help="rows of the probed matrix work (more: less time outside)")
+    parser.add_argument("--steps", choices=("matrix", "small"), default="matrix",
+                        help="matrix: BLAS work on --rows rows; small: many small numpy calls holding the interpreter")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     import loadprobe
@@ -127,6 +142,7 @@ def main(argv=None) -> int:
         body = folder / "query.json"
         body.write_text(json.dumps({"values": [float(i % 7) for i in range(64)], "tag": "bench"}), encoding="utf-8")
         os.environ["BENCH_ROWS"] = str(args.rows)
+        os.environ["BENCH_STEPS"] = args.steps
         port = free_port()
         url = f"http://127.0.0.1:{port}/score"
         proc = serve(folder, folder / "recorded", port, args.workers)
@@ -143,13 +159,15 @@ def main(argv=None) -> int:
         finally:
             stop(proc)
     measured = closed["succeeded"] / closed["elapsed_s"]
-    result = {"workers": args.workers, "recorded_rate_rps": args.rate,
+    result = {"workers": args.workers, "steps": args.steps, "rows": args.rows, "recorded_rate_rps": args.rate,
               "recorded_p50_ms": open_loop.get("latency_ms", {}).get("p50"),
               "unattributed_share": portrait.requests.unattributed_share,
               "host_work": plan.recommended.host[1].how if plan.recommended.host else None,
+              "interpreter": next((n for n in plan.recommended.notes if "interpreter" in n), None),
+              "bottleneck": plan.recommended.estimate.bottleneck,
               "estimated_capacity_rps": estimate, "closed_loop_rps": measured, "ratio": estimate / measured}
     print(json.dumps(result, indent=2) if args.json else
-          f"uvicorn x{args.workers}: recorded at {args.rate:g} req/s ({portrait.requests.unattributed_share:.0%} of "
+          f"uvicorn x{args.workers}, {args.steps} steps: recorded at {args.rate:g} req/s ({portrait.requests.unattributed_share:.0%} of "
           f"request time in no probed stage); estimated host capacity {estimate:.0f} req/s; closed loop "
           f"(concurrency {args.concurrency}) {measured:.0f} req/s; ratio {estimate / measured:.2f}")
     return 0 if abs(estimate / measured - 1) <= 0.25 else 1

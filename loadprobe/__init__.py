@@ -65,7 +65,9 @@ def start(
     Spans go to ``output_dir/<host>/<service>/<pid>-<start>/``. Further keywords:
     ``max_buffered_spans`` (memory cap, default 131,072), ``rotate_interval_s`` (60) and
     ``rotate_bytes`` (64 MiB) for segment rotation. Calling it again returns the running
-    recorder. I/O problems never raise: they are counted in ``stats()`` and logged once.
+    recorder. ``sample_devices=False`` leaves device sampling to someone else (``loadprobe
+    record`` does it for its process tree); the process's interpreter CPU is sampled either way
+    (``sample_interpreter=False`` to stop it). I/O problems never raise: they are counted in ``stats()`` and logged once.
     """
     from .record import recorder as _recorder
 

@@ -159,13 +159,7 @@ def discover(paths, *, service: str | None = None, host: str | None = None):
             raise LoadprobeError(f"{where}: no run could be read: {refused[0].refused}"
                                  + (f" (and {len(refused) - 1:,} more run(s) like it)" if len(refused) > 1 else ""))
         if unwritten:  # a recorder ran but nothing reached the disk: say so, not "no data"
-            counters = [run.info["counters"] for run in unwritten]
-            recorded = sum(c.get("spans_recorded") or 0 for c in counters)
-            errors = sum(c.get("write_errors") or 0 for c in counters)
-            raise LoadprobeError(
-                f"{where}: {recorded:,} span(s) recorded, none written ({errors:,} write error(s) in the run.json of "
-                f"{listed(run.run_dir for run in unwritten)}); free disk space or fix the directory's permissions "
-                "and record again")
+            raise unwritten_error(where, unwritten)
         raise LoadprobeError(
             f"{where}: no loadprobe data found (expected <host>/<service>/<run>/spans-*.parquet"
             + (f" for service={service!r}" if service else "") + (f" host={host!r}" if host else "")
@@ -240,6 +234,16 @@ def _open_text(path: str) -> str:
             return handle.read()
     with open(path[7:] if path.startswith("file://") else path, encoding="utf-8") as handle:
         return handle.read()
+
+
+def unwritten_error(where: str, runs) -> LoadprobeError:
+    """Recorders ran and counted spans, but none reached the disk: say so, not "no data"."""
+    counters = [run.info["counters"] for run in runs]
+    recorded = sum(c.get("spans_recorded") or 0 for c in counters)
+    errors = sum(c.get("write_errors") or 0 for c in counters)
+    return LoadprobeError(
+        f"{where}: {recorded:,} span(s) recorded, none written ({errors:,} write error(s) in the run.json of "
+        f"{listed(run.run_dir for run in runs)}); free disk space or fix the directory's permissions and record again")
 
 
 def _drop_converted_streams(files: list[str]) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from .._errors import LoadprobeError
-from .dataset import describe_skipped, discover, file_refs
+from .dataset import describe_skipped, discover, file_refs, unwritten_error
 from .executors import run_map
 from .finalize import build_portrait
 from .footers import hosts_may_share_request_ids
@@ -84,6 +84,9 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
                    progress=progress)
     if not {ref.path for ref in refs if ref.kind == "spans"} & set(part.files):
         # Device samples alone make no portrait: without spans there is nothing to analyse.
+        unwritten = [r for r in runs if not r.span_files and (r.info.get("counters") or {}).get("spans_recorded")]
+        if unwritten and not part.skipped:  # the recorder counted spans and wrote none: the disk, not the data
+            raise unwritten_error(", ".join(map(str, paths)), unwritten)
         reasons = {**skipped, **part.skipped}
         why = (f"{len(reasons):,} file(s) skipped: {describe_skipped(reasons)}" if reasons else
                "only device samples (samples-*.parquet), no spans-*.parquet")
@@ -131,9 +134,9 @@ def _covered(windows: dict) -> str:
 
 
 def samples_power(runs) -> bool:
-    """Whether any run sampled a power source (NVML, RAPL or another besides psutil, per its run.json):
-    only then is each span's time on its engine worth mapping for energy attribution."""
-    return any(name != "psutil" and isinstance(state, dict) and state.get("available")
+    """Whether any run sampled a power source (NVML, RAPL or another besides psutil and the interpreter's
+    CPU, per its run.json): only then is each span's time on its engine worth mapping for energy attribution."""
+    return any(name not in ("psutil", "interpreter") and isinstance(state, dict) and state.get("available")
                for run in runs for name, state in (run.info.get("samplers") or {}).items())
 
 

@@ -8,7 +8,10 @@ Usage::
 Each engine is an M/M/c queue (Erlang C) whose servers are its devices (CPU: cores) and whose
 service time per request is the sum, over the stages it runs, of one execution's time
 divided by the batch. A batching window adds half its length on average and all of it at
-worst. End-to-end: the stages' medians add up for p50; for p95 the stages' mean times add
+worst. A Python service's interpreter (``interpreter``: its worker processes and the interpreter CPU
+each request needs) is one more queue: one request's Python runs at a time per process, so it
+bounds capacity and adds its wait, while its time is already inside the stages' and the host
+work's. End-to-end: the stages' medians add up for p50; for p95 the stages' mean times add
 and their spreads combine as independent (root of the sum of squares); p99 likewise. These are
 estimates, labelled as such everywhere they appear; ``loadprobe simulate`` replaces them
 with a replay of the recorded traffic.
@@ -19,6 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+INTERPRETER = "python interpreter"
+"""The name under which the interpreter's queue shows as a bottleneck and in ``offered``."""
 Z95 = 1.6448536269514722  # standard normal quantile at 0.95
 IDLE_POWER_SHARE = 0.3
 """An idle accelerator or CPU draws about this share of its TDP (assumption, stated in plans)."""
@@ -75,6 +80,7 @@ class Estimate:
     failed_share: float | None = None  # rejected or timed out (simulated estimates only)
     offered: dict = field(default_factory=dict)  # engine -> offered load per server at rate (above 1: saturated)
     stage_p99_ms: dict = field(default_factory=dict)  # simulated estimates only
+    interpreter_wait_ms: tuple = (0.0, 0.0, 0.0)  # the wait for the Python interpreter at p50, p95, p99
 
 
 def erlang_c(servers: int, load: float) -> float:
@@ -91,15 +97,22 @@ def erlang_c(servers: int, load: float) -> float:
 
 
 def estimate(placements: list[Placement], engines: dict[str, EngineCapacity], *, rate: float,
-             unattributed_ms: float = 0.0) -> Estimate:
+             unattributed_ms: float = 0.0, interpreter: tuple[int, float] | None = None) -> Estimate:
+    """The plan at ``rate``; ``interpreter``: (worker processes, interpreter ms per request) of a Python service."""
     work: dict[str, float] = {}  # engine -> seconds of service per request
     for p in placements:
         work[p.engine] = work.get(p.engine, 0.0) + p.calls * p.load_ms / 1000.0 / max(1, p.batch)
+    # The interpreter: (processes, seconds per request), a queue of its own that loads no engine.
+    lock_wait = (interpreter[0], interpreter[1] / 1000.0) if interpreter is not None and interpreter[1] > 0 else None
     capacity = {e: engines[e].servers / w for e, w in work.items() if w > 0}
+    if lock_wait is not None:
+        capacity[INTERPRETER] = lock_wait[0] / lock_wait[1]
     max_rps = min(capacity.values()) if capacity else math.inf
     bottleneck = min(capacity, key=capacity.get) if capacity else None
     offered = {e: rate * w / engines[e].servers for e, w in work.items()}
     util = {e: min(1.0, load) for e, load in offered.items()}
+    if lock_wait is not None:
+        offered[INTERPRETER] = rate * lock_wait[1] / lock_wait[0]
     power = _power(engines, util)
     if rate >= max_rps:
         return Estimate(rate, None, None, max_rps, power, None, util, {}, bottleneck, offered=offered)
@@ -109,9 +122,13 @@ def estimate(placements: list[Placement], engines: dict[str, EngineCapacity], *,
     for p in placements:
         visits[p.engine] = visits.get(p.engine, 0.0) + p.calls
     waits = {e: _wait(engines[e].servers, rate, w) for e, w in work.items()}
-    p50 = unattributed_ms
-    mean_total = unattributed_ms
+    p50 = mean_total = unattributed_ms
     spread = spread99 = 0.0
+    lock = (0.0, 0.0, 0.0, 0.0)
+    if lock_wait is not None:  # waiting for the interpreter: its wait only, its time is in the stages'
+        lock = _wait(lock_wait[0], rate, lock_wait[1])
+        p50, mean_total = p50 + lock[0], mean_total + lock[1]
+        spread, spread99 = (lock[2] - lock[1]) ** 2, (lock[3] - lock[1]) ** 2
     stage_p95 = {}
     for p in placements:
         share = p.calls / visits[p.engine] if visits[p.engine] else 0.0
@@ -129,7 +146,8 @@ def estimate(placements: list[Placement], engines: dict[str, EngineCapacity], *,
     p95 = max(mean_total + math.sqrt(spread), p50)
     p99 = max(mean_total + math.sqrt(spread99), p95)
     energy = power / rate if power is not None and rate > 0 else None
-    return Estimate(rate, p50, p95, max_rps, power, energy, util, stage_p95, bottleneck, p99_ms=p99, offered=offered)
+    return Estimate(rate, p50, p95, max_rps, power, energy, util, stage_p95, bottleneck, p99_ms=p99, offered=offered,
+                    interpreter_wait_ms=(lock[0], lock[2], lock[3]))
 
 
 def _wait(servers: int, rate: float, work_s: float) -> tuple[float, float, float, float]:

@@ -24,7 +24,7 @@ through two percentiles.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..schema import engine_kind
 from .distribution import Distribution, Figures
@@ -100,6 +100,12 @@ class StageProfile(Figures):
             return max(1e-6, self.fit_a_ms + self.fit_b_ms * items)
         # no usable batch->latency fit: time grows in proportion, batching gains nothing
         return self.mean_ms * items / max(1.0, self.batch_mean)
+
+    def scaled(self, factor: float) -> StageProfile:
+        """The same stage with every time ``factor`` times as long (its batch fit too): waits taken out, say."""
+        return replace(self, distribution=self.distribution.scaled(factor),
+                       fit_a_ms=None if self.fit_a_ms is None else self.fit_a_ms * factor,
+                       fit_b_ms=None if self.fit_b_ms is None else self.fit_b_ms * factor)
 
     def at(self, mean_ms: float) -> Distribution:
         """The recorded distribution moved to the level ``mean_ms``: the shape kept, the tail with it."""

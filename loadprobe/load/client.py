@@ -232,7 +232,7 @@ def run(url: str, offsets=None, *, concurrency: int | None = None, duration: flo
     if record is not None:
         # Started before the first send, so run.json's start precedes every span; the spans
         # themselves are recorded after the last answer (see _Results.record).
-        recorder.start(record, service=LOAD_CLIENT_SERVICE, sample_devices=False,
+        recorder.start(record, service=LOAD_CLIENT_SERVICE, sample_devices=False, sample_interpreter=False,
                         tags={"url": url, "mode": mode or "load", "run": run_id})
         recorder.flush()  # the recorder's imports and files are set up now, not during the first sends
     interrupted = False

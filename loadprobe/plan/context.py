@@ -8,6 +8,7 @@ Usage::
     calls_per_request(ctx)["decode"]           # executions per request (an LLM's decode: once per token)
     host_cpu_capacity(portrait)                # (req/s the recorded host's CPU alone carries, how)
     host_work(portrait)                        # the host's CPU work outside the stages, per request, and how counted
+    interpreter(portrait)                      # a Python service's worker processes and interpreter CPU per request
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ from ..estimate.distribution import Distribution
 from ..estimate.servicetime import DEFAULT_DEVICE
 from ..schema import engine_kind
 
-__all__ = ["DEFAULT_CPU_CORES", "HostWork", "PlanContext", "calls_per_request", "cpu_cores", "cpu_load_pct", "cpu_util",
-           "delay_ms", "host_cpu_capacity", "host_work", "plan_stages", "recorded_kind", "service_name",
-           "unattributed_ms"]
+__all__ = ["CPU_SATURATED_PCT", "DEFAULT_CPU_CORES", "Contention", "HostWork", "Interpreter", "PlanContext",
+           "calls_per_request", "contention_scale", "cpu_contention", "cpu_cores", "cpu_load_pct", "cpu_util",
+           "delay_ms", "host_cpu_capacity", "host_load_pct", "host_work", "interpreter", "plan_stages",
+           "recorded_kind", "service_name", "unattributed_ms"]
 
 DEFAULT_CPU_CORES = 4
+CPU_SATURATED_PCT = 85.0
+"""A host CPU this busy (as recorded, or at the sizing rate) is saturated: light stages may leave it, and a
+recording this busy timed its CPU stages with waits for a core in them (``cpu_contention``)."""
 
 
 @dataclass
@@ -38,10 +43,12 @@ class PlanContext:
     slo_ms: float | None
     cpu_cores: tuple[int, str]
     stages: list
-    cpu_load_pct: float | None = None  # the host CPU at the sizing rate with every stage where it was recorded
+    cpu_load_pct: float | None = None  # the host at the sizing rate, every stage where recorded (``host_load_pct``)
     host_power: object = None  # estimate.hostpower.HostCpuPower: the host CPU's maximum power and its basis
     draws: list = None  # confidence.resample: the resampled (profiles, ctx) pairs the decisions are checked on
     host: HostWork | None = None  # the host CPU's work outside the stages, per request (``host_work``)
+    interpreter: Interpreter | None = None  # a Python service's interpreter lock (``interpreter``)
+    contention: Contention | None = None  # a saturated recording's waits for a core (``cpu_contention``)
 
     def budget_ms(self, stage) -> float | None:
         """A stage's share of the SLO: the SLO times its share of request time (at least 5% of it)."""
@@ -92,11 +99,48 @@ def cpu_cores(portrait) -> tuple[int, str]:
     return DEFAULT_CPU_CORES, f"{DEFAULT_CPU_CORES} cores assumed: {why}; give --cpu-cores"
 
 
-def _cpu_stage_ms(portrait) -> float:
-    """Core-milliseconds the stages recorded on the CPU took, over the whole recording."""
+def _cpu_stage_ms(portrait, *, as_recorded: bool = False) -> float:
+    """Core-milliseconds the stages recorded on the CPU took, over the whole recording: with the waits of a
+    saturated recording taken out (``cpu_contention``) unless ``as_recorded``."""
     # A batcher-fed stage records its shared execution once per member: count it once per batch.
-    return sum(s.count / (s.batch.mean if s.queue_ms is not None and s.batch is not None and s.batch.mean else 1.0)
+    wall = sum(s.count / (s.batch.mean if s.queue_ms is not None and s.batch is not None and s.batch.mean else 1.0)
                * (s.self_ms_mean or 0.0) for s in plan_stages(portrait) if recorded_kind(s) == "cpu")
+    return wall if as_recorded else wall * contention_scale(portrait)
+
+
+@dataclass(frozen=True)
+class Contention:
+    """A recording made while the host's cores were saturated: its CPU stages' and own times hold waits for a core."""
+
+    scale: float  # the share of the recorded CPU time that was work: the cores' busy time / the time asked of them
+    how: str
+
+
+def cpu_contention(portrait) -> Contention | None:
+    """When the CPU stages and the service's own time asked more of the cores than they had while the host CPU
+    was saturated (``CPU_SATURATED_PCT``), the excess was waiting for a core: each request's CPU times shrink
+    by ``scale`` = busy core time / asked, as processor sharing would have stretched them. None otherwise --
+    a stage that waits on I/O also holds more wall time than cores, but leaves them idle."""
+    util, traffic = cpu_util(portrait), portrait.traffic
+    requests = portrait.requests.count if portrait.requests is not None else 0
+    if util is None or util < CPU_SATURATED_PCT or not traffic or not traffic.duration_s or not requests:
+        return None
+    cores = cpu_cores(portrait)[0]
+    asked_ms = _cpu_stage_ms(portrait, as_recorded=True) + requests * unattributed_ms(portrait)
+    busy_ms = cores * traffic.duration_s * 1000.0 * util / 100.0
+    if asked_ms <= busy_ms:
+        return None
+    scale = busy_ms / asked_ms
+    return Contention(scale, f"recorded while the host CPU was saturated ({util:.0f}% busy): its CPU stages and "
+                             f"own time held {asked_ms / busy_ms:.3g}x the core time the {cores} cores gave, so "
+                             f"{1 - scale:.0%} of it was waiting for a core and is taken out (each CPU time x "
+                             f"{scale:.3g}); record below saturation for figures to plan on")
+
+
+def contention_scale(portrait) -> float:
+    """``cpu_contention``'s scale, 1 when the recording did not saturate the host's cores."""
+    found = cpu_contention(portrait)
+    return found.scale if found is not None else 1.0
 
 
 def _cpu_busy_ms(portrait) -> float:
@@ -115,6 +159,15 @@ def cpu_load_pct(portrait, rate: float, cores: int) -> float | None:
     return 100.0 * rate * _cpu_busy_ms(portrait) / requests / 1000.0 / cores
 
 
+def host_load_pct(portrait, rate: float, cores: int, python: Interpreter | None) -> float | None:
+    """How busy the host would be at ``rate`` req/s with every stage where it was recorded (%): its cores'
+    utilisation or, for a Python service, its interpreter's, whichever is the busier."""
+    load = cpu_load_pct(portrait, rate, cores)
+    if python is None:
+        return load
+    return max(load or 0.0, 100.0 * rate * python.ms / 1000.0 / python.processes)
+
+
 def host_cpu_capacity(portrait) -> tuple[float, str] | None:
     """The request rate the recorded host's CPU alone carries at full load, with every stage where it
     was recorded, and how that was worked out; None without requests or CPU stages.
@@ -129,9 +182,13 @@ def host_cpu_capacity(portrait) -> tuple[float, str] | None:
         return None
     per_request_ms = load / 100.0 * cores * 1000.0
     own = _own_work(portrait)
-    return 100.0 / load, (f"{cores_why}; {per_request_ms:.3g} ms of CPU per request, as recorded"
-                          + (f" ({own[2]:.3g} ms of it the service's own work outside the stages)"
-                             if own is not None else ""))
+    rps, why = 100.0 / load, (f"{cores_why}; {per_request_ms:.3g} ms of CPU per request, as recorded"
+                              + (f" ({own[2]:.3g} ms of it the service's own work outside the stages)"
+                                 if own is not None else ""))
+    python = interpreter(portrait)
+    if python is not None and python.max_rps < rps:
+        return python.max_rps, f"{why}; but {python.how}"
+    return rps, why
 
 
 def cpu_util(portrait) -> float | None:
@@ -184,12 +241,13 @@ def host_work(portrait) -> HostWork | None:
     if found is None:
         return None
     root, own, work, how = found
-    return HostWork(root.name, Distribution.lognormal(own, _own_time_cv(portrait, root, own)).capped_to_mean(work), how)
+    cv = _own_time_cv(portrait, root, unattributed_ms(portrait))  # the spread as recorded: contention only scales it
+    return HostWork(root.name, Distribution.lognormal(own, cv).capped_to_mean(work), how)
 
 
 def _own_work(portrait) -> tuple[object, float, float, str] | None:
     """``host_work``'s figures without its shape: (the request stage, own time ms, work ms, how counted)."""
-    own = unattributed_ms(portrait)
+    own = unattributed_ms(portrait) * contention_scale(portrait)
     roots = [s for s in portrait.stages if _is_root(s)]
     requests = portrait.requests.count if portrait.requests is not None else 0
     if own <= 0 or not roots or not requests:
@@ -218,6 +276,52 @@ def _own_time_cv(portrait, root, own_ms: float) -> float:
     whole = Distribution.of_stage(root, total=True).sd_ms ** 2
     parts = sum(max(1.0, s.count / requests) * Distribution.of_stage(s).sd_ms ** 2 for s in plan_stages(portrait))
     return min(3.0, math.sqrt(max(0.0, whole - parts)) / own_ms)
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """A Python service's interpreter lock: each worker process runs one request's Python code at a time, so
+    ``processes`` of them carry at most ``processes`` x 1000 / ``ms`` requests per second, whatever the cores."""
+
+    processes: int
+    ms: float  # interpreter CPU per request (its Python threads', as sampled), over all processes
+    cpu_work_ms: float  # the host CPU work per request it was measured with: the CPU stages and the own work
+    how: str
+
+    @property
+    def max_rps(self) -> float:
+        return self.processes * 1000.0 / self.ms
+
+    def for_plan(self, cpu_work_ms: float) -> tuple[int, float]:
+        """(processes, interpreter ms per request) of a plan that keeps ``cpu_work_ms`` of CPU work per request on
+        the host: the interpreter's time moves with that work (a stage moved to an accelerator takes its Python
+        with it, in proportion), never below none."""
+        scale = cpu_work_ms / self.cpu_work_ms if self.cpu_work_ms > 0 else 1.0
+        return self.processes, self.ms * scale
+
+
+BUSY_PROCESS_SHARE = 0.1
+"""A process counts as a worker when its interpreter was at least this share as busy as the busiest one's
+(a pre-fork server's supervisor, a health-check sidecar: recorded, but serving nothing)."""
+
+
+def interpreter(portrait) -> Interpreter | None:
+    """The recorded service's interpreter lock, from its processes' sampled Python-thread CPU (``interpreter:<pid>``
+    samples, which every recording process writes where the lock is on); None when not sampled."""
+    requests = portrait.requests.count if portrait.requests is not None else 0
+    busy = [m.mean / 100.0 * m.seconds * 1000.0 for m in portrait.devices.metrics
+            if m.device.startswith("interpreter:") and m.metric == "cpu_pct"]
+    total = sum(busy)
+    if not requests or total <= 0:
+        return None
+    processes = sum(1 for b in busy if b >= BUSY_PROCESS_SHARE * max(busy))
+    ms = total / requests
+    own = _own_work(portrait)
+    cpu_work = _cpu_stage_ms(portrait) / requests + (own[2] if own is not None else 0.0)
+    how = (f"the Python interpreter: {ms:.3g} ms of its CPU per request (its threads', sampled), one request's "
+           f"Python at a time in each of {processes} worker process{'es' if processes != 1 else ''}, so at most "
+           f"{processes * 1000.0 / ms:.3g} req/s, however many cores; more worker processes raise it")
+    return Interpreter(processes, ms, cpu_work, how)
 
 
 def process_cpu_ms(portrait) -> float | None:

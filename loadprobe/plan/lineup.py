@@ -22,6 +22,7 @@ import math
 from dataclasses import replace
 
 from .context import PlanContext
+from ..estimate.queueing import INTERPRETER
 from .options import assemble
 from .simulation import STRESS
 from .sizing import make_decision
@@ -126,7 +127,10 @@ def describe(option, ctx: PlanContext) -> str:
     if option.tier and offered:
         busiest = max(offered, key=lambda n: (offered[n], n))
         e = option.engines.get(busiest, {})
-        if e.get("kind") == "cpu":
+        if busiest == INTERPRETER:
+            limit = (f"; the Python interpreter is {min(offered[busiest], 9.99):.0%} busy at {STRESS:g}x and units do "
+                     "not help: run more worker processes (each runs one request's Python at a time)")
+        elif e.get("kind") == "cpu":
             limit = (f"; the host CPU ({busiest}) is {min(offered[busiest], 9.99):.0%} busy at {STRESS:g}x and units "
                      "are not bought for it: give more hosts (--engines cpux2) or cores (--cpu-cores)")
         elif counts.get(busiest, 0) >= bounds.get(busiest, 0):

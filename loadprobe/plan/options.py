@@ -41,12 +41,22 @@ def assemble(name: str, decisions: list, specs, profiles, ctx: PlanContext, note
         d = ctx.host.distribution
         placements.append(Placement(HOST_STAGE, host, d.p50_ms, d.p95_ms, 1, 0.0, 1.0, d.p99_ms, d.mean_ms))
     delay = delay_ms(ctx)
-    est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=delay)
-    stress = estimate(placements, capacities, rate=ctx.rate * STRESS, unattributed_ms=delay)
+    python = None
+    if ctx.interpreter is not None:  # the CPU work this plan keeps on the host carries the interpreter's time
+        python = ctx.interpreter.for_plan(sum(p.calls * p.load_ms / max(1, p.batch) for p in placements
+                                              if engines[p.engine]["kind"] == "cpu"))
+    est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=delay, interpreter=python)
+    stress = estimate(placements, capacities, rate=ctx.rate * STRESS, unattributed_ms=delay, interpreter=python)
     unknown = [n for n, e in engines.items() if e["power_w"] is None and e.get("measured_w") is None]
     notes = list(notes)
     if host is not None:
         notes.append(f"host CPU ({host}): {ctx.host.how}")
+    if ctx.contention is not None:
+        notes.append(f"CPU times: {ctx.contention.how}")
+    if python is not None:
+        notes.append(f"{ctx.interpreter.how}" + (f"; this plan keeps {python[1]:.3g} ms of it per request on the "
+                                                  "host, with the CPU work it keeps there"
+                                                  if abs(python[1] - ctx.interpreter.ms) > 1e-9 else ""))
     measured = [n for n, e in engines.items() if e.get("measured_w") is not None]
     if measured and not unknown:
         est.power_w = known_power(engines, est.utilisation)

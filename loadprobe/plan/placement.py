@@ -13,7 +13,7 @@ import math
 
 from .._errors import LoadprobeError
 from .constraints import EngineSpec
-from .context import PlanContext, calls_per_request, cpu_util
+from .context import CPU_SATURATED_PCT, PlanContext, calls_per_request, cpu_util
 from .energy import measured_stage
 from ..estimate.servicetime import StageProfile, service_time
 from .sizing import choose_batch, unit_power
@@ -23,7 +23,6 @@ __all__ = ["CPU_SATURATED_PCT", "FAILOVER_CAP", "LIGHT_MS", "LIGHT_SHARE", "add_
 
 LIGHT_MS = 1.0
 LIGHT_SHARE = 0.10
-CPU_SATURATED_PCT = 85.0
 FAILOVER_CAP = 0.3  # the seeds: move at most ~30% of a backed-up engine's traffic, never all of it
 
 

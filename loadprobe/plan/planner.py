@@ -44,7 +44,8 @@ from __future__ import annotations
 from .._errors import LoadprobeError
 from .choice import name_scenario, select, verdict
 from .constraints import Constraints, EngineSpec
-from .context import PlanContext, cpu_load_pct, host_work, plan_stages, recorded_kind, service_name
+from .context import (PlanContext, cpu_contention, host_load_pct, host_work, interpreter, plan_stages, recorded_kind,
+                      service_name)
 from .context import cpu_cores as recorded_cpu_cores, host_cpu_capacity  # noqa: F401 - importable from here
 from ..estimate.hostpower import host_cpu_power
 from .confidence import intervals, resample, settle, stage_votes
@@ -93,11 +94,16 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
     recorded = catalog.find(portrait.roofline_device)
     profiles = [StageProfile.of(s, recorded_device=recorded if recorded is not None
                                 and recorded.kind == recorded_kind(s) else None) for s in stages]
+    contention = cpu_contention(portrait)
+    if contention is not None:  # recorded on saturated cores: the CPU stages' times without their waits for a core
+        profiles = [p.scaled(contention.scale) if p.kind == "cpu" else p for p in profiles]
     cores = (cpu_cores, f"{cpu_cores} cores (given)") if cpu_cores else recorded_cpu_cores(portrait)
+    python = interpreter(portrait)
     ctx = PlanContext(portrait, constraints, catalog, rate, slo, cores, stages,
-                      cpu_load_pct(portrait, rate, cores[0] * next((s.count for s in constraints.engines
-                                                                      if s.kind == "cpu"), 1)),
-                      host_cpu_power(portrait, catalog, cpu_power_w=constraints.cpu_power_w), host=host_work(portrait))
+                      host_load_pct(portrait, rate, cores[0] * next((s.count for s in constraints.engines
+                                                                       if s.kind == "cpu"), 1), python),
+                      host_cpu_power(portrait, catalog, cpu_power_w=constraints.cpu_power_w), host=host_work(portrait),
+                      interpreter=python, contention=contention)
     ctx.draws = resample(profiles, ctx)
     built = [_build_option(name, kind, profiles, ctx) for name, kind in PLAN_KINDS.items()]
     options = []

@@ -117,10 +117,14 @@ class OptionCheck:
 
 
 def as_estimate(analytic: Estimate, result, delay_ms: float) -> Estimate:
+    """``analytic`` with a simulation's latency: the simulator runs the engines; the fixed delay and the wait
+    for a Python service's interpreter (a queue the simulator does not run) are added from ``analytic``."""
     lat = result.latency_ms
     failed = (result.outcomes["rejected"] + result.outcomes["timeout"] + result.outcomes["error"]) / result.requests
-    shift = lambda v: None if v is None else v + delay_ms  # noqa: E731
-    return replace(analytic, p50_ms=shift(lat["p50"]), p95_ms=shift(lat["p95"]), p99_ms=shift(lat["p99"]),
+    shift = lambda v, wait: None if v is None else v + delay_ms + wait  # noqa: E731
+    lock = analytic.interpreter_wait_ms
+    return replace(analytic, p50_ms=shift(lat["p50"], lock[0]), p95_ms=shift(lat["p95"], lock[1]),
+                   p99_ms=shift(lat["p99"], lock[2]),
                    utilisation={n: e["utilisation"] for n, e in result.engines.items()},
                    stage_p95_ms={n: s["p95"] for n, s in result.stages.items() if s["p95"] is not None},
                    stage_p99_ms={n: s["p99"] for n, s in result.stages.items() if s["p99"] is not None},

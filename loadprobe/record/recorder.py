@@ -87,6 +87,7 @@ class Recorder:
         service: str | None = None,
         tags: dict | None = None,
         sample_devices: bool = True,
+        sample_interpreter: bool = True,
         sample_interval_s: float = 0.5,
         flush_interval_s: float = 1.0,
         max_buffered_spans: int = _buffers.DEFAULT_MAX_BUFFERED_SPANS,
@@ -106,6 +107,7 @@ class Recorder:
         self.service = rundir.safe_name(service or os.environ.get(_env.LOADPROBE_SERVICE) or _program_name())
         self.tags = {str(k): str(v) for k, v in (tags or {}).items()}
         self.sample_devices = sample_devices
+        self.sample_interpreter = sample_interpreter and record_spans  # the interpreter serving the spans
         self.sample_interval_s = sample_interval_s
         self.flush_interval_s = flush_interval_s
         self.max_buffered_spans = max_buffered_spans
@@ -141,15 +143,18 @@ class Recorder:
         if self.record_spans:
             _probe.activate(self.max_buffered_spans)  # buffer from now; written once the flusher runs
         sources = _samplers.default_sources(self.sampler_pids, include_children=self.sampler_pids is not None)
-        self._availability = {s.name: s.availability() for s in sources}
         gpus = next((s.inventory() for s in sources if s.name == "nvml"), [])
         self._hardware = _inventory.hardware(gpus)
-        if self.sample_devices:
-            self._sampler = _samplers.Sampler(sources, self.sample_interval_s)
-        else:
+        if not self.sample_devices:  # under ``loadprobe record`` its supervisor samples the devices
             for source in sources:
                 if hasattr(source, "close"):
                     source.close()
+            sources = []
+        if self.sample_interpreter:
+            sources.append(_samplers.InterpreterSource())
+        self._availability = {s.name: s.availability() for s in sources}
+        if sources:
+            self._sampler = _samplers.Sampler(sources, self.sample_interval_s)
         self._flusher.sampler = self._sampler
         self._reserve_run_dir()
         self._write_run_json()
@@ -267,7 +272,7 @@ class Recorder:
                 "rotate_bytes": self.rotate_bytes,
             },
             hardware=self._hardware,
-            samplers=self._availability if self.sample_devices else {},
+            samplers=self._availability,
             counters={k: v for k, v in self.stats().as_dict().items() if k != "run_dir"},
         )
 
@@ -516,6 +521,7 @@ def _after_fork_in_child() -> None:
             service=parent.service,
             tags=parent.tags,
             sample_devices=parent.sample_devices,
+            sample_interpreter=parent.sample_interpreter,
             sample_interval_s=parent.sample_interval_s,
             flush_interval_s=parent.flush_interval_s,
             max_buffered_spans=parent.max_buffered_spans,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -273,6 +274,66 @@ class RaplSource:
         # Both: power for the charts, the counter's energy (exact over the interval) for attribution.
         return [("cpu", "power_w", total), ("cpu", "energy_j", joules)] if complete else []
 
+
+RECORDER_THREADS = ("loadprobe-sampler", "loadprobe-flusher", "loadprobe-signals", "loadprobe-start")
+"""The recorder's own threads, by name: not the service's work (the router's ``loadprobe-route`` loop is)."""
+
+
+class InterpreterSource:
+    """The CPU this process's Python threads used: what its interpreter lock lets it do one at a time.
+
+    CPython runs one thread's Python code at a time, so a worker process serves at most as many
+    requests per second as one core over the interpreter CPU per request -- however many cores the
+    host has. Measured as the process's CPU less its threads that run no Python (BLAS and OpenMP
+    pools, often spinning while they wait for work) and loadprobe's own: a Python thread that ended
+    between readings still counts. One device per process, ``interpreter:<pid>``, metric
+    ``cpu_pct`` (100 = one core), so several worker processes add up rather than average.
+    Linux only (per-thread CPU clocks by thread id); unavailable where the lock is off
+    (free-threaded builds).
+    """
+
+    name = "interpreter"
+    _TASKS = "/proc/self/task"
+
+    def __init__(self) -> None:
+        self.device = f"interpreter:{os.getpid()}"
+        self._reason = None
+        if not os.path.isdir(self._TASKS):
+            self._reason = f"no {self._TASKS}: per-thread CPU clocks are read on Linux only"
+        elif not getattr(sys, "_is_gil_enabled", lambda: True)():
+            self._reason = "the interpreter lock is off (free-threaded build): Python threads run in parallel"
+        self._others: dict[int, int] = {}  # thread id -> CPU clock (ns) of a thread that is not the service's Python
+        self._retired_ns = 0  # what such threads that ended used
+        self._last = (time.monotonic_ns(), time.process_time_ns(), 0)
+        if self._reason is None:
+            self.read()
+
+    def availability(self) -> dict:
+        return {"available": False, "reason": self._reason} if self._reason else {"available": True}
+
+    def read(self) -> list[tuple[str, str, float]]:
+        now, process, others = time.monotonic_ns(), time.process_time_ns(), self._other_threads_ns()
+        (last_at, last_process, last_others), self._last = self._last, (now, process, others)
+        used = (process - last_process) - (others - last_others)
+        return [(self.device, "cpu_pct", max(0.0, 100.0 * used / (now - last_at)))] if now > last_at else []
+
+    def _other_threads_ns(self) -> int:
+        """CPU (ns) used so far by the threads that are not the service's Python: native and the recorder's. One
+        that ended keeps its last reading, so what it used stays subtracted."""
+        service = {t.native_id for t in threading.enumerate() if t.name not in RECORDER_THREADS}
+        alive = {}
+        for tid in map(int, os.listdir(self._TASKS)):
+            if tid in service:
+                continue
+            try:  # Linux's CPU clock of a thread by id: CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD
+                alive[tid] = time.clock_gettime_ns((~tid << 3) | 6)
+            except OSError:  # it ended meanwhile
+                continue
+        for tid, ns in self._others.items():
+            if alive.get(tid, -1) < ns:  # ended (or its id reused by a new thread): its last reading stays
+                self._retired_ns += ns
+        self._others = alive
+        return self._retired_ns + sum(alive.values())
 
 def _safe(call):
     try:

@@ -46,7 +46,9 @@ def test_record_runs_the_command_records_spans_and_samples_and_keeps_its_exit_co
     assert {"cpu", "memory", "process"} <= devices
     info = json.loads((runs["supervisor"] / "run.json").read_text())
     assert info["tags"] == {"build": "3"}
-    assert not list(runs["service"].glob("samples-*"))  # the supervisor samples, not each process
+    # The supervisor samples the devices; each process only its own interpreter.
+    service = json.loads((runs["service"] / "run.json").read_text())
+    assert {s["device"] for s in samples_in(runs["service"])} <= {f"interpreter:{service['pid']}"}
 
 
 def test_sigterm_is_forwarded_to_the_command(tmp_path):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 
 import pytest
 
@@ -138,3 +140,40 @@ def test_nvml_energy_counter_becomes_joules_per_interval(monkeypatch):
     counter["mj"] += 2_500  # 2.5 J
     assert [r for r in source.read() if r[1] == "energy_j"] == [("gpu0", "energy_j", 2.5)]
     assert calls.count("old-board") == 1  # refused once: not asked again
+
+
+def test_interpreter_counts_the_python_threads_not_the_recorders():
+    """A Python thread busy for a while reads ~100% of a core, even when it ended before the reading; the
+    same work on a thread named as the recorder's own is left out; idle reads ~0 (issue #32: a worker
+    process's interpreter bound)."""
+    from loadprobe.record.samplers import RECORDER_THREADS, InterpreterSource
+
+    source = InterpreterSource()
+    assert source.availability() == {"available": True}
+    assert source.device == f"interpreter:{os.getpid()}"
+
+    def spin(stop):
+        while not stop.is_set():
+            sum(range(1000))
+
+    def busy(name: str, read_while_running: bool) -> float:
+        stop = threading.Event()
+        worker = threading.Thread(target=spin, args=(stop,), name=name)
+        worker.start()
+        source.read()  # from here on, with the thread seen
+        time.sleep(0.6)
+        if read_while_running:
+            ((device, metric, value),) = source.read()
+        stop.set()
+        worker.join()
+        if not read_while_running:
+            ((device, metric, value),) = source.read()
+        assert (device, metric) == (source.device, "cpu_pct")
+        return value
+
+    # This thread sleeps meanwhile; the spinning one runs as much as the host gives it (it may share a core).
+    assert busy("service-work", True) > 40.0
+    assert busy("service-work", False) > 40.0
+    assert busy(RECORDER_THREADS[0], True) < 10.0
+    time.sleep(0.2)
+    assert source.read()[0][2] < 10.0

@@ -182,3 +182,21 @@ def test_uvicorn_with_workers_writes_every_worker(tmp_path):
     out = serve_and_stop(tmp_path, [sys.executable, "-m", "uvicorn", "--port", "{port}", "--workers", "2",
                                     "svcapp:app"], app=ASGI_APP)
     assert_all_landed(out, 200)
+
+
+def test_each_worker_process_samples_its_interpreter(tmp_path):
+    """Issue #32: under ``loadprobe record`` every uvicorn worker writes its own ``interpreter:<pid>`` CPU (the
+    supervisor samples the devices), and the plan reads them as the service's interpreter bound."""
+    import pyarrow.parquet as pq
+
+    import loadprobe
+    from loadprobe.plan.context import interpreter
+
+    out = serve_and_stop(tmp_path, [sys.executable, "-m", "uvicorn", "--port", "{port}", "--workers", "2",
+                                    "svcapp:app"], app=ASGI_APP, record=True, requests=300)
+    runs = assert_all_landed(out, 300)
+    devices = {row["device"] for path in out.rglob("samples-*.parquet") for row in pq.read_table(path).to_pylist()}
+    workers = {f"interpreter:{r['pid']}" for r in runs}
+    assert len(workers) == 2 and workers <= devices
+    python = interpreter(loadprobe.analyze([str(out)]))
+    assert python is not None and python.processes in (1, 2) and python.ms > 0

@@ -11,7 +11,10 @@ served (a step waits when all cores are busy). The first step is the host's own 
 every probed stage (HTTP parsing, serialisation): it gets no span, so it shows as the request
 span's own time, waits included, as in a real service. The others are ``@probe``-like stage
 spans on the CPU. The process's CPU is sampled every second, as the recorder's psutil sampler
-does: the core time its steps ran in that second. This reference model is written here,
+does: the core time its steps ran in that second. With ``interpreter=(processes, share)`` the
+service is a Python one whose Python threads hold the interpreter for ``share`` of every step's
+time, spread evenly over ``processes`` worker processes: each writes its ``interpreter:<pid>``
+samples as the recorder's interpreter source does (the reference's cores do not queue for it). This reference model is written here,
 independently of loadprobe's simulator, so that tests can hold the planner's figures to what a
 queueing service did.
 """
@@ -63,7 +66,7 @@ def serve(arrivals_s: np.ndarray, service_ms: np.ndarray, cores: int) -> tuple[n
 
 
 def record_served(out: Path, arrivals_s, steps: list[Step], *, cores: int, seed: int = 0,
-                  service: str = "served") -> Served:
+                  service: str = "served", interpreter: tuple[int, float] | None = None) -> Served:
     """Serve ``arrivals_s`` through ``steps`` on ``cores`` cores and write the spans under ``out``."""
     rng = np.random.default_rng(seed)
     arrivals_s = np.sort(np.asarray(arrivals_s, dtype=float))
@@ -115,14 +118,16 @@ def record_served(out: Path, arrivals_s, steps: list[Step], *, cores: int, seed:
     run.mkdir(parents=True)
     with pq.ParquetWriter(run / "spans-00001.parquet", SPANS, **parquet_options(SPANS)) as writer:
         writer.write_table(table)
-    _write_cpu_samples(run / "samples-00001.parquet", start, end)
+    _write_cpu_samples(run / "samples-00001.parquet", start, end, interpreter)
     stopped = int(ts_ns.max() + dur_ns.max()) + 10**9
     (run / "run.json").write_text(json.dumps(_run_json(service, run_id, cores, len(order), stopped)), encoding="utf-8")
     return Served(end[:, -1] - arrival_ms, float(service_ms.sum(axis=1).mean()))
 
 
-def _write_cpu_samples(path: Path, start_ms: np.ndarray, end_ms: np.ndarray) -> None:
-    """Per second, the process's CPU (%% of one core): the core time its steps ran in that second."""
+def _write_cpu_samples(path: Path, start_ms: np.ndarray, end_ms: np.ndarray,
+                       interpreter: tuple[int, float] | None = None) -> None:
+    """Per second, the process's CPU (%% of one core): the core time its steps ran in that second; and each
+    worker process's interpreter CPU, ``interpreter=(processes, share)`` of it split evenly."""
     seconds = int(np.ceil(end_ms.max() / 1000.0)) + 1
     busy = np.zeros(seconds)
     edges = np.arange(seconds + 1) * 1000.0
@@ -131,9 +136,15 @@ def _write_cpu_samples(path: Path, start_ms: np.ndarray, end_ms: np.ndarray) -> 
         for second in range(first, last + 1):
             busy[second] += min(e, edges[second + 1]) - max(s, edges[second])
     ts = T0_NS + np.arange(seconds, dtype=np.int64) * 10**9 + 10**9  # a reading covers the second before it
-    table = pa.Table.from_arrays([pa.array(ts, pa.int64()), _dictionary(np.zeros(seconds), ["process"]),
-                                  _dictionary(np.zeros(seconds), ["cpu_pct"]), pa.array(busy / 10.0, pa.float64())],
-                                 schema=SAMPLES)
+    devices, values = ["process"], [busy / 10.0]
+    if interpreter is not None:
+        processes, share = interpreter
+        devices += [f"interpreter:{pid}" for pid in range(4243, 4243 + processes)]
+        values += [busy / 10.0 * share / processes] * processes
+    table = pa.Table.from_arrays([pa.array(np.tile(ts, len(devices)), pa.int64()),
+                                  _dictionary(np.repeat(np.arange(len(devices)), seconds), devices),
+                                  _dictionary(np.zeros(seconds * len(devices)), ["cpu_pct"]),
+                                  pa.array(np.concatenate(values), pa.float64())], schema=SAMPLES)
     pq.write_table(table, path)
 
 

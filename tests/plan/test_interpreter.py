@@ -1,0 +1,110 @@
+"""A Python service's interpreter lock bounds what its worker processes carry, whatever the cores (issue #32.2).
+
+The recorder samples each process's Python-thread CPU (``interpreter:<pid>``); the planner reads
+it as one more queue: ``processes`` x 1000 / (interpreter ms per request) requests per second.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import loadprobe
+from loadprobe.estimate.queueing import INTERPRETER, EngineCapacity, Placement, estimate
+from loadprobe.plan.constraints import Constraints
+from loadprobe.plan.context import host_cpu_capacity, interpreter
+from loadprobe.plan.planner import recommend
+
+from ..support.served_recording import Step, record_served
+
+pytestmark = pytest.mark.timeout(300)
+
+STAGES = [Step("outside", lambda rng, n: rng.lognormal(np.log(0.8), 0.3, n)),
+          Step("embed", lambda rng, n: rng.gamma(4.0, 0.3, n))]  # 0.8 + 1.2 ms of work per request
+
+
+def _portrait(tmp_path, interpreter_spec, name="data"):
+    arrivals = np.cumsum(np.random.default_rng(7).exponential(1 / 150.0, 6000))
+    served = record_served(tmp_path / name, arrivals, STAGES, cores=2, seed=7, interpreter=interpreter_spec)
+    return loadprobe.analyze([str(tmp_path / name)]), served
+
+
+def test_the_queue_for_the_interpreter_bounds_capacity_and_adds_its_wait():
+    engines = {"cpu": EngineCapacity("cpu", 4, None)}
+    placements = [Placement("embed", "cpu", 1.0, 2.0, 1, 0.0, mean_ms=1.0)]
+    free = estimate(placements, engines, rate=600.0)
+    held = estimate(placements, engines, rate=600.0, interpreter=(1, 1.5))
+    assert free.max_rps == pytest.approx(4000.0) and free.bottleneck == "cpu"
+    assert held.max_rps == pytest.approx(1000.0 / 1.5) and held.bottleneck == INTERPRETER
+    assert held.offered[INTERPRETER] == pytest.approx(600.0 * 1.5 / 1000.0)
+    assert INTERPRETER not in held.utilisation  # it loads no engine, draws no power
+    assert held.p50_ms > free.p50_ms and held.p95_ms > free.p95_ms  # 90% busy: requests wait for it
+    assert held.interpreter_wait_ms[1] == pytest.approx(held.p95_ms - free.p95_ms, rel=0.5)
+    two = estimate(placements, engines, rate=600.0, interpreter=(2, 1.5))
+    assert two.max_rps == pytest.approx(2000.0 / 1.5) and two.p95_ms < held.p95_ms
+    assert estimate(placements, engines, rate=700.0, interpreter=(1, 1.5)).p95_ms is None  # past it: saturated
+
+
+@pytest.mark.parametrize("processes, share", [(1, 1.0), (1, 0.7), (2, 0.8), (3, 1.0), (1, 0.3)])
+def test_the_recorded_processes_carry_what_their_interpreter_time_allows(tmp_path, processes, share):
+    portrait, served = _portrait(tmp_path, (processes, share))
+    python = interpreter(portrait)
+    assert python.processes == processes
+    assert python.ms == pytest.approx(share * served.work_ms, rel=0.03)
+    plan = recommend(portrait, Constraints.parse(engines="cpu"))
+    cores_bound = 2 * 1000.0 / served.work_ms
+    want = min(cores_bound, processes * 1000.0 / (share * served.work_ms))
+    assert plan.recommended.estimate.max_rps == pytest.approx(want, rel=0.05)
+    assert (plan.recommended.estimate.bottleneck == INTERPRETER) == (want < cores_bound)
+    assert any("Python interpreter" in note for note in plan.recommended.notes)
+    rps, why = host_cpu_capacity(portrait)
+    assert rps == pytest.approx(want, rel=0.05) and ("interpreter" in why) == (want < cores_bound)
+
+
+def test_a_plan_that_moves_a_stage_off_the_host_takes_its_interpreter_time_with_it(tmp_path):
+    portrait, served = _portrait(tmp_path, (1, 1.0))
+    python = interpreter(portrait)
+    assert python.cpu_work_ms == pytest.approx(served.work_ms, rel=0.03)  # the stage and the own work, as recorded
+    own = python.cpu_work_ms - portrait.stage("embed").self_ms_mean
+    processes, kept = python.for_plan(own)  # embed moved to an accelerator: the host keeps its own work
+    assert processes == 1 and kept == pytest.approx(python.ms * own / python.cpu_work_ms)
+    assert python.for_plan(python.cpu_work_ms) == (1, pytest.approx(python.ms))
+    # At a rate one process cannot carry with every stage on the host, the planner sees the host saturated.
+    plan = recommend(portrait, Constraints.parse(engines="cpu", min_rps=1.2 * python.max_rps))
+    assert plan.recommended.estimate.p95_ms is None and plan.recommended.estimate.bottleneck == INTERPRETER
+    assert "more worker processes" in " ".join(plan.recommended.notes)
+
+
+def test_no_interpreter_samples_no_bound(tmp_path):
+    portrait, served = _portrait(tmp_path, None)
+    assert interpreter(portrait) is None
+    plan = recommend(portrait, Constraints.parse(engines="cpu"))
+    assert plan.recommended.estimate.max_rps == pytest.approx(2 * 1000.0 / served.work_ms, rel=0.05)
+
+
+def test_a_recording_made_on_saturated_cores_is_planned_without_its_waits(tmp_path):
+    """Issue #32: two worker processes whose BLAS threads fought over 2 cores recorded a 233 ms stage that
+    takes 1 ms alone, and the plan said 3 req/s where the service had carried 150. When the CPU stages
+    and own time asked more core time than the saturated cores gave, the excess was waiting: taken out,
+    the recorded placement carries what the recording carried."""
+    from loadprobe.plan.context import cpu_contention
+    from loadprobe.portrait import DeviceMetric
+
+    portrait, served = _portrait(tmp_path, None)
+    assert cpu_contention(portrait) is None  # no CPU utilisation recorded: nothing says it was saturated
+    duration = portrait.traffic.duration_s
+    asked_s = served.work_ms * portrait.requests.count / 1000.0  # what the stages and own time held
+    calm = list(portrait.devices.metrics)
+    portrait.devices.metrics = calm + [DeviceMetric("host-a", "cpu", "util_pct", 60.0, 70.0, 80.0, int(duration))]
+    assert cpu_contention(portrait) is None  # busy, not saturated
+    # The same recording as if squeezed onto cores that gave a third of the time it held, fully busy.
+    portrait.devices.metrics = calm + [DeviceMetric("host-a", "cpu", "util_pct", 100.0, 100.0, 100.0, int(duration))]
+    portrait.traffic.duration_s = asked_s / 2 / 3
+    found = cpu_contention(portrait)
+    assert found.scale == pytest.approx(1 / 3, rel=0.05) and "saturated" in found.how
+    plan = recommend(portrait, Constraints.parse(engines="cpu"))
+    recorded_rps = portrait.requests.count / portrait.traffic.duration_s
+    assert plan.recommended.estimate.max_rps == pytest.approx(recorded_rps, rel=0.05)
+    assert any(note.startswith("CPU times: recorded while the host CPU was saturated") for note in plan.recommended.notes)
+    embed = next(d for d in plan.recommended.decisions if d.stage == "embed")
+    assert embed.service.mean_ms == pytest.approx(portrait.stage("embed").self_ms_mean * found.scale, rel=0.02)
