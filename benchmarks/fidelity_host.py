@@ -77,10 +77,19 @@ def health():
     return {"ok": True}
 
 
-@app.post("/score")
-def handle(query: Query):
+def answer(query: Query):
     top = score(embed(query.values))
     return {"tag": query.tag, "top": [round(float(v), 4) for v in top[:16]]}
+
+
+if os.environ.get("BENCH_ENDPOINT") == "async":
+    @app.post("/score")
+    async def handle(query: Query):  # on the event loop's thread: no thread pool
+        return answer(query)
+else:
+    @app.post("/score")
+    def handle(query: Query):  # FastAPI runs it in its thread pool
+        return answer(query)
 '''
 
 
@@ -130,6 +139,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", type=int, default=64, help="rows of the probed matrix work (more: less time outside)")
     parser.add_argument("--steps", choices=("matrix", "small"), default="matrix",
                         help="matrix: BLAS work on --rows rows; small: many small numpy calls holding the interpreter")
+    parser.add_argument("--endpoint", choices=("sync", "async"), default="sync",
+                        help="sync: a def endpoint (FastAPI's thread pool); async: an async def one (the event loop)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     import loadprobe
@@ -143,6 +154,7 @@ def main(argv=None) -> int:
         body.write_text(json.dumps({"values": [float(i % 7) for i in range(64)], "tag": "bench"}), encoding="utf-8")
         os.environ["BENCH_ROWS"] = str(args.rows)
         os.environ["BENCH_STEPS"] = args.steps
+        os.environ["BENCH_ENDPOINT"] = args.endpoint
         port = free_port()
         url = f"http://127.0.0.1:{port}/score"
         proc = serve(folder, folder / "recorded", port, args.workers)
@@ -159,7 +171,7 @@ def main(argv=None) -> int:
         finally:
             stop(proc)
     measured = closed["succeeded"] / closed["elapsed_s"]
-    result = {"workers": args.workers, "steps": args.steps, "rows": args.rows, "recorded_rate_rps": args.rate,
+    result = {"workers": args.workers, "steps": args.steps, "endpoint": args.endpoint, "rows": args.rows, "recorded_rate_rps": args.rate,
               "recorded_p50_ms": open_loop.get("latency_ms", {}).get("p50"),
               "unattributed_share": portrait.requests.unattributed_share,
               "host_work": plan.recommended.host[1].how if plan.recommended.host else None,

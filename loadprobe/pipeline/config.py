@@ -204,6 +204,20 @@ class HostConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class InterpreterConfig:
+    """A Python service's interpreter lock (``interpreter:``): ``processes`` x 1000 / ``ms_per_request`` requests
+    per second at most, whatever the cores. The planner's queue; the simulator says when a schedule passes it."""
+
+    processes: int
+    ms_per_request: float
+    why: str | None = None
+
+    @property
+    def max_rps(self) -> float:
+        return self.processes * 1000.0 / self.ms_per_request
+
+
+@dataclass(frozen=True, kw_only=True)
 class PipelineConfig:
     """A whole plan. Build one from keywords, or read one with :func:`load`; lists become tuples.
 
@@ -217,6 +231,7 @@ class PipelineConfig:
     stages: tuple[StageConfig, ...] = _nested(StageConfig, many="list")
     routing: RoutingConfig | None = _nested(RoutingConfig, default=None)
     host: HostConfig | None = _nested(HostConfig, default=None)
+    interpreter: InterpreterConfig | None = _nested(InterpreterConfig, default=None)
     calibration: CalibrationConfig | None = _nested(CalibrationConfig, default=None)
     why: Mapping[str, str] = field(default_factory=dict)
 

@@ -74,6 +74,9 @@ def pipeline_dict(plan, option=None) -> dict:
         "stages": stages,
         "routing": {"retry": {"budget_ratio": 0.1, "max_attempts": 2}, "shed": {"by": "priority"}},
         **({"host": _host(option.host)} if option.host is not None else {}),
+        **({"interpreter": {"processes": option.interpreter[0], "ms_per_request": _num(option.interpreter[1]),
+                            "why": "the recorded processes' interpreter CPU, sampled, with the CPU work this plan keeps "
+                                   "on the host"}} if option.interpreter is not None else {}),
         "why": {"scenario": f"{plan.scenario}: {plan.scenario_why}",
                 "estimate": _estimate_text(option.estimate, plan.slo_p95_ms),
                 "routing": "retries only inside a 10% budget of requests (retries amplify overload); under "

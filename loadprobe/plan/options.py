@@ -75,6 +75,7 @@ def assemble(name: str, decisions: list, specs, profiles, ctx: PlanContext, note
     option = Option(name, decisions, engines, est, stress, None, None, notes,
                     host=(host, ctx.host) if host is not None else None)
     option.power_unknown = unknown
+    option.interpreter = python
     maxima = [e["power_w"] for e in engines.values()]  # provisioned for full load: maxima, never what was measured
     option.provisioned_w = None if None in maxima else sum(maxima)
     judge(option, ctx)

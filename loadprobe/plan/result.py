@@ -65,6 +65,7 @@ class Option:
     sizing: str = ""  # how many units of each accelerator, and why (lineup.py)
     intervals: dict = field(default_factory=dict)  # figure -> [lo, hi] over resampled recordings (confidence.py)
     host: tuple | None = None  # (the host CPU engine, context.HostWork): the service's own work per request
+    interpreter: tuple | None = None  # (worker processes, interpreter ms per request) in this plan, when sampled
 
 
 @dataclass

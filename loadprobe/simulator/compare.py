@@ -14,7 +14,7 @@ Usage::
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,23 @@ def simulate_plans(plans: list, offsets, *, source: str, arrivals: str, seed: in
     if outside_sampler and len(hosted) < len(plans):
         described += f"; plus {outside_sampler.how}" + (" (plans without a host: section)" if hosted else "")
     return Comparison(source=source, arrivals=arrivals, requests=len(offsets), seed=seed, service_times=described,
-                      results=results)
+                      results=results, interpreter={name: interpreter_bound(config, offsets) for name, config in plans
+                                                    if config.interpreter is not None})
+
+
+def interpreter_bound(config: PipelineConfig, offsets) -> dict:
+    """A plan's ``interpreter:`` bound against the schedule's mean rate: a queue the simulator does not run."""
+    python = config.interpreter
+    span = float(offsets[-1] - offsets[0]) if len(offsets) > 1 else 0.0
+    rate = (len(offsets) - 1) / span if span > 0 else None
+    share = rate / python.max_rps if rate is not None else None
+    note = (f"its interpreter carries at most {python.max_rps:.4g} req/s ({python.processes} worker process"
+            f"{'es' if python.processes != 1 else ''} x {python.ms_per_request:.3g} ms of Python per request)")
+    if share is not None:
+        note += (f"; this schedule's mean {rate:.4g} req/s is {share:.0%} of it"
+                 + (": past it, requests would queue for the interpreter, which this simulation of the engines "
+                    "does not show; run more worker processes" if share > 1 else ""))
+    return {"max_rps": python.max_rps, "mean_rate_rps": rate, "share": share, "note": note}
 
 
 def _overrides_for(config: PipelineConfig, overrides) -> dict:
@@ -114,17 +130,20 @@ class Comparison:
     seed: int
     service_times: str
     results: dict[str, SimulationResult]
+    interpreter: dict = field(default_factory=dict)  # plan -> its interpreter bound (``interpreter_bound``)
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": VERSION, "source": self.source, "arrivals": self.arrivals, "requests": self.requests,
                 "seed": self.seed, "service_times": self.service_times, "method": "discrete-event simulation",
-                "plans": {name: r.to_dict() for name, r in self.results.items()}}
+                "plans": {name: r.to_dict() for name, r in self.results.items()},
+                **({"interpreter": self.interpreter} if self.interpreter else {})}
 
     def render(self) -> str:
         """Each plan's own tables when there is one; otherwise one row per plan, then each plan's stages."""
         head = f"{self.requests:,} requests, {self.arrivals}, seed {self.seed}; service times: {self.service_times}"
+        bounds = [f"{name}: {bound['note']}" for name, bound in self.interpreter.items()]
         if len(self.results) == 1:
-            return head + "\n\n" + next(iter(self.results.values())).render()
+            return "\n".join([head, *bounds, "", next(iter(self.results.values())).render()])
         rows = []
         for name, r in self.results.items():
             done = r.outcomes["ok"]
@@ -136,7 +155,7 @@ class Comparison:
                          "-" if r.power.get("energy_per_request_j") is None or not done
                          else f"{r.power['energy_per_request_j']:.3g}",
                          "-" if not r.tco else f"{r.tco['total']:,.0f}" + ("+" if r.tco["purchase_unknown"] else "")])
-        lines = [head, ""]
+        lines = [head, *bounds, ""]
         lines += text_table(["plan", "p50 ms", "p95 ms", "p99 ms", "done/s", "rejected", "timed out", "failover",
                              "power W", "J/request", "cost"], rows)
         lines.append("(cost: + where a device has no known price, the total is a lower bound)")

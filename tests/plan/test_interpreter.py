@@ -108,3 +108,23 @@ def test_a_recording_made_on_saturated_cores_is_planned_without_its_waits(tmp_pa
     assert any(note.startswith("CPU times: recorded while the host CPU was saturated") for note in plan.recommended.notes)
     embed = next(d for d in plan.recommended.decisions if d.stage == "embed")
     assert embed.service.mean_ms == pytest.approx(portrait.stage("embed").self_ms_mean * found.scale, rel=0.02)
+
+
+def test_the_plan_file_carries_the_bound_and_simulate_says_when_a_schedule_passes_it(tmp_path):
+    from loadprobe.pipeline import files as pipeline_files
+    from loadprobe.simulator.compare import simulate_plans
+
+    portrait, served = _portrait(tmp_path, (1, 1.0))
+    plan = recommend(portrait, Constraints.parse(engines="cpu"))
+    config = plan.to_pipeline()
+    python = interpreter(portrait)
+    assert config.interpreter.processes == 1
+    assert config.interpreter.ms_per_request == pytest.approx(python.ms, rel=1e-3)
+    assert pipeline_files.loads(pipeline_files.dump(config)).interpreter == config.interpreter  # survives the file
+    for rate, past in ((0.5 * python.max_rps, False), (1.5 * python.max_rps, True)):
+        offsets = np.cumsum(np.random.default_rng(1).exponential(1 / rate, 3000))
+        comparison = simulate_plans([("kept", config)], offsets, source="test", arrivals=f"poisson {rate:.0f}/s")
+        bound = comparison.to_dict()["interpreter"]["kept"]
+        assert bound["max_rps"] == pytest.approx(python.max_rps, rel=1e-3)
+        assert bound["share"] == pytest.approx(rate / python.max_rps, rel=0.1)
+        assert ("past it" in comparison.render()) == past
