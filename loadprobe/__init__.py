@@ -67,7 +67,8 @@ def start(
     ``rotate_bytes`` (64 MiB) for segment rotation. Calling it again returns the running
     recorder. ``sample_devices=False`` leaves device sampling to someone else (``loadprobe
     record`` does it for its process tree); the process's interpreter CPU is sampled either way
-    (``sample_interpreter=False`` to stop it). I/O problems never raise: they are counted in ``stats()`` and logged once.
+    (``sample_interpreter=False`` to stop it). I/O problems never raise: they are counted in
+    ``stats()`` and logged once.
     """
     from .record import recorder as _recorder
 

@@ -286,11 +286,17 @@ class Interpreter:
     processes: int
     ms: float  # interpreter CPU per request (its Python threads', as sampled), over all processes
     cpu_work_ms: float  # the host CPU work per request it was measured with: the CPU stages and the own work
-    how: str
 
     @property
     def max_rps(self) -> float:
         return self.processes * 1000.0 / self.ms
+
+    @property
+    def how(self) -> str:
+        return (f"the Python interpreter: {self.ms:.3g} ms of its CPU per request (its threads', sampled), one "
+                f"request's Python at a time in each of {self.processes} worker process"
+                f"{'es' if self.processes != 1 else ''}, so at most {self.max_rps:.3g} req/s, however many cores; "
+                "more worker processes raise it")
 
     def for_plan(self, cpu_work_ms: float) -> tuple[int, float]:
         """(processes, interpreter ms per request) of a plan that keeps ``cpu_work_ms`` of CPU work per request on
@@ -315,13 +321,9 @@ def interpreter(portrait) -> Interpreter | None:
     if not requests or total <= 0:
         return None
     processes = sum(1 for b in busy if b >= BUSY_PROCESS_SHARE * max(busy))
-    ms = total / requests
     own = _own_work(portrait)
     cpu_work = _cpu_stage_ms(portrait) / requests + (own[2] if own is not None else 0.0)
-    how = (f"the Python interpreter: {ms:.3g} ms of its CPU per request (its threads', sampled), one request's "
-           f"Python at a time in each of {processes} worker process{'es' if processes != 1 else ''}, so at most "
-           f"{processes * 1000.0 / ms:.3g} req/s, however many cores; more worker processes raise it")
-    return Interpreter(processes, ms, cpu_work, how)
+    return Interpreter(processes, total / requests, cpu_work)
 
 
 def process_cpu_ms(portrait) -> float | None:
