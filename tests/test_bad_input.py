@@ -85,7 +85,36 @@ def base(tmp_path_factory) -> dict:
     writer.writerows(rows)
     out["log.csv"] = text.getvalue().encode()
     out["log.jsonl"] = "".join(json.dumps(row) + "\n" for row in rows).encode()
+    out.update(_otlp_files())
     return out
+
+
+def _otlp_files() -> dict:
+    """OTLP files as the OpenTelemetry Collector writes them, of spans made by the real SDK."""
+    from opentelemetry import trace as api
+    from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans as encode_json
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as encode_proto
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "svc", "host.name": "h"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("bad-input")
+    for i in range(8):
+        with tracer.start_as_current_span("POST /x", kind=api.SpanKind.SERVER):
+            with tracer.start_as_current_span("llm_request", attributes={
+                    "loadprobe.batch": 1 + i % 3, "gen_ai.usage.prompt_tokens": 9,
+                    "gen_ai.latency.time_to_first_token": 0.01, "gen_ai.latency.time_in_model_decode": 0.002}):
+                pass
+    spans = list(exporter.get_finished_spans())
+    messages = [spans[k:k + 6] for k in range(0, len(spans), 6)]
+    proto = b"".join(len(m).to_bytes(4, "big") + m for m in (encode_proto(part).SerializeToString()
+                                                           for part in messages))
+    return {"otlp.jsonl": "".join(encode_json(part).to_json() + "\n" for part in messages).encode(),
+            "otlp.pb": proto}
 
 
 # -- damage --------------------------------------------------------------------------------
@@ -268,6 +297,8 @@ KINDS = {  # kind -> (file name the command is given, how to damage its base)
     "run-json": ("run.json", lambda base: json_file(base["run.json"])),
     "log-csv": ("log.csv", lambda base: log_file(base["log.csv"], jsonl=False)),
     "log-jsonl": ("log.jsonl", lambda base: log_file(base["log.jsonl"], jsonl=True)),
+    "otlp-json": ("otlp.jsonl", lambda base: log_file(base["otlp.jsonl"], jsonl=True)),
+    "otlp-proto": ("otlp.pb", lambda base: damaged_bytes(base["otlp.pb"])),
     "portrait": ("portrait.json", lambda base: json_file(base["portrait.json"])),
     "plans": ("plans.json", lambda base: json_file(base["plans.json"])),
     "pipeline": ("pipeline.yaml", lambda base: yaml_file(base["pipeline.yaml"])),
@@ -297,6 +328,8 @@ def _commands(kind: str, given: Path, inputs: Path, out: Path, base: dict) -> li
         return [["analyze", str(inputs / "data"), "-o", str(out / "report")]]
     if kind.startswith("log"):
         return [["import", str(given), "-o", str(out / "data"), *_IMPORT]]
+    if kind.startswith("otlp"):
+        return [["import", str(given), "-o", str(out / "data")]]
     if kind == "portrait":
         return [["recommend", str(given), "-o", str(out / "plan" / "pipeline.yaml")],
                 ["report", str(given), "--no-plan", "-o", str(out / "r.html")]]
@@ -338,6 +371,11 @@ def run_case(kind: str, data: bytes, base: dict) -> None:
                 result = runner.invoke(main, args)
                 _check(result, args, given)
                 assert _digest(inputs) == before, args
+                if args[0] == "import" and kind.startswith("otlp") and result.exit_code == 0:
+                    # what import wrote from a damaged trace, analyze reads cleanly
+                    again = runner.invoke(main, ["analyze", str(out / "data"), "-o", str(out / "report"), "--no-html"])
+                    assert again.exit_code in (0, 2), again.output
+                    assert "Traceback" not in again.output and "internal error" not in again.output, again.output
                 if args[0] == "analyze" and result.exit_code == 0:
                     # what analyze wrote from damaged data, recommend reads: the two agree on portrait.json
                     again = runner.invoke(main, ["recommend", str(out / "report" / "portrait.json"), "-o",
@@ -371,6 +409,8 @@ test_damaged_spans_arrows_is_refused_cleanly = _harness("spans-arrows", 15)
 test_damaged_run_json_is_refused_cleanly = _harness("run-json", 10)
 test_damaged_log_csv_is_refused_cleanly = _harness("log-csv", 30)
 test_damaged_log_jsonl_is_refused_cleanly = _harness("log-jsonl", 20)
+test_damaged_otlp_json_is_refused_cleanly = _harness("otlp-json", 20)
+test_damaged_otlp_proto_is_refused_cleanly = _harness("otlp-proto", 20)
 test_damaged_portrait_is_refused_cleanly = _harness("portrait", 30)
 test_damaged_plans_is_refused_cleanly = _harness("plans", 25)
 test_damaged_pipeline_is_refused_cleanly = _harness("pipeline", 20)

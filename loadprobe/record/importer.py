@@ -148,7 +148,7 @@ def import_log(
         clock = Clock(where, columns["ts"], settings.get("ts_unit"), ts_format, origin_ns)
         latency_ns = _latency_factor(columns.get("latency"), latency_unit, where)
 
-        files = _SpanFiles(rundir.run_path(output_dir, host, service, run_id))
+        files = SpanFiles(rundir.run_path(output_dir, host, service, run_id))
         skipped: dict[str, int] = {}
         try:
             for start, lines, values in _batches(records, pick, list(columns)):
@@ -162,7 +162,7 @@ def import_log(
                 raise LoadprobeError(f"{where}: no rows to import{why}; check the file and the column options")
             source_info = {
                 "path": str(source.resolve()),
-                "sha256": _sha256(source),
+                "sha256": file_sha256(source),
                 "format": fmt,
                 "preset": preset,
                 "columns": columns,
@@ -171,7 +171,7 @@ def import_log(
                 "rows": files.rows + sum(skipped.values()),
                 "rows_skipped": skipped,
             }
-            _put_new(lambda: rundir.write_run_json(files.run_dir, _run_info(host, service, files, source_info),
+            put_new(lambda: rundir.write_run_json(files.run_dir, imported_run_info(host, service, files, source_info),
                                                    overwrite=False), files.run_dir / rundir.RUN_JSON)
         except BaseException as exc:
             files.discard()
@@ -182,7 +182,7 @@ def import_log(
     return ImportResult(files.run_dir, files.rows, skipped, files.first_ns, files.last_ns)
 
 
-def _run_info(host: str, service: str, files: _SpanFiles, source: dict) -> dict:
+def imported_run_info(host: str, service: str, files: SpanFiles, source: dict) -> dict:
     """run.json of an imported run: the recorder's fields, no process or machine, and where the data came from."""
     return rundir.run_document(
         host=host, service=service, run_id=files.run_dir.name, role="imported",
@@ -424,7 +424,7 @@ def _latency_factor(column: str | None, unit: str | None, where: str) -> int | N
     return UNITS[unit]
 
 
-class _SpanFiles:
+class SpanFiles:
     """The run's ``spans-00001.parquet``, ``-00002``...: up to ROWS_PER_FILE rows each.
 
     The run directory is made with the first rows, so input found bad before then leaves no
@@ -469,7 +469,7 @@ class _SpanFiles:
         if self._writer is not None:
             writer, self._writer = self._writer, None
             writer.close()
-            self.done.append(_put_new(self._file.commit, self._file.target))
+            self.done.append(put_new(self._file.commit, self._file.target))
             self._file = None
 
     def discard(self) -> None:
@@ -493,7 +493,7 @@ class _SpanFiles:
 
 
 
-def _put_new(write, target: Path) -> Path:
+def put_new(write, target: Path) -> Path:
     """Run ``write`` (which refuses to replace ``target``); the run directory is new, so a file
     already there was put by someone else: never replace it."""
     try:
@@ -503,7 +503,7 @@ def _put_new(write, target: Path) -> Path:
             from None
 
 
-def _sha256(source: Path) -> str:
+def file_sha256(source: Path) -> str:
     digest = hashlib.sha256()
     with open(source, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

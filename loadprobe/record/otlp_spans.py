@@ -1,0 +1,250 @@
+"""OTLP spans as loadprobe spans: which attribute fills which column, GenAI spans opened into their phases.
+
+One rule for the importer (OTLP files) and the live receiver. Each ``OtlpSpan`` becomes a row of
+``schema.SPANS``, grouped by where it ran: its resource's ``host.name`` and ``service.name``.
+
+- A span that starts a request (``OtlpSpan.starts_request``: no parent, or a parent in another
+  process) is a root: ``parent_id`` null. Its ``request_id`` is its ``x-request-id`` attribute when
+  recorded, else its trace id; spans below it carry the trace id.
+- Columns come from attributes (``ATTRIBUTE_KEYS``: loadprobe's own ``loadprobe.*`` keys and the
+  GenAI semantic conventions' token counts; the first key present wins). ``AttributeKeys.parse``
+  takes ``FIELD=KEY`` remappings (``loadprobe import --attr batch=app.batch_size``).
+- Status ERROR is ``error`` (``timeout`` or ``cancelled`` when its message says so), anything else ``ok``.
+- A span carrying the GenAI latency attributes that vLLM's ``llm_request`` has
+  (``gen_ai.latency.time_to_first_token``, ``time_in_queue``, ``time_in_model_prefill``,
+  ``time_in_model_decode``, ``e2e``) is a request with three stages below it: ``queue``, then
+  ``prefill`` ending at the first token (so its end minus the request's start is the recorded
+  TTFT), then ``decode``; the request lasts ``e2e``. Doubles are seconds, integers nanoseconds.
+
+Usage::
+
+    from loadprobe.record.otlp_spans import AttributeKeys, Converter
+
+    converter = Converter(AttributeKeys.parse(["batch=app.batch_size"]))
+    for (host, service), table in converter.add(spans):   # full batches, as they fill
+        ...
+    for (host, service), table in converter.drain():      # whatever is left
+        ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import pyarrow as pa
+
+from .._errors import LoadprobeError
+from ..schema import SPANS
+from .otlp import STATUS_ERROR, OtlpSpan
+
+ATTRIBUTE_KEYS = {
+    "batch": ("loadprobe.batch",),
+    "shape": ("loadprobe.shape",),
+    "engine": ("loadprobe.engine",),
+    "queue_ns": ("loadprobe.queue_ns",),
+    "flops": ("loadprobe.flops",),
+    "bytes": ("loadprobe.bytes",),
+    "tokens_in": ("loadprobe.tokens_in", "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"),
+    "tokens_out": ("loadprobe.tokens_out", "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"),
+    "request_id": ("loadprobe.request_id", "http.request.header.x-request-id", "http.request.header.x_request_id"),
+}
+"""For each column filled from attributes, the attribute keys read, in order (docs/ecosystem.md)."""
+
+GENAI_TTFT = "gen_ai.latency.time_to_first_token"
+GENAI_QUEUE = "gen_ai.latency.time_in_queue"
+GENAI_PREFILL = "gen_ai.latency.time_in_model_prefill"
+GENAI_DECODE = "gen_ai.latency.time_in_model_decode"
+GENAI_E2E = "gen_ai.latency.e2e"
+GENAI_PHASES = ("queue", "prefill", "decode")
+"""The stages a GenAI request span is opened into, in the order they run."""
+
+BATCH_ROWS = 65_536
+"""Rows gathered per (host, service) before they are handed on as one table."""
+
+UNNAMED_HOST, UNNAMED_SERVICE = "otlp", "otlp"  # where spans whose resource names neither go
+_ID_BITS = (1 << 63) - 1
+_INTEGERS = ("batch", "queue_ns", "tokens_in", "tokens_out")
+_MAX_COUNT = 2**53
+
+
+@dataclass(frozen=True)
+class AttributeKeys:
+    """The attribute keys read for each column: ``ATTRIBUTE_KEYS`` with the user's remappings."""
+
+    keys: dict = field(default_factory=lambda: dict(ATTRIBUTE_KEYS))
+
+    @classmethod
+    def parse(cls, remaps=()) -> "AttributeKeys":
+        """``["batch=app.batch", "tokens_in=llm.prompt_tokens"]``: each FIELD read from KEY instead (a
+        field named twice is read from its keys in the order given). LoadprobeError on a bad one."""
+        keys, given = dict(ATTRIBUTE_KEYS), {}
+        for remap in remaps:
+            name, sep, key = str(remap).partition("=")
+            name, key = name.strip(), key.strip()
+            if not sep or not key or name not in ATTRIBUTE_KEYS:
+                raise LoadprobeError(f"--attr {remap!r}: expected FIELD=KEY with FIELD one of "
+                                     f"{', '.join(ATTRIBUTE_KEYS)} (e.g. batch=app.batch_size)")
+            given.setdefault(name, []).append(key)
+        keys.update({name: tuple(chosen) for name, chosen in given.items()})
+        return cls(keys)
+
+    def value(self, attributes: dict, name: str):
+        for key in self.keys[name]:
+            value = attributes.get(key)
+            if value is not None:
+                return value[0] if isinstance(value, list) and value else value
+        return None
+
+
+class _Columns:
+    """One (host, service)'s rows being gathered, column by column."""
+
+    NAMES = [f.name for f in SPANS]
+
+    def __init__(self) -> None:
+        self.columns = {name: [] for name in self.NAMES}
+
+    def __len__(self) -> int:
+        return len(self.columns["ts_ns"])
+
+    def append(self, row: dict) -> None:
+        for name, column in self.columns.items():
+            column.append(row.get(name))
+
+    def table(self) -> pa.Table:
+        arrays = []
+        for f in SPANS:
+            values = self.columns[f.name]
+            if pa.types.is_dictionary(f.type):
+                arrays.append(pa.array(values, pa.string()).dictionary_encode())
+            else:
+                arrays.append(pa.array(values, f.type))
+        return pa.Table.from_arrays(arrays, schema=SPANS)
+
+
+class Converter:
+    """OTLP spans in, SPANS tables out, per (host, service); counts what it could not use."""
+
+    def __init__(self, keys: AttributeKeys | None = None, *, service: str | None = None,
+                 host: str | None = None) -> None:
+        self.keys = keys or AttributeKeys()
+        self.service, self.host = service, host  # given: every span is put there
+        self.pending: dict[tuple[str, str], _Columns] = {}
+        self.spans = 0  # OTLP spans taken
+        self.requests: dict[tuple[str, str], int] = {}  # spans that start a request, per (host, service)
+        self.skipped: dict[str, int] = {}  # OTLP spans left out, by reason
+
+    def add(self, spans: list[OtlpSpan]) -> Iterator[tuple[tuple[str, str], pa.Table]]:
+        """Take ``spans``; yield ((host, service), table) for each group that reached BATCH_ROWS."""
+        for span in spans:
+            reason = _unusable(span)
+            if reason:
+                self.skipped[reason] = self.skipped.get(reason, 0) + 1
+                continue
+            self.spans += 1
+            where = (self.host or span.host or UNNAMED_HOST, self.service or span.service or UNNAMED_SERVICE)
+            rows = self.pending.setdefault(where, _Columns())
+            if span.starts_request:
+                self.requests[where] = self.requests.get(where, 0) + 1
+            for row in self.rows(span):
+                rows.append(row)
+            if len(rows) >= BATCH_ROWS:
+                yield where, self.pending.pop(where).table()
+
+    def drain(self) -> Iterator[tuple[tuple[str, str], pa.Table]]:
+        """Every group still gathering, as a table (the end of a file, a receiver's flush)."""
+        pending, self.pending = self.pending, {}
+        for where, rows in pending.items():
+            if len(rows):
+                yield where, rows.table()
+
+    def rows(self, span: OtlpSpan) -> list[dict]:
+        """The loadprobe span rows of one OTLP span: one, or a GenAI request and its phases."""
+        attributes, root = span.attributes, span.starts_request
+        row = {"ts_ns": span.start_ns, "dur_ns": span.end_ns - span.start_ns, "stage": span.name or "span",
+               "span_id": span.span_id, "parent_id": None if root else span.parent_id,
+               "request_id": span.trace_id or None, "status": _status(span)}
+        for name in ATTRIBUTE_KEYS:
+            value = self.keys.value(attributes, name)
+            if value is not None:
+                row[name] = _column_value(name, value)
+        if not root or row.get("request_id") is None:  # an x-request-id names the request, not its parts
+            row["request_id"] = span.trace_id or None
+        return [row] + genai_phases(row, attributes)
+
+
+def genai_phases(request: dict, attributes: dict) -> list[dict]:
+    """The queue, prefill and decode rows below a GenAI request span (``request`` gets its e2e as duration).
+
+    vLLM measures queue, prefill and decode on the engine's clock and TTFT and e2e from the
+    request's arrival: prefill is placed to end at the first token, queue just before it, decode
+    right after it, so that TTFT and e2e read back exactly; the time before the queue and after
+    decode is the request's own (its front end: tokenising, detokenising, streaming).
+    """
+    seconds = {key: _duration_ns(attributes.get(key)) for key in (GENAI_TTFT, GENAI_QUEUE, GENAI_PREFILL,
+                                                                  GENAI_DECODE, GENAI_E2E)}
+    if seconds[GENAI_PREFILL] is None and seconds[GENAI_DECODE] is None and seconds[GENAI_TTFT] is None:
+        return []
+    start = request["ts_ns"]
+    if seconds[GENAI_E2E] is not None:
+        request["dur_ns"] = seconds[GENAI_E2E]
+    end = start + request["dur_ns"]
+    queue, prefill, decode = (seconds[k] or 0 for k in (GENAI_QUEUE, GENAI_PREFILL, GENAI_DECODE))
+    first_token = start + (seconds[GENAI_TTFT] if seconds[GENAI_TTFT] is not None else queue + prefill)
+    phases = (("queue", GENAI_QUEUE, first_token - prefill - queue, first_token - prefill),
+              ("prefill", GENAI_PREFILL, first_token - prefill, first_token),
+              ("decode", GENAI_DECODE, first_token, first_token + decode))
+    rows = []
+    for k, (phase, key, begin, finish) in enumerate(phases, 1):
+        if seconds[key] is None:
+            continue
+        begin, finish = (min(max(t, start), end) for t in (begin, finish))
+        row = {"ts_ns": begin, "dur_ns": finish - begin, "stage": phase,
+               "span_id": (request["span_id"] * 4 + k) & _ID_BITS or k, "parent_id": request["span_id"],
+               "request_id": request["request_id"], "status": request["status"], "engine": request.get("engine")}
+        if phase == "prefill":
+            row["tokens_in"] = request.get("tokens_in")
+        if phase == "decode" and request.get("tokens_out"):
+            row["tokens_out"] = request["tokens_out"] - 1  # the first token came out of prefill
+        rows.append(row)
+    return rows
+
+
+def _duration_ns(value) -> int | None:
+    """A GenAI latency attribute in ns: a double is seconds (vLLM), an integer nanoseconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    ns = value * 1e9 if isinstance(value, float) else value
+    return int(round(ns)) if 0 <= ns < 2**62 else None
+
+
+def _column_value(name: str, value):
+    """An attribute's value for column ``name``; None when it cannot be one (counted by nobody: optional)."""
+    if name in ("shape", "engine", "request_id"):
+        return str(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return None
+    if name in _INTEGERS:
+        return int(number) if 0 <= number <= _MAX_COUNT and number == int(number) else None
+    return number if number >= 0 and number != float("inf") else None
+
+
+def _status(span: OtlpSpan) -> str:
+    if span.status != STATUS_ERROR:
+        return "ok"
+    message = span.status_message.lower()
+    return "timeout" if "timeout" in message or "timed out" in message else \
+        "cancelled" if "cancel" in message else "error"
+
+
+def _unusable(span: OtlpSpan) -> str | None:
+    if not span.span_id:
+        return "spans with no span id"
+    if span.start_ns <= 0 or span.end_ns < span.start_ns or span.end_ns >= 2**63:
+        return "spans with a bad start or end time"
+    return None
