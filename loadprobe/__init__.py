@@ -39,6 +39,7 @@ __all__ = [
     "probe",
     "read_samples",
     "read_spans",
+    "receive_otlp",
     "recommend",
     "record_span",
     "request",
@@ -145,6 +146,19 @@ def simulate(plan, arrivals_s, service_times=None, **options):
 
         plan = load(plan)
     return run(plan, arrivals_s, service_times, **options)
+
+
+def receive_otlp(output_dir: str | _os.PathLike = "loadprobe-data", address: str = "127.0.0.1:4318", **options):
+    """Receive OpenTelemetry traces over OTLP/HTTP and record them, started: ``loadprobe.receive_otlp("data/")``.
+
+    Returns the running ``loadprobe.record.receiver.Receiver`` (``.endpoint``, ``.flush()``,
+    ``.stop()``, ``.counters()``; a context manager too). Options: ``attributes`` (``FIELD=KEY``
+    remappings), ``service``, ``host``, ``flush_interval_s``, ``max_buffered_spans``. Loads pyarrow:
+    start it beside the service, not in its request path.
+    """
+    from .record.receiver import Receiver
+
+    return Receiver(output_dir, address, **options).start()
 
 
 def read_spans(paths, **filters):

@@ -78,8 +78,9 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
     sample_skew = len({r.host for r in runs}) > 1 and hosts_may_share_request_ids(refs)
     filters = Filters(since_ns, until_ns, sample_skew=sample_skew, kernel=kernel, energy=samples_power(runs),
                       client=client)
-    windows = {r.run_id: (r.info["started_ns"], r.info.get("stopped_ns"))
-               for r in runs if isinstance(r.info.get("started_ns"), int) and r.info.get("role") != "imported"}
+    # Imported and received spans were timed elsewhere, before their run began: only recorded runs bound theirs.
+    windows = {r.run_id: (r.info["started_ns"], r.info.get("stopped_ns")) for r in runs
+               if isinstance(r.info.get("started_ns"), int) and r.info.get("role") not in ("imported", "received")}
     part = run_map(refs, filters, windows, engine=engine, workers=workers, scheduler=scheduler,
                    progress=progress)
     if not {ref.path for ref in refs if ref.kind == "spans"} & set(part.files):

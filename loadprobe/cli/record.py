@@ -26,25 +26,91 @@ _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 @click.option("--sample-interval", default=0.5, show_default=True, type=click.FloatRange(min=0.01),
               help="Seconds between device samples.")
 @click.option("--no-devices", is_flag=True, help="Record spans only; do not sample devices.")
+@click.option("--otlp", metavar="HOST:PORT",
+              help="Also receive OpenTelemetry traces over OTLP/HTTP there (e.g. 127.0.0.1:4318) and record them; "
+                   "with no COMMAND, receive until Ctrl-C or SIGTERM.")
+@click.option("--attr", "attributes", multiple=True, metavar="FIELD=KEY",
+              help="With --otlp: read FIELD (batch, engine, tokens_in, ...) from the span attribute KEY (repeatable).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def record(output, service, tags, sample_interval, no_devices, command):
-    """Run COMMAND so that its probes record into OUTPUT, sampling devices for its lifetime.
+def record(output, service, tags, sample_interval, no_devices, otlp, attributes, command):
+    """Run COMMAND so that its probes record into OUTPUT, sampling devices for its lifetime; with
+    --otlp, also record the OpenTelemetry traces an engine's exporter sends.
 
     \b
-    Example:
+    Examples:
         loadprobe record --output data/ -- python serve.py --port 8000
+        loadprobe record --otlp 127.0.0.1:4318 --output data/
+        loadprobe record --otlp 127.0.0.1:4318 --output data/ -- python -m vllm.entrypoints.openai.api_server \\
+            --otlp-traces-endpoint http://127.0.0.1:4318/v1/traces ...
 
     Signals sent to loadprobe (Ctrl-C, SIGTERM) are passed on to the command, and
     loadprobe exits with the command's exit status.
     """
-    if not command:
-        raise LoadprobeError("record: no command given; usage: loadprobe record --output DIR -- python serve.py")
+    if not command and not otlp:
+        raise LoadprobeError("record: no command given; usage: loadprobe record --output DIR -- python serve.py "
+                             "(or --otlp HOST:PORT to receive OpenTelemetry traces)")
+    if attributes and not otlp:
+        raise LoadprobeError("record: --attr maps OpenTelemetry span attributes; it needs --otlp HOST:PORT")
     for tag in tags:
         if "=" not in tag:
             raise LoadprobeError(f"record: --tag {tag!r} is not KEY=VALUE; e.g. --tag build=142")
     out = Path(output).resolve()
+    receiver = _receiver(out, otlp, attributes) if otlp else None
+    if not command:
+        _receive_until_stopped(receiver, out)
+        return
+    try:
+        code = _supervise(out, command, service, tags, sample_interval, no_devices,
+                          receiver.endpoint if receiver is not None else None)
+    finally:
+        if receiver is not None:
+            receiver.stop()
+    sys.exit(code)
+
+
+def _receiver(out: Path, address: str, attributes):
+    from ..record.receiver import Receiver
+
+    receiver = Receiver(out, address, attributes=attributes).start()
+    click.echo(f"loadprobe: receiving OpenTelemetry traces at {receiver.endpoint} -> {out}", err=True)
+    return receiver
+
+
+def _receive_until_stopped(receiver, out: Path) -> None:
+    """Receive until SIGINT or SIGTERM, then write everything and say what was received."""
+    import threading
+
+    stopped = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stopped.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stopped.wait(0.5):
+            pass
+    finally:
+        receiver.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    counters = receiver.counters()
+    services = sorted({run.service for run in receiver.runs.values()})
+    line = (f"loadprobe: received {counters['spans_received']:,} spans in {counters['requests']:,} requests from "
+            f"{len(services)} service(s){' (' + ', '.join(services) + ')' if services else ''} -> {out}")
+    if counters["spans_refused"] or counters["bad_requests"]:
+        line += (f"\nloadprobe: warning: {counters['spans_refused']:,} spans refused while the writer was behind "
+                 f"(senders retry them), {counters['bad_requests']:,} bad requests")
+    click.echo(line, err=True)
+
+
+def _supervise(out: Path, command, service, tags, sample_interval, no_devices, otlp_endpoint=None) -> int:
+    """Run ``command`` recording into ``out``, sampling devices meanwhile; its exit code.
+
+    With ``otlp_endpoint`` (the receiver's), the command's OpenTelemetry SDK is pointed there and
+    names its spans' service as the recording does, unless its environment says otherwise, so that
+    its received spans and the device samples are one service."""
     service = service or service_name(command)
     env = dict(os.environ)
+    if otlp_endpoint:
+        env.setdefault("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", otlp_endpoint)
+        env.setdefault("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+        env.setdefault("OTEL_SERVICE_NAME", service)
     env[_env.LOADPROBE_DIR] = str(out)
     env[_env.LOADPROBE_SERVICE] = service
     env[_env.LOADPROBE_SAMPLE_DEVICES] = "0"  # the supervisor samples for the whole process tree
@@ -78,7 +144,7 @@ def record(output, service, tags, sample_interval, no_devices, command):
             supervisor.stop()
     recovered = recover_finished_runs(out)
     click.echo(summary(out, started, recovered), err=True)
-    sys.exit(128 - code if code < 0 else code)
+    return 128 - code if code < 0 else code
 
 
 def _own_process_group() -> dict:

@@ -62,7 +62,7 @@ GENAI_PHASES = ("queue", "prefill", "decode")
 BATCH_ROWS = 65_536
 """Rows gathered per (host, service) before they are handed on as one table."""
 
-UNNAMED_HOST, UNNAMED_SERVICE = "otlp", "otlp"  # where spans whose resource names neither go
+UNNAMED_SERVICE = "otlp"  # where spans whose resource names no service.name go
 _ID_BITS = (1 << 63) - 1
 _INTEGERS = ("batch", "queue_ns", "tokens_in", "tokens_out")
 _MAX_COUNT = 2**53
@@ -127,9 +127,10 @@ class Converter:
     """OTLP spans in, SPANS tables out, per (host, service); counts what it could not use."""
 
     def __init__(self, keys: AttributeKeys | None = None, *, service: str | None = None,
-                 host: str | None = None) -> None:
+                 host: str | None = None, unnamed_host: str = "imported") -> None:
         self.keys = keys or AttributeKeys()
         self.service, self.host = service, host  # given: every span is put there
+        self.unnamed_host = unnamed_host  # where spans whose resource names no host.name go
         self.pending: dict[tuple[str, str], _Columns] = {}
         self.spans = 0  # OTLP spans taken
         self.requests: dict[tuple[str, str], int] = {}  # spans that start a request, per (host, service)
@@ -143,7 +144,7 @@ class Converter:
                 self.skipped[reason] = self.skipped.get(reason, 0) + 1
                 continue
             self.spans += 1
-            where = (self.host or span.host or UNNAMED_HOST, self.service or span.service or UNNAMED_SERVICE)
+            where = (self.host or span.host or self.unnamed_host, self.service or span.service or UNNAMED_SERVICE)
             rows = self.pending.setdefault(where, _Columns())
             if span.starts_request:
                 self.requests[where] = self.requests.get(where, 0) + 1
