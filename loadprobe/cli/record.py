@@ -31,8 +31,13 @@ _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
                    "with no COMMAND, receive until Ctrl-C or SIGTERM.")
 @click.option("--attr", "attributes", multiple=True, metavar="FIELD=KEY",
               help="With --otlp: read FIELD (batch, engine, tokens_in, ...) from the span attribute KEY (repeatable).")
+@click.option("--scrape", "scrape", multiple=True, metavar="URL[,URL...]",
+              help="Sample these Prometheus endpoints (an engine's /metrics) into the recording: gauges as they are, "
+                   "counters as rates, histograms as per-interval quantiles.")
+@click.option("--every", "scrape_every", default=1.0, show_default=True, type=click.FloatRange(min=0.05),
+              help="Seconds between scrapes of --scrape.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def record(output, service, tags, sample_interval, no_devices, otlp, attributes, command):
+def record(output, service, tags, sample_interval, no_devices, otlp, attributes, scrape, scrape_every, command):
     """Run COMMAND so that its probes record into OUTPUT, sampling devices for its lifetime; with
     --otlp, also record the OpenTelemetry traces an engine's exporter sends.
 
@@ -55,38 +60,54 @@ def record(output, service, tags, sample_interval, no_devices, otlp, attributes,
         if "=" not in tag:
             raise LoadprobeError(f"record: --tag {tag!r} is not KEY=VALUE; e.g. --tag build=142")
     out = Path(output).resolve()
-    receiver = _receiver(out, otlp, attributes) if otlp else None
+    urls = [url.strip() for given in scrape for url in given.split(",") if url.strip()]
+    if not command and urls and not service:
+        raise LoadprobeError("record: --scrape with --otlp and no command needs --service NAME: the scraped metrics "
+                             "and the received spans are recorded as that one service")
+    sources = scrape_sources(urls, scrape_every)
+    receiver = _receiver(out, otlp, attributes, service if not command else None) if otlp else None
     if not command:
-        _receive_until_stopped(receiver, out)
+        _receive_until_stopped(receiver, out, service, tags, sample_interval, no_devices, sources)
         return
     try:
         code = _supervise(out, command, service, tags, sample_interval, no_devices,
-                          receiver.endpoint if receiver is not None else None)
+                          receiver.endpoint if receiver is not None else None, sources)
     finally:
         if receiver is not None:
             receiver.stop()
     sys.exit(code)
 
 
-def _receiver(out: Path, address: str, attributes):
+def scrape_sources(urls: list[str], every: float) -> list:
+    """A sampler source per Prometheus endpoint (``record/scrape.py``); also ``loadprobe load --scrape``'s."""
+    from ..record.scrape import ScrapeSource
+
+    return [ScrapeSource(url, interval_s=every) for url in urls]
+
+
+def _receiver(out: Path, address: str, attributes, service: str | None):
     from ..record.receiver import Receiver
 
-    receiver = Receiver(out, address, attributes=attributes).start()
+    receiver = Receiver(out, address, attributes=attributes, service=service).start()
     click.echo(f"loadprobe: receiving OpenTelemetry traces at {receiver.endpoint} -> {out}", err=True)
     return receiver
 
 
-def _receive_until_stopped(receiver, out: Path) -> None:
-    """Receive until SIGINT or SIGTERM, then write everything and say what was received."""
+def _receive_until_stopped(receiver, out: Path, service, tags, sample_interval, no_devices, sources) -> None:
+    """Receive until SIGINT or SIGTERM, then write everything and say what was received. With
+    ``service`` (which the received spans are put under), devices and ``sources`` are sampled too."""
     import threading
 
     stopped = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stopped.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    sampler = _sampler(out, service, tags, sample_interval, no_devices, sources, pids=None) if service else None
     try:
         while not stopped.wait(0.5):
             pass
     finally:
         receiver.stop()
+        if sampler is not None:
+            sampler.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     counters = receiver.counters()
@@ -99,7 +120,20 @@ def _receive_until_stopped(receiver, out: Path) -> None:
     click.echo(line, err=True)
 
 
-def _supervise(out: Path, command, service, tags, sample_interval, no_devices, otlp_endpoint=None) -> int:
+def _sampler(out: Path, service: str, tags, sample_interval, no_devices, sources, pids):
+    """The supervisor's recorder: devices (unless ``no_devices``) and ``sources`` sampled, no spans; None if nothing to sample."""
+    if no_devices and not sources:
+        return None
+    from ..record.recorder import Recorder
+
+    interval = min([sample_interval] + [source.interval_s for source in sources])
+    return Recorder(out, service=service, tags=_env.parse_tags(",".join(tags)), sample_interval_s=interval,
+                    sample_devices=not no_devices, record_spans=False, sampler_pids=pids,
+                    more_sources=sources).start()
+
+
+def _supervise(out: Path, command, service, tags, sample_interval, no_devices, otlp_endpoint=None,
+               sources=()) -> int:
     """Run ``command`` recording into ``out``, sampling devices meanwhile; its exit code.
 
     With ``otlp_endpoint`` (the receiver's), the command's OpenTelemetry SDK is pointed there and
@@ -127,12 +161,7 @@ def _supervise(out: Path, command, service, tags, sample_interval, no_devices, o
     previous = {sig: signal.signal(sig, lambda signum, _frame: _forward(child, signum)) for sig in _FORWARDED}
     supervisor = None
     try:
-        if not no_devices:
-            from ..record.recorder import Recorder
-
-            supervisor = Recorder(out, service=service, tags=_env.parse_tags(",".join(tags)),
-                                  sample_interval_s=sample_interval, record_spans=False,
-                                  sampler_pids=[child.pid]).start()
+        supervisor = _sampler(out, service, tags, sample_interval, no_devices, list(sources), pids=[child.pid])
         code = child.wait()
     finally:
         for sig, handler in previous.items():

@@ -96,6 +96,7 @@ class Recorder:
         record_spans: bool = True,
         sampler_pids: list[int] | None = None,
         forked_from: str | None = None,
+        more_sources: list | None = None,
     ) -> None:
         for name, value in (("sample_interval_s", sample_interval_s), ("flush_interval_s", flush_interval_s),
                             ("rotate_interval_s", rotate_interval_s)):
@@ -115,6 +116,7 @@ class Recorder:
         self.rotate_bytes = rotate_bytes
         self.record_spans = record_spans
         self.sampler_pids = sampler_pids
+        self.more_sources = list(more_sources or [])  # sampled whatever sample_devices says (a scraped endpoint)
         self.forked_from = forked_from
         self.from_env = False  # started by LOADPROBE_DIR rather than by the program
         self.pid = os.getpid()
@@ -152,6 +154,7 @@ class Recorder:
             sources = []
         if self.sample_interpreter:
             sources.append(_samplers.InterpreterSource())
+        sources += self.more_sources
         self._availability = {s.name: s.availability() for s in sources}
         if sources:
             self._sampler = _samplers.Sampler(sources, self.sample_interval_s)

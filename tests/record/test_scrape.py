@@ -1,0 +1,149 @@
+"""Prometheus endpoints scraped into samples: pages served by the real prometheus_client over HTTP,
+read by ScrapeSource; figures checked against what was observed between two scrapes; and
+``loadprobe record --scrape`` putting an engine's series on the portrait."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import loadprobe
+from loadprobe.record.scrape import ScrapeSource, bucket_quantile, parse
+
+prometheus_client = pytest.importorskip("prometheus_client")
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def engine():
+    """An engine's metrics: a gauge, a labelled counter, a histogram and a summary, served over HTTP."""
+    registry = prometheus_client.CollectorRegistry()
+    metrics = {
+        "running": prometheus_client.Gauge("engine:num_requests_running", "running", ["model_name"], registry=registry),
+        "tokens": prometheus_client.Counter("engine:generation_tokens", "tokens", ["model_name"], registry=registry),
+        "ttft": prometheus_client.Histogram("engine:time_to_first_token_seconds", "ttft", ["model_name"],
+                                            buckets=(0.01, 0.02, 0.05, 0.1, 0.5), registry=registry),
+        "e2e": prometheus_client.Summary("engine:e2e_seconds", "e2e", registry=registry),
+    }
+    port = free_port()
+    server, thread = prometheus_client.start_http_server(port, addr="127.0.0.1", registry=registry)
+    yield metrics, f"http://127.0.0.1:{port}/metrics"
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def test_scraped_series_are_what_happened_between_two_scrapes(engine):
+    metrics, url = engine
+    metrics["running"].labels("tiny").set(3)
+    metrics["tokens"].labels("tiny").inc(1000)
+    over_http = ScrapeSource(url, interval_s=0.01).read()
+    assert ("scrape:" + url.split("/")[2], 'engine:num_requests_running{model_name="tiny"}', 3.0) in over_http
+    assert not any(":per_s" in metric for _, metric, _ in over_http)  # a rate needs two pages
+
+    source = ScrapeSource(url)  # pages read at known times: the figures are exact
+    source.readings(parse(_page(url)), 100.0)
+    observed = [0.012, 0.015, 0.018, 0.03, 0.04, 0.07]
+    for value in observed:
+        metrics["ttft"].labels("tiny").observe(value)
+        metrics["e2e"].observe(value * 10)
+    metrics["tokens"].labels("tiny").inc(500)
+    metrics["running"].labels("tiny").set(5)
+    second = {metric: value for _, metric, value in source.readings(parse(_page(url)), 102.0)}
+    assert second['engine:num_requests_running{model_name="tiny"}'] == 5
+    assert second['engine:generation_tokens_total:per_s{model_name="tiny"}'] == pytest.approx(250.0)
+    assert second['engine:time_to_first_token_seconds:mean{model_name="tiny"}'] == pytest.approx(
+        sum(observed) / len(observed))
+    assert second['engine:time_to_first_token_seconds:count_per_s{model_name="tiny"}'] == pytest.approx(3.0)
+    # 6 observations: 3 in (0.01, 0.02], 2 in (0.02, 0.05], 1 in (0.05, 0.1]; the median is the 3rd: 0.02
+    assert second['engine:time_to_first_token_seconds:p50{model_name="tiny"}'] == pytest.approx(0.02)
+    assert second["engine:e2e_seconds:mean"] == pytest.approx(10 * sum(observed) / len(observed))
+    third = {metric for _, metric, _ in source.readings(parse(_page(url)), 103.0)}
+    assert not any("time_to_first_token_seconds:mean" in metric for metric in third)  # nothing observed since
+
+
+def test_a_real_default_page_parses():
+    families = parse(prometheus_client.generate_latest(prometheus_client.REGISTRY).decode())
+    assert families and all(family.samples for family in families.values())
+
+
+def _page(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.read().decode()
+
+
+def test_text_format_details():
+    families = parse(textwrap.dedent('''\
+        # HELP x_total a counter
+        # TYPE x_total counter
+        x_total{path="/a\\"b",code="200"} 7 1700000000000
+        # TYPE g gauge
+        g NaN
+        g{k="v"} +Inf
+        untyped_thing{a="1"} 2.5
+        bad line here
+        # TYPE h histogram
+        h_bucket{le="1"} 1
+        h_bucket{le="+Inf"} 2
+        h_sum 3
+        h_count 2
+        '''))
+    assert families["x_total"].samples == [("x_total", (("code", "200"), ("path", '/a"b')), 7.0)]
+    assert families["h"].type == "histogram" and len(families["h"].samples) == 4
+    assert families["untyped_thing"].type == "untyped"
+    assert bucket_quantile(0.5, [(1.0, 1.0), (float("inf"), 2.0)]) == 1.0
+    assert bucket_quantile(0.99, [(1.0, 1.0), (float("inf"), 2.0)]) == 1.0  # past the last finite bound
+    assert bucket_quantile(0.5, [(2.0, 4.0)]) == pytest.approx(1.0)
+
+
+def test_a_counter_that_went_down_gives_no_rate():
+    source = ScrapeSource("http://127.0.0.1:1/metrics")
+    page = "# TYPE c counter\nc_total 100\n"
+    source.readings(parse(page), 10.0)
+    assert source.readings(parse("# TYPE c counter\nc_total 5\n"), 11.0) == []
+    assert source.readings(parse("# TYPE c counter\nc_total 15\n"), 12.0) == [
+        ("scrape:127.0.0.1:1", "c_total:per_s", 10.0)]
+
+
+SERVICE = """
+import time
+import loadprobe
+for i in range(30):
+    with loadprobe.request():
+        with loadprobe.probe("step"):
+            time.sleep(0.05)
+"""
+
+
+def test_record_scrape_puts_the_engine_series_on_the_portrait(engine, tmp_path):
+    metrics, url = engine
+    metrics["running"].labels("tiny").set(4)
+    out = subprocess.run([sys.executable, "-m", "loadprobe", "record", "--no-devices", "--scrape", url, "--every",
+                          "0.2", "-o", str(tmp_path / "data"), "--", sys.executable, "-c", SERVICE],
+                         capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr
+    portrait = loadprobe.analyze([str(tmp_path / "data")])
+    scraped = {m.metric: m for m in portrait.devices.metrics if m.device.startswith("scrape:")}
+    assert scraped['engine:num_requests_running{model_name="tiny"}'].mean == 4
+    frame = loadprobe.read_samples([str(tmp_path / "data")])
+    assert (frame["metric"] == 'engine:num_requests_running{model_name="tiny"}').sum() >= 3
+
+
+def test_scrape_with_otlp_and_no_command_needs_a_service(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "loadprobe", "record", "--otlp", "127.0.0.1:0", "--scrape",
+                          "http://127.0.0.1:1/metrics", "-o", str(tmp_path / "d")], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and "needs --service NAME" in out.stderr
