@@ -77,7 +77,7 @@ def import_otlp(path: str | os.PathLike, output_dir: str | os.PathLike = "loadpr
         for spans in otlp.read_file(source, kind, converter.skipped):
             for group, table in converter.add(spans):
                 write(group, table)
-        for group, table in converter.drain():
+        for group, table in converter.drain(final=True):
             write(group, table)
         for written in files.values():
             written.close()

@@ -4,8 +4,8 @@ One rule for the importer (OTLP files) and the live receiver. Each ``OtlpSpan`` 
 ``schema.SPANS``, grouped by where it ran: its resource's ``host.name`` and ``service.name``.
 
 - A span that starts a request (``OtlpSpan.starts_request``: no parent, or a parent in another
-  process) is a root: ``parent_id`` null. Its ``request_id`` is its ``x-request-id`` attribute when
-  recorded, else its trace id; spans below it carry the trace id.
+  process) is a root: ``parent_id`` null. Whether it is a request and what its spans' ``request_id``
+  is: ``Converter`` (server and consumer spans are requests; ids from ``x-request-id`` or the trace).
 - Columns come from attributes (``ATTRIBUTE_KEYS``: loadprobe's own ``loadprobe.*`` keys and the
   GenAI semantic conventions' token counts; the first key present wins). ``AttributeKeys.parse``
   takes ``FIELD=KEY`` remappings (``loadprobe import --attr batch=app.batch_size``).
@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from .._errors import LoadprobeError
 from ..schema import SPANS
-from .otlp import STATUS_ERROR, OtlpSpan
+from .otlp import SPAN_KIND_CONSUMER, SPAN_KIND_SERVER, STATUS_ERROR, OtlpSpan
 
 ATTRIBUTE_KEYS = {
     "batch": ("loadprobe.batch",),
@@ -61,6 +61,10 @@ GENAI_PHASES = ("queue", "prefill", "decode")
 
 BATCH_ROWS = 65_536
 """Rows gathered per (host, service) before they are handed on as one table."""
+
+MAX_HELD_ROWS = 20_000
+"""Rows per (host, service) held waiting for their trace's root, and rows held under roots not yet known
+to be requests (each bound): what a trace of in-flight requests needs, without growing with the input."""
 
 UNNAMED_SERVICE = "otlp"  # where spans whose resource names no service.name go
 _ID_BITS = (1 << 63) - 1
@@ -123,18 +127,51 @@ class _Columns:
         return pa.Table.from_arrays(arrays, schema=SPANS)
 
 
+class _Group:
+    """One (host, service): rows ready to be written, and rows held until it is known whose request they are."""
+
+    def __init__(self) -> None:
+        self.ready = _Columns()
+        self.waiting: dict[str, list[dict]] = {}  # trace id -> rows whose local root has not arrived yet
+        self.waiting_rows = 0
+        self.undecided: list[tuple[list[dict], str | None]] = []  # (a trace's rows, its request id) under a root
+        self.undecided_rows = 0                                   # that is a request only if the service serves none
+        self.serving = False  # it has sent a server or consumer span: its other roots are not requests
+        self.requests = 0
+
+
 class Converter:
-    """OTLP spans in, SPANS tables out, per (host, service); counts what it could not use."""
+    """OTLP spans in, SPANS tables out, per (host, service); counts what it could not use.
+
+    Which spans make a request is decided once a trace's local root (``OtlpSpan.starts_request``)
+    has arrived -- exporters send a span when it ends, so children come first and wait for it: a
+    server or consumer span is a request; another kind of root (a startup step, a batch job, a
+    span started without a kind) is a request only in a service that sends no server or consumer
+    span, so such roots wait until the service shows one (then they are recorded outside
+    requests) or until the end (then they are its requests). Every span of a request carries the
+    request's id (its root's ``x-request-id``, else the trace id). Held rows are bounded
+    (``MAX_HELD_ROWS`` per group each): past it the oldest are written as if their question were
+    settled the other way (children without their root keep the trace id).
+    """
 
     def __init__(self, keys: AttributeKeys | None = None, *, service: str | None = None,
                  host: str | None = None, unnamed_host: str = "imported") -> None:
         self.keys = keys or AttributeKeys()
         self.service, self.host = service, host  # given: every span is put there
         self.unnamed_host = unnamed_host  # where spans whose resource names no host.name go
-        self.pending: dict[tuple[str, str], _Columns] = {}
+        self.groups: dict[tuple[str, str], _Group] = {}
         self.spans = 0  # OTLP spans taken
-        self.requests: dict[tuple[str, str], int] = {}  # spans that start a request, per (host, service)
         self.skipped: dict[str, int] = {}  # OTLP spans left out, by reason
+
+    @property
+    def requests(self) -> dict[tuple[str, str], int]:
+        """Requests decided so far, per (host, service)."""
+        return {where: group.requests for where, group in self.groups.items() if group.requests}
+
+    @property
+    def held_rows(self) -> int:
+        """Rows in memory, written or not yet decided (the receiver's memory cap counts them)."""
+        return sum(len(g.ready) + g.waiting_rows + g.undecided_rows for g in self.groups.values())
 
     def add(self, spans: list[OtlpSpan]) -> Iterator[tuple[tuple[str, str], pa.Table]]:
         """Take ``spans``; yield ((host, service), table) for each group that reached BATCH_ROWS."""
@@ -145,34 +182,81 @@ class Converter:
                 continue
             self.spans += 1
             where = (self.host or span.host or self.unnamed_host, self.service or span.service or UNNAMED_SERVICE)
-            rows = self.pending.setdefault(where, _Columns())
-            if span.starts_request:
-                self.requests[where] = self.requests.get(where, 0) + 1
-            for row in self.rows(span):
-                rows.append(row)
-            if len(rows) >= BATCH_ROWS:
-                yield where, self.pending.pop(where).table()
+            group = self.groups.get(where) or self.groups.setdefault(where, _Group())
+            self._take(group, span)
+            if len(group.ready) >= BATCH_ROWS:
+                yield where, group.ready.table()
+                group.ready = _Columns()
 
-    def drain(self) -> Iterator[tuple[tuple[str, str], pa.Table]]:
-        """Every group still gathering, as a table (the end of a file, a receiver's flush)."""
-        pending, self.pending = self.pending, {}
-        for where, rows in pending.items():
-            if len(rows):
-                yield where, rows.table()
+    def drain(self, final: bool = False) -> Iterator[tuple[tuple[str, str], pa.Table]]:
+        """Every group's ready rows, as a table (a receiver's flush); ``final`` (the end of a file, a
+        receiver's stop) settles what waits: undecided roots are requests, children without a root as they are."""
+        for where, group in self.groups.items():
+            if final:
+                self._release_undecided(group, as_requests=True)
+                while group.waiting:
+                    self._release_oldest_waiting(group)
+            if len(group.ready):
+                yield where, group.ready.table()
+                group.ready = _Columns()
 
-    def rows(self, span: OtlpSpan) -> list[dict]:
-        """The loadprobe span rows of one OTLP span: one, or a GenAI request and its phases."""
+    def _take(self, group: _Group, span: OtlpSpan) -> None:
+        rows, request_id = self.rows(span)
+        if not span.starts_request:
+            group.waiting.setdefault(span.trace_id, []).extend(rows)
+            group.waiting_rows += len(rows)
+            while group.waiting_rows > MAX_HELD_ROWS:
+                self._release_oldest_waiting(group)
+            return
+        children = group.waiting.pop(span.trace_id, [])
+        group.waiting_rows -= len(children)
+        rows += children
+        if span.kind in (SPAN_KIND_SERVER, SPAN_KIND_CONSUMER):
+            group.serving = True
+            self._release_undecided(group, as_requests=False)
+            self._settle(group, rows, request_id)
+        elif group.serving:
+            self._settle(group, rows, None)
+        else:
+            group.undecided.append((rows, request_id))
+            group.undecided_rows += len(rows)
+            while group.undecided_rows > MAX_HELD_ROWS:
+                rows, request_id = group.undecided.pop(0)
+                group.undecided_rows -= len(rows)
+                self._settle(group, rows, request_id)
+
+    def _settle(self, group: _Group, rows: list[dict], request_id: str | None) -> None:
+        """``rows`` (a root first) ready to write: in the request ``request_id``, or in none."""
+        group.requests += request_id is not None
+        for row in rows:
+            row["request_id"] = request_id
+            group.ready.append(row)
+
+    def _release_undecided(self, group: _Group, as_requests: bool) -> None:
+        for rows, request_id in group.undecided:
+            self._settle(group, rows, request_id if as_requests else None)
+        group.undecided, group.undecided_rows = [], 0
+
+    def _release_oldest_waiting(self, group: _Group) -> None:
+        trace_id = next(iter(group.waiting))
+        rows = group.waiting.pop(trace_id)
+        group.waiting_rows -= len(rows)
+        for row in rows:  # their root never came (sampled out, another process, not sent yet): the trace names them
+            row["request_id"] = trace_id or None
+            group.ready.append(row)
+
+    def rows(self, span: OtlpSpan) -> tuple[list[dict], str | None]:
+        """The loadprobe span rows of one OTLP span (one, or a GenAI request and its phases), and the id
+        of the request it would start: its x-request-id attribute, else its trace id."""
         attributes, root = span.attributes, span.starts_request
         row = {"ts_ns": span.start_ns, "dur_ns": span.end_ns - span.start_ns, "stage": span.name or "span",
-               "span_id": span.span_id, "parent_id": None if root else span.parent_id,
-               "request_id": span.trace_id or None, "status": _status(span)}
+               "span_id": span.span_id, "parent_id": None if root else span.parent_id, "status": _status(span)}
         for name in ATTRIBUTE_KEYS:
             value = self.keys.value(attributes, name)
             if value is not None:
                 row[name] = _column_value(name, value)
-        if not root or row.get("request_id") is None:  # an x-request-id names the request, not its parts
-            row["request_id"] = span.trace_id or None
-        return [row] + genai_phases(row, attributes)
+        request_id = row.pop("request_id", None) or span.trace_id or None
+        return [row] + genai_phases(row, attributes), request_id
 
 
 def genai_phases(request: dict, attributes: dict) -> list[dict]:
@@ -203,7 +287,7 @@ def genai_phases(request: dict, attributes: dict) -> list[dict]:
         begin, finish = (min(max(t, start), end) for t in (begin, finish))
         row = {"ts_ns": begin, "dur_ns": finish - begin, "stage": phase,
                "span_id": (request["span_id"] * 4 + k) & _ID_BITS or k, "parent_id": request["span_id"],
-               "request_id": request["request_id"], "status": request["status"], "engine": request.get("engine")}
+               "status": request["status"], "engine": request.get("engine")}
         if phase == "prefill":
             row["tokens_in"] = request.get("tokens_in")
         if phase == "decode" and request.get("tokens_out"):

@@ -179,8 +179,7 @@ class Receiver:
         with self._lock:
             if self._stopping:  # the last write has begun or is about to: nothing may arrive after it
                 return 503, "the receiver is stopping"
-            waiting = sum(len(rows) for rows in self.converter.pending.values()) + \
-                sum(t.num_rows for run in self.runs.values() for t in run.pending)
+            waiting = self.converter.held_rows + sum(t.num_rows for run in self.runs.values() for t in run.pending)
             if waiting + len(spans) > self.max_buffered_spans and waiting:
                 self._refused_spans += len(spans)
                 self._wake.set()
@@ -212,7 +211,7 @@ class Receiver:
 
     def _write(self, final: bool) -> None:
         with self._lock:
-            for group, table in self.converter.drain():
+            for group, table in self.converter.drain(final=final):
                 self._run(group).pending.append(table)
             runs = list(self.runs.values())
         for run in runs:

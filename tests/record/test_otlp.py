@@ -161,13 +161,33 @@ def test_columns_come_from_attributes_and_parents_are_kept(files, tmp_path):
     kernel = next(row for row in rows if row["stage"] == "kernel" and row["parent_id"] == model["span_id"])
     root = by_id[model["parent_id"]]
     assert root["parent_id"] is None and root["stage"] == "POST /v1/embed"
-    assert root["request_id"].startswith("req-")  # the request's x-request-id names it
-    assert kernel["request_id"] == model["request_id"] and len(model["request_id"]) == 32  # its trace id
+    assert root["request_id"].startswith("req-")  # the request's x-request-id names it and all its spans
+    assert kernel["request_id"] == model["request_id"] == root["request_id"]
     assert {row["tokens_in"] for row in rows if row["stage"] == "tokenize"} == set(range(10, 17))
     scorer = pq.read_table(next(next(run for run in result.runs if run.run_dir.parent.name == "scorer")
                                 .run_dir.glob("spans-*.parquet"))).to_pylist()
     assert all(row["parent_id"] is None for row in scorer)  # its parent is in another process: a request
     assert sum(row["status"] == "error" for row in scorer) == 12 and len(scorer) == 120
+
+
+def test_roots_that_are_not_requests_are_recorded_outside_requests(tmp_path):
+    """A service that serves (server spans) and also traced its startup (internal roots, sent first)."""
+    tracer, exporter = _tracer("engine")
+    with tracer.start_as_current_span("Overall Loading"):
+        with tracer.start_as_current_span("Load weights"):
+            pass
+    for _ in range(4):
+        with tracer.start_as_current_span("llm_request", kind=SpanKind.SERVER):
+            with tracer.start_as_current_span("step"):
+                pass
+    write_json_lines(tmp_path / "t.jsonl", list(exporter.get_finished_spans()))
+    result = import_otlp(tmp_path / "t.jsonl", tmp_path / "data")
+    assert list(result.requests.values()) == [4]
+    rows = pq.read_table(next((tmp_path / "data").rglob("spans-*.parquet"))).to_pylist()
+    assert {row["stage"] for row in rows if row["request_id"] is None} == {"Overall Loading", "Load weights"}
+    portrait = loadprobe.analyze([str(tmp_path / "data")])
+    assert portrait.requests.count == 4
+    assert {stage.name for stage in portrait.stages if stage.share} == {"llm_request", "step"}
 
 
 def test_attributes_are_remapped_by_name(tmp_path):

@@ -80,6 +80,22 @@ def test_sdk_exporter_spans_become_a_recording(tmp_path):
     assert {s.name: s.count for s in portrait.stages} == {"POST /x": 300, "embed": 300, "score": 300}
 
 
+def test_startup_traces_sent_before_the_first_request_are_not_requests(tmp_path):
+    """An engine traces its start (internal roots) long before it serves (server spans), as vLLM does."""
+    with Receiver(tmp_path / "data", "127.0.0.1:0", flush_interval_s=0.05) as receiver:
+        provider = TracerProvider(resource=Resource.create({"service.name": "engine"}))
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.endpoint)))
+        with provider.get_tracer("t").start_as_current_span("Overall Loading"):
+            with provider.get_tracer("t").start_as_current_span("Load weights"):
+                pass
+        receiver.flush()  # flushes come and go while the engine starts
+        provider.shutdown()
+        send_requests(receiver.endpoint, 20, service="engine")
+    portrait = loadprobe.analyze([str(tmp_path / "data")])
+    assert portrait.requests.count == 20
+    assert {s.name for s in portrait.stages if s.share} == {"POST /x", "embed", "score"}
+
+
 def test_json_and_gzip_bodies_are_received_and_bad_ones_refused(tmp_path):
     with loadprobe.receive_otlp(tmp_path / "data", "127.0.0.1:0", max_body_bytes=1 << 20) as receiver:
         url = receiver.endpoint
