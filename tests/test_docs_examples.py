@@ -115,3 +115,14 @@ def test_the_vision_samples_commands_run_as_documented(vision_server):
     assert any(line.startswith("curl") for line in lines)
     (cwd / "samples-doc").mkdir()
     run_lines(lines, port, cwd / "samples-doc")
+
+
+def test_the_ecosystem_docs_otlp_file_example_runs_as_written(tmp_path):
+    """docs/ecosystem.md's Python example: SDK spans written as OTLP/JSON, imported, analysed."""
+    pytest.importorskip("opentelemetry.exporter.otlp.json.common")
+    text = (REPO / "docs" / "ecosystem.md").read_text(encoding="utf-8")
+    example = re.findall(r"```python\n(.*?)```", text, re.S)[0]
+    out = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "50" and "{}" in out.stdout  # 50 requests, nothing skipped
+    assert list((tmp_path / "otel-data").rglob("spans-*.parquet"))
