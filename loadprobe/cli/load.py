@@ -26,11 +26,15 @@ from ._schedule import build_schedule, schedule_options
 @click.option("--connections", type=int, default=256, show_default=True, help="At most this many connections.")
 @click.option("--record", metavar="DIR", type=click.Path(file_okay=False),
               help="Record the client's view of every request as loadprobe data in DIR.")
+@click.option("--scrape", multiple=True, metavar="URL[,URL...]",
+              help="With --record: sample these Prometheus endpoints (the server's /metrics) into the recording.")
+@click.option("--every", "scrape_every", default=1.0, show_default=True, type=click.FloatRange(min=0.05),
+              help="Seconds between scrapes of --scrape.")
 @click.option("--max-failed", type=click.FloatRange(0, 1), default=0.01, show_default=True,
               help="Exit 1 when more than this share of the finished requests failed (errors, timeouts, 4xx/5xx).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def load(url, concurrency, method, body, body_file, headers, timeout, connections, record, max_failed, as_json,
-         **schedule):
+def load(url, concurrency, method, body, body_file, headers, timeout, connections, record, scrape, scrape_every,
+         max_failed, as_json, **schedule):
     """Send requests to URL at intended times and report lateness, errors and latency.
 
     Open loop: every request is sent at its scheduled time whether or not earlier ones
@@ -52,6 +56,7 @@ def load(url, concurrency, method, body, body_file, headers, timeout, connection
         loadprobe load http://127.0.0.1:8000/ --concurrency 16 --duration 30
     """
     from ..load.client import run
+    from ..record.scrape import sources as scrape_sources
 
     if body is not None and body_file:
         raise LoadprobeError("give --body or --body-file, not both")
@@ -65,7 +70,8 @@ def load(url, concurrency, method, body, body_file, headers, timeout, connection
     try:
         report = run(url, offsets, concurrency=concurrency, duration=duration, requests=requests, method=method,
                      body=payload, headers=headers, timeout=timeout, connections=connections, record=record,
-                     mode=mode, seed=seed)
+                     mode=mode, seed=seed,
+                     scrape=scrape_sources(scrape, scrape_every))
     finally:
         signal.signal(signal.SIGTERM, previous)
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.render())

@@ -60,11 +60,12 @@ def record(output, service, tags, sample_interval, no_devices, otlp, attributes,
         if "=" not in tag:
             raise LoadprobeError(f"record: --tag {tag!r} is not KEY=VALUE; e.g. --tag build=142")
     out = Path(output).resolve()
-    urls = [url.strip() for given in scrape for url in given.split(",") if url.strip()]
-    if not command and urls and not service:
+    from ..record.scrape import sources as scrape_sources
+
+    sources = scrape_sources(scrape, scrape_every)
+    if not command and sources and not service:
         raise LoadprobeError("record: --scrape with --otlp and no command needs --service NAME: the scraped metrics "
                              "and the received spans are recorded as that one service")
-    sources = scrape_sources(urls, scrape_every)
     receiver = _receiver(out, otlp, attributes, service if not command else None) if otlp else None
     if not command:
         _receive_until_stopped(receiver, out, service, tags, sample_interval, no_devices, sources)
@@ -76,13 +77,6 @@ def record(output, service, tags, sample_interval, no_devices, otlp, attributes,
         if receiver is not None:
             receiver.stop()
     sys.exit(code)
-
-
-def scrape_sources(urls: list[str], every: float) -> list:
-    """A sampler source per Prometheus endpoint (``record/scrape.py``); also ``loadprobe load --scrape``'s."""
-    from ..record.scrape import ScrapeSource
-
-    return [ScrapeSource(url, interval_s=every) for url in urls]
 
 
 def _receiver(out: Path, address: str, attributes, service: str | None):

@@ -193,7 +193,7 @@ async def _run(target: Target, offsets, concurrency, duration, requests, timeout
 def run(url: str, offsets=None, *, concurrency: int | None = None, duration: float | None = None,
         requests: int | None = None, method: str = "GET", body: bytes | str | list = b"", headers=(),
         timeout: float = 10.0, connections: int = 256, record: str | None = None, mode: str | None = None,
-        seed: int | None = None, precise: bool = True) -> LoadReport:
+        seed: int | None = None, precise: bool = True, scrape=()) -> LoadReport:
     """Send the requests at ``offsets`` (seconds from the start) to ``url``; return what happened.
 
     With ``offsets=None`` and ``concurrency=N`` it runs closed loop instead: N workers send
@@ -203,7 +203,8 @@ def run(url: str, offsets=None, *, concurrency: int | None = None, duration: flo
     x-request-id -- as a loadprobe run in that directory. ``body`` is bytes or text, or a
     list of them sent in turn (request n carries body n mod len). ``precise=False`` uses asyncio's
     stock event loop, whose timers wake up to 1 ms late: for benchmarks only. ``mode`` and
-    ``seed`` only label the report.
+    ``seed`` only label the report. ``scrape``: sampler sources (``record.scrape.ScrapeSource``,
+    the server's Prometheus endpoints) sampled into the recording meanwhile; needs ``record``.
     Raises LoadprobeError on bad input or when the server cannot be reached at all.
     """
     target = http_target(url, method, list(headers), body)
@@ -228,12 +229,16 @@ def run(url: str, offsets=None, *, concurrency: int | None = None, duration: flo
     from ..record import recorder  # the client view is recorded like a service's own spans
     from ..schema import LOAD_CLIENT_SERVICE  # (pyarrow: only when recording)
 
+    if scrape and record is None:
+        raise LoadprobeError("--scrape records the server's metrics beside the client's view: give --record DIR too")
     own_recorder = record is not None and recorder.current() is None
     if record is not None:
         # Started before the first send, so run.json's start precedes every span; the spans
         # themselves are recorded after the last answer (see _Results.record).
+        scrape = list(scrape)
         recorder.start(record, service=LOAD_CLIENT_SERVICE, sample_devices=False, sample_interpreter=False,
-                        tags={"url": url, "mode": mode or "load", "run": run_id})
+                        tags={"url": url, "mode": mode or "load", "run": run_id}, more_sources=scrape,
+                        **({"sample_interval_s": min(s.interval_s for s in scrape)} if scrape else {}))
         recorder.flush()  # the recorder's imports and files are set up now, not during the first sends
     interrupted = False
     started_ns = perf_counter_ns()

@@ -109,6 +109,12 @@ def series_name(name: str, labels: tuple, what: str = "") -> str:
     return f"{name}{what}{{{label_text}}}" if labels else f"{name}{what}"
 
 
+def sources(given, interval_s: float = 1.0) -> list["ScrapeSource"]:
+    """A source per endpoint of ``--scrape`` options (each a URL or URLs joined by commas)."""
+    return [ScrapeSource(url.strip(), interval_s=interval_s) for option in given for url in option.split(",")
+            if url.strip()]
+
+
 class ScrapeSource:
     """A Prometheus endpoint as a sampler source (``samplers.Sampler`` calls ``read`` each tick)."""
 

@@ -147,3 +147,40 @@ def test_scrape_with_otlp_and_no_command_needs_a_service(tmp_path):
                           "http://127.0.0.1:1/metrics", "-o", str(tmp_path / "d")], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 2 and "needs --service NAME" in out.stderr
+
+
+def test_load_scrape_records_the_servers_series_beside_the_client_view(engine, tmp_path):
+    """``loadprobe load --record --scrape``: an engine with no probes of its own, seen from both sides."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    metrics, url = engine
+    metrics["running"].labels("tiny").set(2)
+
+    class Ok(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out = subprocess.run([sys.executable, "-m", "loadprobe", "load", f"http://127.0.0.1:{server.server_port}/",
+                              "--rate", "20", "--duration", "2", "--record", str(tmp_path / "data"), "--scrape", url,
+                              "--every", "0.2"], capture_output=True, text=True, timeout=90)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert out.returncode == 0, out.stderr
+    portrait = loadprobe.analyze([str(tmp_path / "data")])
+    assert portrait.requests.count == 40
+    scraped = {m.metric: m.mean for m in portrait.devices.metrics if m.device.startswith("scrape:")}
+    assert scraped['engine:num_requests_running{model_name="tiny"}'] == 2
+    refused = subprocess.run([sys.executable, "-m", "loadprobe", "load", "http://127.0.0.1:1/", "--rate", "1",
+                              "--duration", "1", "--scrape", url], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "give --record DIR too" in refused.stderr
