@@ -30,8 +30,8 @@ def test_public_surface_is_pinned():
     assert loadprobe.__all__ == sorted(loadprobe.__all__)
     assert loadprobe.__all__ == [
         "LoadprobeError", "Portrait", "Recorder", "RecorderStats", "Span", "__version__", "analyze", "current", "flush",
-        "portrait_frames", "probe", "read_samples", "read_spans", "recommend", "record_span", "request", "simulate",
-        "start", "stop",
+        "portrait_frames", "probe", "read_samples", "read_spans", "receive_otlp", "recommend", "record_span", "request",
+        "simulate", "start", "stop",
     ]
     for name in loadprobe.__all__:
         assert getattr(loadprobe, name) is not None

@@ -106,11 +106,12 @@ def _receive_until_stopped(receiver, out: Path, service, tags, sample_interval, 
             signal.signal(sig, handler)
     counters = receiver.counters()
     services = sorted({run.service for run in receiver.runs.values()})
-    line = (f"loadprobe: received {counters['spans_received']:,} spans in {counters['requests']:,} requests from "
+    line = (f"loadprobe: received {counters['spans_received']:,} spans ({counters['exports']:,} exports) from "
             f"{len(services)} service(s){' (' + ', '.join(services) + ')' if services else ''} -> {out}")
-    if counters["spans_refused"] or counters["bad_requests"]:
+    if counters["spans_refused"] or counters["bad_requests"] or counters["spans_lost"]:
         line += (f"\nloadprobe: warning: {counters['spans_refused']:,} spans refused while the writer was behind "
-                 f"(senders retry them), {counters['bad_requests']:,} bad requests")
+                 f"(senders retry them), {counters['bad_requests']:,} bad requests, {counters['spans_lost']:,} spans "
+                 "lost (no run folder could be made)")
     click.echo(line, err=True)
 
 

@@ -106,7 +106,8 @@ class Receiver:
         self._stopping = False
         self._server: ThreadingHTTPServer | None = None
         self._threads: list[threading.Thread] = []
-        self._requests = self._refused_spans = self._bad_requests = 0
+        self._exports = self._refused_spans = self._bad_requests = self._lost_unplaced = 0
+        self._unplaced: list = []  # ((host, service), table) converted, not yet handed to a run
 
     # -- life ------------------------------------------------------------------------------------------
 
@@ -163,8 +164,9 @@ class Receiver:
         self.stop()
 
     def counters(self) -> dict:
-        """Requests taken, spans received (OTLP spans converted), refused (503) and bad requests (400/413)."""
-        return {"requests": self._requests, "spans_received": self.converter.spans, "spans_refused": self._refused_spans,
+        """Exports taken (OTLP/HTTP requests answered 200), spans received (converted), spans refused (503),
+        bad requests (400/413/415) and spans left out (no id, bad times)."""
+        return {"exports": self._exports, "spans_lost": self._lost_unplaced, "spans_received": self.converter.spans, "spans_refused": self._refused_spans,
                 "bad_requests": self._bad_requests, "spans_skipped": dict(self.converter.skipped)}
 
     # -- receiving -------------------------------------------------------------------------------------
@@ -174,22 +176,27 @@ class Receiver:
         try:
             spans = decode_body(body, content_type, "request body")
         except LoadprobeError as exc:
-            self._bad_requests += 1
+            self.count_bad_request()
             return 400, str(exc)
         with self._lock:
             if self._stopping:  # the last write has begun or is about to: nothing may arrive after it
                 return 503, "the receiver is stopping"
-            waiting = self.converter.held_rows + sum(t.num_rows for run in self.runs.values() for t in run.pending)
+            waiting = self.converter.held_rows + sum(t.num_rows for _, t in self._unplaced) + \
+                sum(t.num_rows for run in self.runs.values() for t in run.pending)
             if waiting + len(spans) > self.max_buffered_spans and waiting:
                 self._refused_spans += len(spans)
                 self._wake.set()
                 return 503, f"{waiting:,} spans wait to be written; retry"
-            self._requests += 1
-            for group, table in self.converter.add(spans):
-                self._run(group).pending.append(table)
+            self._exports += 1
+            self._unplaced += self.converter.add(spans)  # run folders are made by the writer, not here
         return 200, ""
 
+    def count_bad_request(self) -> None:
+        with self._lock:  # the server's threads count at once
+            self._bad_requests += 1
+
     def _run(self, group: tuple[str, str]) -> _Run:
+        """The group's run, its folder made on first use; OSError when the folder cannot be made."""
         run = self.runs.get(group)
         if run is None:
             host, service = (rundir.safe_name(name) for name in group)
@@ -197,6 +204,25 @@ class Receiver:
             run = self.runs[group] = _Run(run_dir, host, service, self)
             self._write_run_json(run, None)
         return run
+
+    def _place(self, final: bool) -> None:
+        """Hand every converted table to its run; a run whose folder cannot be made keeps its tables
+        waiting (the memory cap still holds: senders are told to retry) until the last write drops them."""
+        with self._lock:
+            unplaced, self._unplaced = self._unplaced + list(self.converter.drain(final=final)), []
+        kept = []
+        for group, table in unplaced:
+            try:
+                self._run(group).pending.append(table)
+            except OSError as exc:
+                if final:
+                    self._lost_unplaced += table.num_rows
+                    self._warn(f"loadprobe: cannot make a run folder under {self.output_dir} ({exc}); "
+                               f"{table.num_rows:,} received spans are lost")
+                else:
+                    kept.append((group, table))
+        with self._lock:
+            self._unplaced[:0] = kept
 
     # -- writing ---------------------------------------------------------------------------------------
 
@@ -210,9 +236,8 @@ class Receiver:
                 self._write(final=False)
 
     def _write(self, final: bool) -> None:
+        self._place(final)
         with self._lock:
-            for group, table in self.converter.drain(final=final):
-                self._run(group).pending.append(table)
             runs = list(self.runs.values())
         for run in runs:
             with self._lock:
@@ -239,6 +264,12 @@ class Receiver:
                 run.pending[:0] = kept
             self._write_run_json(run, time.time_ns() if final else None)
 
+    @staticmethod
+    def _warn(message: str) -> None:
+        import sys
+
+        print(message, file=sys.stderr)
+
     def _write_run_json(self, run: _Run, stopped_ns: int | None) -> None:
         info = run.info(self, stopped_ns)
         try:
@@ -258,7 +289,7 @@ def _handler(receiver: Receiver):
             if length is None or not length.isdigit():
                 return self._answer(411, "a Content-Length is needed")
             if int(length) > receiver.max_body_bytes:
-                receiver._bad_requests += 1
+                receiver.count_bad_request()
                 self._discard(int(length))  # read, not kept: a client cut off mid-send sees a reset, not the 413
                 return self._answer(413, f"a body over {receiver.max_body_bytes:,} bytes")
             body = self.rfile.read(int(length))
@@ -267,10 +298,10 @@ def _handler(receiver: Receiver):
                 try:
                     body = gzip.decompress(body)
                 except (OSError, EOFError, zlib.error) as exc:
-                    receiver._bad_requests += 1
+                    receiver.count_bad_request()
                     return self._answer(400, f"not gzip: {exc}")
             elif encoding not in ("", "identity"):
-                receiver._bad_requests += 1
+                receiver.count_bad_request()
                 return self._answer(415, f"Content-Encoding {encoding!r}: send gzip or none")
             content_type = self.headers.get("Content-Type") or "application/x-protobuf"
             status, reason = receiver.receive(body, content_type)

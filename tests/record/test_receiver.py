@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -126,6 +127,21 @@ def test_past_the_memory_cap_requests_are_refused_to_be_retried_and_counted(tmp_
     assert receiver.counters()["spans_refused"] == 8 and receiver.counters()["spans_received"] == 16
     info = json.loads(next((tmp_path / "data").rglob("run.json")).read_text())
     assert info["counters"]["spans_written"] == 16 and info["receiver"]["spans_refused"] == 8
+
+
+def test_a_run_folder_that_cannot_be_made_costs_no_traceback_and_is_counted(tmp_path, capsys):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "blocked").write_text("a file where the host's folder would go")
+    receiver = Receiver(tmp_path / "data", "127.0.0.1:0", host="blocked", flush_interval_s=0.05).start()
+    try:
+        assert post(receiver.endpoint, json_body(3), "application/json")[0] == 200
+        time.sleep(0.3)  # flushes come and go: the spans wait, the sender was answered
+        assert post(receiver.endpoint, json_body(3), "application/json")[0] == 200
+    finally:
+        receiver.stop()
+    assert receiver.counters()["spans_lost"] == 6
+    assert "received spans are lost" in capsys.readouterr().err
+    assert (tmp_path / "data" / "blocked").read_text().startswith("a file")
 
 
 def _start_cli(tmp_path, *args):

@@ -2,7 +2,8 @@
 span per request to ``loadprobe record --otlp`` (passed through a tap that keeps what vLLM sent,
 read by the OpenTelemetry protobuf classes), its /metrics scraped meanwhile. Each request's TTFT
 and end-to-end time must read back as vLLM's gen_ai.latency attributes said, and the portrait's
-mean TTFT must agree with vLLM's own TTFT histogram over the same requests."""
+mean TTFT (the prefill stage's mean start in its request plus its mean time) must agree with vLLM's
+own TTFT histogram over the same requests."""
 
 from __future__ import annotations
 
@@ -79,5 +80,8 @@ def test_vllm_spans_received_live_give_its_ttft_and_e2e(vllm_engine, tmp_path):
     assert portrait.requests.count == REQUESTS
     stages = {stage.name: stage for stage in portrait.stages}
     assert {"queue", "prefill", "decode"} <= set(stages) and stages["decode"].share > 0
+    # The portrait's own mean TTFT: where prefill starts in its request, plus its mean time (it ends at the first token)
+    portrait_ttft_s = (stages["prefill"].start_offset_ms + stages["prefill"].latency_ms.mean) / 1e3
+    assert portrait_ttft_s == pytest.approx(histogram_mean, rel=0.02)
     scraped = {m.metric.split("{")[0] for m in portrait.devices.metrics if m.device.startswith("scrape:")}
     assert {"vllm:num_requests_running", "vllm:kv_cache_usage_perc"} <= scraped
