@@ -29,7 +29,6 @@ Usage::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Iterator
 
 import pyarrow as pa
@@ -72,11 +71,13 @@ _INTEGERS = ("batch", "queue_ns", "tokens_in", "tokens_out")
 _MAX_COUNT = 2**53
 
 
-@dataclass(frozen=True)
 class AttributeKeys:
     """The attribute keys read for each column: ``ATTRIBUTE_KEYS`` with the user's remappings."""
 
-    keys: dict = field(default_factory=lambda: dict(ATTRIBUTE_KEYS))
+    def __init__(self, keys: dict | None = None) -> None:
+        self.keys = dict(keys or ATTRIBUTE_KEYS)
+        # key -> (column, rank): a span's few attributes are looked up, not every key of every column
+        self._by_key = {key: (name, rank) for name, chosen in self.keys.items() for rank, key in enumerate(chosen)}
 
     @classmethod
     def parse(cls, remaps=()) -> "AttributeKeys":
@@ -93,33 +94,36 @@ class AttributeKeys:
         keys.update({name: tuple(chosen) for name, chosen in given.items()})
         return cls(keys)
 
-    def value(self, attributes: dict, name: str):
-        for key in self.keys[name]:
-            value = attributes.get(key)
-            if value is not None:
-                return value[0] if isinstance(value, list) and value else value
-        return None
+    def columns(self, attributes: dict) -> dict:
+        """The columns ``attributes`` fill: {column: raw value}, the first of its keys present winning."""
+        found: dict = {}
+        for key, value in attributes.items():
+            hit = self._by_key.get(key)
+            if hit is None or value is None:
+                continue
+            name, rank = hit
+            if name not in found or rank < found[name][0]:
+                found[name] = (rank, value[0] if isinstance(value, list) and value else value)
+        return {name: value for name, (_, value) in found.items()}
 
 
 class _Columns:
-    """One (host, service)'s rows being gathered, column by column."""
-
-    NAMES = [f.name for f in SPANS]
+    """One (host, service)'s rows being gathered, turned into columns once, when they make a table."""
 
     def __init__(self) -> None:
-        self.columns = {name: [] for name in self.NAMES}
+        self.rows: list[dict] = []
 
     def __len__(self) -> int:
-        return len(self.columns["ts_ns"])
+        return len(self.rows)
 
     def append(self, row: dict) -> None:
-        for name, column in self.columns.items():
-            column.append(row.get(name))
+        self.rows.append(row)
 
     def table(self) -> pa.Table:
         arrays = []
         for f in SPANS:
-            values = self.columns[f.name]
+            name = f.name
+            values = [row.get(name) for row in self.rows]
             if pa.types.is_dictionary(f.type):
                 arrays.append(pa.array(values, pa.string()).dictionary_encode())
             else:
@@ -251,9 +255,8 @@ class Converter:
         attributes, root = span.attributes, span.starts_request
         row = {"ts_ns": span.start_ns, "dur_ns": span.end_ns - span.start_ns, "stage": span.name or "span",
                "span_id": span.span_id, "parent_id": None if root else span.parent_id, "status": _status(span)}
-        for name in ATTRIBUTE_KEYS:
-            value = self.keys.value(attributes, name)
-            if value is not None:
+        if attributes:
+            for name, value in self.keys.columns(attributes).items():
                 row[name] = _column_value(name, value)
         request_id = row.pop("request_id", None) or span.trace_id or None
         return [row] + genai_phases(row, attributes), request_id
@@ -267,6 +270,8 @@ def genai_phases(request: dict, attributes: dict) -> list[dict]:
     right after it, so that TTFT and e2e read back exactly; the time before the queue and after
     decode is the request's own (its front end: tokenising, detokenising, streaming).
     """
+    if GENAI_TTFT not in attributes and GENAI_PREFILL not in attributes and GENAI_DECODE not in attributes:
+        return []
     seconds = {key: _duration_ns(attributes.get(key)) for key in (GENAI_TTFT, GENAI_QUEUE, GENAI_PREFILL,
                                                                   GENAI_DECODE, GENAI_E2E)}
     if seconds[GENAI_PREFILL] is None and seconds[GENAI_DECODE] is None and seconds[GENAI_TTFT] is None:
