@@ -70,12 +70,17 @@ def record(output, service, tags, sample_interval, no_devices, otlp, attributes,
     if not command:
         _receive_until_stopped(receiver, out, service, tags, sample_interval, no_devices, sources)
         return
+    started = time.time_ns()
     try:
         code = _supervise(out, command, service, tags, sample_interval, no_devices,
                           receiver.endpoint if receiver is not None else None, sources)
     finally:
         if receiver is not None:
             receiver.stop()
+    recovered = recover_finished_runs(out)
+    click.echo(summary(out, started, recovered, received=receiver is not None), err=True)
+    if receiver is not None:
+        click.echo(_received(receiver, out), err=True)
     sys.exit(code)
 
 
@@ -104,15 +109,25 @@ def _receive_until_stopped(receiver, out: Path, service, tags, sample_interval, 
             sampler.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    click.echo(_received(receiver, out), err=True)
+
+
+def _received(receiver, out: Path) -> str:
+    """What the receiver took: spans, exports, services; a warning line for what it refused or lost."""
     counters = receiver.counters()
     services = sorted({run.service for run in receiver.runs.values()})
     line = (f"loadprobe: received {counters['spans_received']:,} spans ({counters['exports']:,} exports) from "
             f"{len(services)} service(s){' (' + ', '.join(services) + ')' if services else ''} -> {out}")
-    if counters["spans_refused"] or counters["bad_requests"] or counters["spans_lost"]:
-        line += (f"\nloadprobe: warning: {counters['spans_refused']:,} spans refused while the writer was behind "
-                 f"(senders retry them), {counters['bad_requests']:,} bad requests, {counters['spans_lost']:,} spans "
-                 "lost (no run folder could be made)")
-    click.echo(line, err=True)
+    trouble = [f"{counters[key]:,} {what}" for key, what in (
+        ("spans_refused", "spans refused while the writer was behind (senders retry them)"),
+        ("bad_requests", "bad requests (see the receiver's answers)"),
+        ("spans_lost", "spans lost (no run folder could be made)")) if counters[key]]
+    if trouble:
+        line += "\nloadprobe: warning: " + ", ".join(trouble)
+    if not counters["exports"]:
+        line += ("\nloadprobe: nothing was received: is the exporter pointed at "
+                 f"{receiver.endpoint} (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, with http/protobuf)?")
+    return line
 
 
 def _sampler(out: Path, service: str, tags, sample_interval, no_devices, sources, pids):
@@ -145,7 +160,6 @@ def _supervise(out: Path, command, service, tags, sample_interval, no_devices, o
     env[_env.LOADPROBE_SAMPLE_DEVICES] = "0"  # the supervisor samples for the whole process tree
     if tags:
         env[_env.LOADPROBE_TAGS] = ",".join(tags)
-    started = time.time_ns()
     try:
         child = subprocess.Popen(list(command), env=env, **_own_process_group())
     except FileNotFoundError:
@@ -166,8 +180,6 @@ def _supervise(out: Path, command, service, tags, sample_interval, no_devices, o
             child.wait()
         if supervisor is not None:
             supervisor.stop()
-    recovered = recover_finished_runs(out)
-    click.echo(summary(out, started, recovered), err=True)
     return 128 - code if code < 0 else code
 
 
@@ -211,15 +223,15 @@ def recover_finished_runs(out: Path) -> int:
     return written
 
 
-def summary(out: Path, since_ns: int, recovered: int) -> str:
-    """What this run recorded, from the run.json files it left."""
+def summary(out: Path, since_ns: int, recovered: int, received: bool = False) -> str:
+    """What this run recorded, from the run.json files it left (``received``: the receiver says its own part)."""
     runs = written = dropped = samples = files = errors = 0
     for run_json in out.glob("*/*/*/run.json"):
         try:
             info = json.loads(run_json.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if info.get("started_ns", 0) < since_ns:
+        if info.get("started_ns", 0) < since_ns or info.get("role") == "received":  # the receiver says its part
             continue
         counters = info.get("counters", {})
         runs += info.get("role") == "service"
@@ -233,7 +245,7 @@ def summary(out: Path, since_ns: int, recovered: int) -> str:
         lines.append(f"loadprobe: warning: {dropped:,} spans lost, {errors} write errors (see the counters in run.json)")
     if recovered:
         lines.append(f"loadprobe: finished {recovered} segment file(s) left by processes that did not stop cleanly")
-    if not runs:
+    if not runs and not received:
         lines.append("loadprobe: no process recorded spans: add @probe / @request to the service "
                      "(see docs/recording.md)")
     return "\n".join(lines)

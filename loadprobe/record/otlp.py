@@ -39,6 +39,7 @@ from .._errors import LoadprobeError
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 """The largest message read: a length prefix beyond it is a damaged file, not a message."""
+_PLAUSIBLE_PREFIX = 64 * 1024 * 1024  # to tell a file by its first bytes: exporters send messages of a few MiB
 
 SPAN_KIND_SERVER, SPAN_KIND_CONSUMER = 2, 5
 STATUS_ERROR = 2
@@ -97,12 +98,13 @@ def sniff(path) -> str | None:
             head = handle.read(65536)
     except (OSError, EOFError):
         return None
-    if head.lstrip()[:1] == b"{":
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"{":  # a byte-order mark some tools write, then JSON
         return "json" if b'"resourceSpans"' in head or b'"resource_spans"' in head else None
     if name.endswith((".pb", ".pb.gz", ".binpb", ".binpb.gz", ".otlp", ".otlp.gz", ".proto", ".proto.gz")):
         return "proto"
     bare = head[:1] == bytes([_PROTO_FIRST])
-    prefixed = len(head) > 4 and head[4] == _PROTO_FIRST and int.from_bytes(head[:4], "big") <= MAX_MESSAGE_BYTES
+    # A length prefix, then a message; a plausible length only (blank lines would read as 168 MB).
+    prefixed = len(head) > 4 and head[4] == _PROTO_FIRST and int.from_bytes(head[:4], "big") <= _PLAUSIBLE_PREFIX
     return "proto" if bare or prefixed else None
 
 
@@ -128,7 +130,9 @@ def read_file(path, kind: str | None = None, skipped: dict | None = None) -> Ite
             else:
                 for offset, data in _proto_messages(handle, where, skipped):
                     yield decode(data, f"{where}, byte {offset}")
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except EOFError as exc:  # gzip ended before its end marker: a compressed file still being written
+        _cut_short(skipped, where, f"the compressed file ends early ({exc})")
+    except (OSError, gzip.BadGzipFile) as exc:
         raise LoadprobeError(f"{where}: cannot read it ({exc}); check the file (gzip-compressed if it starts "
                              "so)") from None
 
@@ -161,9 +165,11 @@ def _cut_short(skipped: dict | None, where: str, why: str) -> None:
 def _json_messages(handle, where: str, skipped: dict | None) -> Iterator[list[OtlpSpan]]:
     """JSON lines; when the first line is not a whole message, the whole file as one JSON document."""
     first = handle.readline()
+    if first.startswith(b"\xef\xbb\xbf"):
+        first = first[3:]
     try:
         documents = [json.loads(first)] if first.strip() else []
-    except ValueError:
+    except (ValueError, RecursionError):
         documents = None
     if documents is None:  # a message spread over lines (pretty-printed): one document
         rest = handle.read(MAX_MESSAGE_BYTES)
@@ -248,9 +254,9 @@ def _json_span(span: dict, service, host) -> OtlpSpan:
     status = _get(span, "status") or {}
     return OtlpSpan(
         service=service, host=host,
-        trace_id=_hex(_get(span, "traceId", "trace_id")),
-        span_id=span_id_of(bytes.fromhex(_get(span, "spanId", "span_id") or "")),
-        parent_id=span_id_of(bytes.fromhex(_get(span, "parentSpanId", "parent_span_id") or "")),
+        trace_id=_id(_get(span, "traceId", "trace_id"), 16).hex(),
+        span_id=span_id_of(_id(_get(span, "spanId", "span_id"), 8)),
+        parent_id=span_id_of(_id(_get(span, "parentSpanId", "parent_span_id"), 8)),
         flags=int(_get(span, "flags") or 0),
         kind=_enum(_get(span, "kind"), _KINDS),
         name=str(_get(span, "name") or ""),
@@ -268,10 +274,19 @@ def _get(message: dict, name: str, other: str | None = None):
     return message.get(other) if value is None and other is not None else value
 
 
-def _hex(value) -> str:
-    text = (value or "").lower()
-    bytes.fromhex(text)  # a ValueError names what is wrong
-    return text
+def _id(value, size: int) -> bytes:
+    """An id of ``size`` bytes: hex as OTLP/JSON writes it, or base64 as protobuf's generic JSON mapping
+    does; b"" when it is neither (a span without a valid id is left out and counted, not the file refused)."""
+    if not isinstance(value, str) or not value:
+        return b""
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except ValueError:
+            return b""
+    return raw if len(raw) == size else b""
 
 
 def _enum(value, names: dict) -> int:

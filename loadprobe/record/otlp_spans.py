@@ -103,7 +103,7 @@ class AttributeKeys:
                 continue
             name, rank = hit
             if name not in found or rank < found[name][0]:
-                found[name] = (rank, value[0] if isinstance(value, list) and value else value)
+                found[name] = (rank, value)
         return {name: value for name, (_, value) in found.items()}
 
 
@@ -138,10 +138,11 @@ class _Group:
         self.ready = _Columns()
         self.waiting: dict[str, list[dict]] = {}  # trace id -> rows whose local root has not arrived yet
         self.waiting_rows = 0
-        self.undecided: list[tuple[list[dict], str | None]] = []  # (a trace's rows, its request id) under a root
+        self.undecided: list[tuple] = []  # (a trace's rows, its request id) under a root
         self.undecided_rows = 0                                   # that is a request only if the service serves none
         self.serving = False  # it has sent a server or consumer span: its other roots are not requests
         self.requests = 0
+        self.settled: dict[int, str | None] = {}  # span id -> its request id (bounded), for work that outlives its parent
 
 
 class Converter:
@@ -207,6 +208,9 @@ class Converter:
     def _take(self, group: _Group, span: OtlpSpan) -> None:
         rows, request_id = self.rows(span)
         if not span.starts_request:
+            if span.parent_id in group.settled:  # its parent was written already: work that outlived it
+                self._settle(group, rows, group.settled[span.parent_id], request=False)
+                return
             group.waiting.setdefault(span.trace_id, []).extend(rows)
             group.waiting_rows += len(rows)
             while group.waiting_rows > MAX_HELD_ROWS:
@@ -229,12 +233,18 @@ class Converter:
                 group.undecided_rows -= len(rows)
                 self._settle(group, rows, request_id)
 
-    def _settle(self, group: _Group, rows: list[dict], request_id: str | None) -> None:
-        """``rows`` (a root first) ready to write: in the request ``request_id``, or in none."""
-        group.requests += request_id is not None
+    def _settle(self, group: _Group, rows: list[dict], request_id: str | None, request: bool = True) -> None:
+        """``rows`` ready to write, in the request ``request_id`` or in none; ``request``: they start one (a
+        root first), else they are late children of spans settled before. Their span ids are remembered
+        (bounded) for work that ends after its parent."""
+        group.requests += request and request_id is not None
+        settled = group.settled
         for row in rows:
             row["request_id"] = request_id
             group.ready.append(row)
+            settled[row["span_id"]] = request_id
+        while len(settled) > MAX_HELD_ROWS:
+            del settled[next(iter(settled))]
 
     def _release_undecided(self, group: _Group, as_requests: bool) -> None:
         for rows, request_id in group.undecided:
@@ -310,7 +320,16 @@ def _duration_ns(value) -> int | None:
 
 
 def _column_value(name: str, value):
-    """An attribute's value for column ``name``; None when it cannot be one (counted by nobody: optional)."""
+    """An attribute's value for column ``name``; None when it cannot be one (counted by nobody: optional).
+
+    An array is a shape's dims (``[4, 3, 224]`` -> ``4x3x224``); for any other column its first item
+    (a captured header arrives as a one-item array)."""
+    if isinstance(value, list):
+        if name == "shape":
+            return "x".join(str(v) for v in value) or None
+        value = value[0] if value else None
+        if value is None:
+            return None
     if name in ("shape", "engine", "request_id"):
         return str(value)
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
@@ -334,7 +353,9 @@ def _status(span: OtlpSpan) -> str:
 
 def _unusable(span: OtlpSpan) -> str | None:
     if not span.span_id:
-        return "spans with no span id"
+        return "spans with no valid span id"
+    if not span.trace_id:
+        return "spans with no valid trace id"
     if span.start_ns <= 0 or span.end_ns < span.start_ns or span.end_ns >= 2**63:
         return "spans with a bad start or end time"
     return None

@@ -27,8 +27,8 @@ Usage::
 
 from __future__ import annotations
 
-import gzip
 import os
+import socket
 import threading
 import time
 import zlib
@@ -49,11 +49,24 @@ _DISCARD_BYTES = 1 << 30  # a refused body up to this is read and thrown away, s
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """``"127.0.0.1:4318"`` -> ("127.0.0.1", 4318); ``":4318"`` listens on 127.0.0.1; LoadprobeError if not one."""
-    host, sep, port = str(address).rpartition(":")
+    """``"127.0.0.1:4318"`` -> ("127.0.0.1", 4318); also ``http://127.0.0.1:4318/v1/traces`` (an
+    exporter's endpoint, pasted), ``[::1]:4318``; ``":4318"`` listens on 127.0.0.1. LoadprobeError if not one."""
+    text = str(address).strip()
+    if "://" in text:
+        text = text.split("://", 1)[1].split("/", 1)[0]
+    host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         raise LoadprobeError(f"--otlp {address!r}: expected HOST:PORT, e.g. 127.0.0.1:4318")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, bind: tuple[str, int], handler) -> None:
+        if ":" in bind[0]:  # an IPv6 address
+            self.address_family = socket.AF_INET6
+        super().__init__(bind, handler)
 
 
 class _Run:
@@ -104,7 +117,7 @@ class Receiver:
         self._write_lock = threading.Lock()  # one flush at a time
         self._wake = threading.Event()
         self._stopping = False
-        self._server: ThreadingHTTPServer | None = None
+        self._server: _Server | None = None
         self._threads: list[threading.Thread] = []
         self._exports = self._refused_spans = self._bad_requests = self._lost_unplaced = 0
         self._unplaced: list = []  # ((host, service), table) converted, not yet handed to a run
@@ -115,11 +128,10 @@ class Receiver:
         if self._server is not None:  # started already (``with loadprobe.receive_otlp(...)``)
             return self
         try:
-            self._server = ThreadingHTTPServer(self.bind, _handler(self))
+            self._server = _Server(self.bind, _handler(self))
         except OSError as exc:
             raise LoadprobeError(f"--otlp {self.bind[0]}:{self.bind[1]}: cannot listen there ({exc.strerror or exc}); "
                                  "choose another address or stop what uses it") from None
-        self._server.daemon_threads = True
         self._threads = [threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
                                           name="loadprobe-otlp-server", daemon=True),
                          threading.Thread(target=self._flush_loop, name="loadprobe-otlp-flusher", daemon=True)]
@@ -135,7 +147,7 @@ class Receiver:
     @property
     def endpoint(self) -> str:
         host, port = self.address
-        return f"http://{host}:{port}{TRACES_PATH}"
+        return f"http://{'[' + host + ']' if ':' in host else host}:{port}{TRACES_PATH}"
 
     def flush(self) -> None:
         """Write everything received so far (segments stay open)."""
@@ -278,34 +290,89 @@ class Receiver:
             rundir.rewrite_in_place(run.run_dir, info)  # a full disk still takes the counters in place
 
 
+class _Refused(Exception):
+    """A request answered with ``status`` and ``reason`` before its body was taken."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
 def _handler(receiver: Receiver):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: exporters send one request after another
 
         def do_POST(self) -> None:  # noqa: N802 - the http.server API
-            if self.path.split("?", 1)[0] != TRACES_PATH:
-                return self._answer(404, f"only {TRACES_PATH} is received here")
-            length = self.headers.get("Content-Length")
-            if length is None or not length.isdigit():
-                return self._answer(411, "a Content-Length is needed")
-            if int(length) > receiver.max_body_bytes:
+            try:
+                if self.path.split("?", 1)[0] != TRACES_PATH:
+                    self._skip_body()
+                    raise _Refused(404, f"only {TRACES_PATH} is received here")
+                body = self._unpacked(self._body())
+            except _Refused as refused:
                 receiver.count_bad_request()
-                self._discard(int(length))  # read, not kept: a client cut off mid-send sees a reset, not the 413
-                return self._answer(413, f"a body over {receiver.max_body_bytes:,} bytes")
-            body = self.rfile.read(int(length))
-            encoding = (self.headers.get("Content-Encoding") or "").lower()
-            if encoding == "gzip":
-                try:
-                    body = gzip.decompress(body)
-                except (OSError, EOFError, zlib.error) as exc:
-                    receiver.count_bad_request()
-                    return self._answer(400, f"not gzip: {exc}")
-            elif encoding not in ("", "identity"):
-                receiver.count_bad_request()
-                return self._answer(415, f"Content-Encoding {encoding!r}: send gzip or none")
+                return self._answer(refused.status, str(refused))
             content_type = self.headers.get("Content-Type") or "application/x-protobuf"
             status, reason = receiver.receive(body, content_type)
             self._answer(status, reason, json="json" in content_type.lower())
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._answer(405, f"POST OTLP traces to {TRACES_PATH}")
+
+        def _body(self) -> bytes:
+            """The request's body as sent: by Content-Length or chunked (the JavaScript exporter's way)."""
+            limit = receiver.max_body_bytes
+            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                parts, size = [], 0
+                while True:
+                    line = self.rfile.readline(1024)
+                    try:
+                        chunk = int(line.split(b";", 1)[0].strip() or b"x", 16)
+                    except ValueError:
+                        self.close_connection = True
+                        raise _Refused(400, "a chunked body whose chunk size cannot be read") from None
+                    if chunk == 0:
+                        while self.rfile.readline(1024).strip():  # trailers, then the blank line
+                            pass
+                        return b"".join(parts)
+                    size += chunk
+                    if size > limit:
+                        self.close_connection = True
+                        raise _Refused(413, f"a body over {limit:,} bytes")
+                    parts.append(self.rfile.read(chunk))
+                    self.rfile.readline(8)  # the CRLF after each chunk
+            length = self.headers.get("Content-Length")
+            if length is None or not length.strip().isdigit():
+                self.close_connection = True  # nothing says where this body ends
+                raise _Refused(411, "send a Content-Length or a chunked body")
+            if int(length) > limit:
+                self._discard(int(length))  # read, not kept: a client cut off mid-send sees a reset, not the 413
+                raise _Refused(413, f"a body over {limit:,} bytes")
+            return self.rfile.read(int(length))
+
+        def _unpacked(self, body: bytes) -> bytes:
+            """``body`` un-gzipped, never past the body limit (a small gzip can unpack to gigabytes)."""
+            encoding = (self.headers.get("Content-Encoding") or "").lower().strip()
+            if encoding in ("", "identity"):
+                return body
+            if encoding != "gzip":
+                raise _Refused(415, f"Content-Encoding {encoding!r}: send gzip or none")
+            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            try:
+                out = inflate.decompress(body, receiver.max_body_bytes + 1)
+            except zlib.error as exc:
+                raise _Refused(400, f"not gzip: {exc}") from None
+            if len(out) > receiver.max_body_bytes:
+                raise _Refused(413, f"a body over {receiver.max_body_bytes:,} bytes once unpacked")
+            if not inflate.eof:
+                raise _Refused(400, "a gzip body cut short")
+            return out
+
+        def _skip_body(self) -> None:
+            length = self.headers.get("Content-Length")
+            if length is not None and length.strip().isdigit():
+                self._discard(int(length))
+            else:
+                self.close_connection = True  # chunked or unknown: the next request cannot be found
 
         def _discard(self, length: int) -> None:
             if length > _DISCARD_BYTES:
@@ -325,6 +392,8 @@ def _handler(receiver: Receiver):
                              "application/x-protobuf" if status == 200 else "text/plain; charset=utf-8")
             if status == 503:
                 self.send_header("Retry-After", "1")
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

@@ -380,6 +380,11 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         live = [s for s in self.sources if s.availability().get("available")]
+        # Sources whose figures are differences between readings (a scraped page's counters) read at
+        # the start and once more at the stop, so the recording covers the whole run.
+        edges = [s for s in live if getattr(s, "reads_at_edges", False)]
+        if edges:
+            self.sample_once(edges)
         next_at = time.monotonic() + self.interval_s
         # Rates and utilisation need an interval to measure over: the first reading comes
         # one interval after start, and one more when stopped, so short runs get two.
@@ -388,6 +393,8 @@ class Sampler(threading.Thread):
             next_at += self.interval_s
             if next_at < time.monotonic():  # fell behind (suspended, overloaded): skip, don't burst
                 next_at = time.monotonic() + self.interval_s
+        for source in edges:
+            source.force_next()
         self.sample_once(live)
         for source in self.sources:
             if hasattr(source, "close"):

@@ -27,6 +27,7 @@ Usage::
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -34,8 +35,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+log = logging.getLogger("loadprobe")
+
 QUANTILES = (0.5, 0.9, 0.99)
-MAX_PAGE_BYTES = 32 << 20
+MAX_PAGE_BYTES = 8 << 20  # an engine's page is ~100 KB; past this it is not a metrics page to read every second
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\S+)?\s*$")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 
@@ -62,11 +65,14 @@ def parse(text: str) -> dict[str, Family]:
             if len(parts) >= 4 and parts[1] == "TYPE":
                 types[parts[2]] = parts[3].strip()
             continue
+        exemplar = line.find(" # {")  # OpenMetrics: "name{...} value [ts] # {labels} value [ts]"
+        if exemplar > 0:
+            line = line[:exemplar]
         match = _SAMPLE.match(line)
         if not match:
             continue
         name, labels, value = match.group(1), _labels(match.group(2) or ""), _number(match.group(3))
-        if value is None or labels is None:
+        if value is None or labels is None or name.endswith("_created"):  # _created: a start time, not load
             continue
         family = _family_of(name, types)
         families.setdefault(family, Family(types.get(family, "untyped"))).samples.append((name, labels, value))
@@ -104,8 +110,8 @@ def _number(text: str) -> float | None:
 
 
 def series_name(name: str, labels: tuple, what: str = "") -> str:
-    """``vllm:x`` + ``(("model_name", "m"),)`` + ``:p50`` -> ``vllm:x:p50{model_name="m"}``."""
-    label_text = ",".join(f'{key}="{value}"' for key, value in labels)
+    """``vllm:x`` + ``(("model_name", "m"),)`` + ``:p50`` -> ``vllm:x:p50{model_name="m"}`` (values escaped as on the page)."""
+    label_text = ",".join(f'{key}="{_escaped(value)}"' for key, value in labels)
     return f"{name}{what}{{{label_text}}}" if labels else f"{name}{what}"
 
 
@@ -115,29 +121,60 @@ def sources(given, interval_s: float = 1.0) -> list["ScrapeSource"]:
             if url.strip()]
 
 
+def _escaped(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 class ScrapeSource:
     """A Prometheus endpoint as a sampler source (``samplers.Sampler`` calls ``read`` each tick)."""
 
     def __init__(self, url: str, interval_s: float = 1.0, timeout_s: float | None = None) -> None:
         self.url = url if "://" in url else f"http://{url}"
-        self.device = "scrape:" + (urlsplit(self.url).netloc or self.url)
+        parts = urlsplit(self.url)
+        # Two endpoints of one host:port (two paths) stay two devices; the usual /metrics is left out of the name.
+        self.device = "scrape:" + (parts.netloc or self.url) + (parts.path if parts.path not in ("", "/metrics") else "")
         self.name = f"prometheus {self.url}"  # run.json's samplers: one entry per endpoint
         self.interval_s = interval_s
-        self.timeout_s = timeout_s if timeout_s is not None else min(max(interval_s, 0.5), 5.0)
+        self.timeout_s = timeout_s if timeout_s is not None else min(max(interval_s, 0.5), 2.0)
         self._due = 0.0
         self._last: tuple[float, dict] | None = None  # (monotonic time, cumulative values) of the last page
+        # Live in run.json's samplers (the recorder keeps this dict and writes it with its counters).
+        self.status = {"available": True, "url": self.url, "pages": 0, "failed_reads": 0, "last_error": None}
+
+    reads_at_edges = True  # samplers.Sampler reads it when it starts and when it stops, whatever the interval
 
     def availability(self) -> dict:
-        return {"available": True, "url": self.url}
+        return self.status
+
+    def force_next(self) -> None:
+        """Read the page at the next call, however soon (the last reading, at stop)."""
+        self._due = 0.0
 
     def read(self) -> list[tuple[str, str, float]]:
+        """The samples of the page now, once ``interval_s`` has passed since the last; [] otherwise. A page
+        that cannot be read is counted in ``status`` and warned about once per endpoint and cause."""
         now = time.monotonic()
         if now < self._due:
             return []
         self._due = now + self.interval_s * 0.95  # a tick that comes a little early still scrapes
-        with urllib.request.urlopen(self.url, timeout=self.timeout_s) as response:
-            text = response.read(MAX_PAGE_BYTES).decode("utf-8", "replace")
-        return self.readings(parse(text), now)
+        try:
+            with urllib.request.urlopen(self.url, timeout=self.timeout_s) as response:
+                data = response.read(MAX_PAGE_BYTES + 1)
+            if len(data) > MAX_PAGE_BYTES:
+                raise ValueError(f"a page over {MAX_PAGE_BYTES >> 20} MiB")
+            families = parse(data.decode("utf-8", "replace"))
+        except (OSError, ValueError) as exc:
+            self._failed(exc)
+            return []
+        self.status["pages"] += 1
+        return self.readings(families, now)
+
+    def _failed(self, exc: Exception) -> None:
+        self.status["failed_reads"] += 1
+        why = f"{type(exc).__name__}: {exc}"
+        if self.status["last_error"] is None or self.status["last_error"].split(":")[0] != why.split(":")[0]:
+            log.warning("loadprobe: cannot read %s (%s); scraping goes on", self.url, why)
+        self.status["last_error"] = why
 
     def readings(self, families: dict[str, Family], now: float) -> list[tuple[str, str, float]]:
         """The samples of one page read at ``now`` (monotonic s), against the page before it."""

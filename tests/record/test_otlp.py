@@ -5,6 +5,7 @@ straight from the SDK's spans."""
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 from collections import defaultdict
@@ -268,11 +269,12 @@ def test_a_file_cut_short_keeps_its_whole_messages_and_says_so(files, sdk_spans,
 @pytest.mark.parametrize("content, says", [
     (b'{"resourceSpans": 5}\n', "not an OTLP traces message"),
     (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz", "spanId": "00"}]}]}]}\n',
-     "not an OTLP traces message"),
+     "no spans to import (left out: spans with no valid span id: 1)"),
+    (b'{"resourceSpans": ' + b"[" * 100_000 + b"\n", "not valid JSON"),
     (b'{"resourceSpans": []}\n{"resourceSpans": [}\n{"resourceSpans": []}\n', "line 2: not valid JSON"),
     (b"\x00\x00\x00\x05\x0a\x03abc", "not an OTLP traces message"),
     (b"\xff\xff\xff\xff", "a message of 4,294,967,295 bytes"),
-])
+], ids=["not-a-list", "bad-ids", "nested-deep", "bad-line-2", "bad-protobuf", "huge-prefix"])
 def test_bad_otlp_is_refused_in_one_line(tmp_path, content, says):
     path = tmp_path / ("bad.pb" if content[:1] != b"{" else "bad.jsonl")
     path.write_bytes(content)
@@ -297,3 +299,35 @@ def test_sniff_tells_otlp_from_request_logs(files, tmp_path):
     assert otlp.sniff(tmp_path / "log.jsonl") is None
     assert otlp.sniff(files["json"]) == "json" and otlp.sniff(files["proto"]) == "proto"
     assert otlp.sniff(files["bare"]) == "proto" and otlp.sniff(files["proto.gz"]) == "proto"
+
+
+def test_a_gzip_file_cut_short_keeps_its_whole_messages(files, sdk_spans, tmp_path):
+    data = gzip.compress(files["json"].read_bytes())
+    (tmp_path / "cut.jsonl.gz").write_bytes(data[: len(data) * 3 // 4])  # a compressed file still being written
+    result = import_otlp(tmp_path / "cut.jsonl.gz", tmp_path / "data")
+    assert set(result.skipped) == {otlp.CUT_SHORT}
+    assert 0 < sum(run.rows for run in result.runs) < len(sdk_spans)
+
+
+def test_shapes_from_arrays_base64_ids_and_work_that_outlives_its_request(tmp_path):
+    tracer, exporter = _tracer("svc")
+    root = tracer.start_span("POST /x", kind=SpanKind.SERVER, start_time=1_780_000_000_000_000_000,
+                             attributes={"http.request.header.x-request-id": ["r-1"]})
+    context = api.set_span_in_context(root)
+    step = tracer.start_span("step", context=context, start_time=1_780_000_000_000_100_000,
+                             attributes={"loadprobe.shape": [4, 3, 224, 224]})
+    step.end(end_time=1_780_000_000_000_200_000)
+    late = tracer.start_span("audit", context=context, start_time=1_780_000_000_000_300_000)
+    root.end(end_time=1_780_000_000_000_400_000)
+    late.end(end_time=1_780_000_000_000_900_000)  # sent after its request's root
+    document = json.loads(encode_json(list(exporter.get_finished_spans())).to_json())
+    for span in document["resourceSpans"][0]["scopeSpans"][0]["spans"]:  # ids as protobuf's own JSON mapping writes them
+        for key in ("traceId", "spanId", "parentSpanId"):
+            if span.get(key):
+                span[key] = base64.b64encode(bytes.fromhex(span[key])).decode()
+    (tmp_path / "t.jsonl").write_text(json.dumps(document) + "\n")
+    import_otlp(tmp_path / "t.jsonl", tmp_path / "data")
+    rows = {row["stage"]: row for row in pq.read_table(next((tmp_path / "data").rglob("spans-*.parquet"))).to_pylist()}
+    assert rows["step"]["shape"] == "4x3x224x224"
+    assert {row["request_id"] for row in rows.values()} == {"r-1"}
+    assert rows["audit"]["parent_id"] == rows["POST /x"]["span_id"]

@@ -109,7 +109,7 @@ def test_json_and_gzip_bodies_are_received_and_bad_ones_refused(tmp_path):
         assert post(url, b"not gzip", "application/json", "gzip")[0] == 400
         assert post(url, b"x" * ((1 << 20) + 1), "application/json")[0] == 413
         assert post(url.replace("/v1/traces", "/v1/metrics"), b"{}", "application/json")[0] == 404
-    assert receiver.counters()["bad_requests"] == 4 and receiver.counters()["spans_received"] == 12
+    assert receiver.counters()["bad_requests"] == 5 and receiver.counters()["spans_received"] == 12  # the 404 too
     rows = pq.read_table(next((tmp_path / "data").rglob("spans-*.parquet"))).to_pylist()
     assert len(rows) == 12 and next((tmp_path / "data").glob("h9/json-svc/*"))  # host.name kept
 
@@ -204,3 +204,27 @@ def test_record_without_command_or_otlp_says_how(tmp_path):
     out = subprocess.run([sys.executable, "-m", "loadprobe", "record", "--otlp", "nonsense", "-o", str(tmp_path / "d")],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "expected HOST:PORT" in out.stderr
+
+
+def test_chunked_bodies_keep_alive_after_refusals_and_gzip_bombs(tmp_path):
+    """The JavaScript exporter sends chunked bodies; a refused request must not spoil the connection
+    it came on; a small gzip that unpacks past the body limit is refused before it is unpacked whole."""
+    import http.client
+
+    with Receiver(tmp_path / "data", "127.0.0.1:0", max_body_bytes=1 << 20) as receiver:
+        host, port = receiver.address
+        connection = http.client.HTTPConnection(host, port, timeout=10)
+        connection.connect()
+        connection.request("POST", "/v1/metrics", body=b"{}", headers={"Content-Type": "application/json"})
+        refused = connection.getresponse()
+        assert (refused.status, bool(refused.read())) == (404, True)
+        body = json_body(4)
+        connection.request("POST", "/v1/traces", body=iter([body[:100], body[100:]]),
+                           headers={"Content-Type": "application/json"}, encode_chunked=True)
+        answer = connection.getresponse()
+        assert (answer.status, answer.read()) == (200, b"{}")
+        bomb = gzip.compress(b" " * (8 << 20))  # 8 MiB of spaces in a few KiB
+        status, body, _ = post(receiver.endpoint, bomb, "application/json", "gzip")
+        assert status == 413 and b"once unpacked" in body
+        connection.close()
+    assert receiver.counters()["spans_received"] == 4 and receiver.counters()["bad_requests"] == 2

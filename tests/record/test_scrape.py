@@ -184,3 +184,27 @@ def test_load_scrape_records_the_servers_series_beside_the_client_view(engine, t
     refused = subprocess.run([sys.executable, "-m", "loadprobe", "load", "http://127.0.0.1:1/", "--rate", "1",
                               "--duration", "1", "--scrape", url], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "give --record DIR too" in refused.stderr
+
+
+def test_a_scraped_endpoint_is_read_when_sampling_starts_and_when_it_stops(engine):
+    """A run's first and last pages bound its counters and histograms, whatever the interval."""
+    import time
+
+    from loadprobe.record.samplers import Sampler
+
+    metrics, url = engine
+    metrics["tokens"].labels("tiny").inc(10)
+    sampler = Sampler([ScrapeSource(url, interval_s=30)], interval_s=30)
+    sampler.start()
+    time.sleep(0.5)
+    metrics["tokens"].labels("tiny").inc(90)
+    sampler.stop()
+    rates = [value for _, _, metric, value in sampler.drain() if metric.startswith("engine:generation_tokens_total:per_s")]
+    assert len(rates) == 1 and rates[0] > 90  # 90 tokens over the ~0.5 s between the first page and the last
+
+
+def test_exemplars_and_created_series(engine):
+    families = parse('# TYPE h histogram\nh_bucket{le="1.0"} 5 # {trace_id="x"} 0.5\nh_bucket{le="+Inf"} 6\n'
+                     'h_count 6\nh_sum 3\nh_created 1.7e9\n# TYPE g_created gauge\ng_created 1.7e9\n')
+    assert [name for name, _, _ in families["h"].samples] == ["h_bucket", "h_bucket", "h_count", "h_sum"]
+    assert "g_created" not in families
