@@ -18,6 +18,8 @@ import html
 import math
 from datetime import datetime
 
+from loadprobe.analysis.timeline import engine_series
+
 MAX_POINTS = 2_000  # per trace, for display
 MAX_STAGES = 12  # traces per chart; the rest are summed or left to the tables
 MAX_LINES_PER_KIND = 4  # devices of one kind drawn one by one; more are drawn as a mean and a band
@@ -286,19 +288,22 @@ def batch_fits(portrait) -> dict | None:
 
 # -- devices ---------------------------------------------------------------------------------
 
-_ROWS = (("utilisation (%)", ("util_pct",), 1.0), ("memory (GB)", ("used_bytes", "mem_used_bytes"), 1e-9),
-         ("power (W)", ("power_w",), 1.0))
+_ROWS = (("utilisation (%)", lambda s: s.metric == "util_pct" and s.device != "memory", 1.0),
+         ("memory (GB)", lambda s: s.metric in ("used_bytes", "mem_used_bytes"), 1e-9),
+         ("power (W)", lambda s: s.metric == "power_w", 1.0),
+         ("engine requests", lambda s: engine_series(s.device, s.metric) == "requests", 1.0),
+         ("KV cache (%)", lambda s: engine_series(s.device, s.metric) == "kv_cache", 100.0))
 
 
 def device_timeline(portrait) -> dict | None:
-    """Utilisation, memory and power over time in stacked panels, stage activity shaded under the first."""
+    """Utilisation, memory and power over time in stacked panels (and a scraped engine's requests and
+    KV-cache use), stage activity shaded under the first."""
     tl = portrait.timeline
     if tl is None:
         return None
     rows = []
-    for title, metrics, scale in _ROWS:
-        series = [s for s in tl.device_series
-                  if s.metric in metrics and not (s.metric == "util_pct" and s.device == "memory")]
+    for title, shown, scale in _ROWS:
+        series = [s for s in tl.device_series if shown(s)]
         if series:
             rows.append((title, series, scale))
     activity = _activity(portrait)
@@ -316,7 +321,7 @@ def device_timeline(portrait) -> dict | None:
         layout["yaxis" if yref == "y" else f"yaxis{yref[1:]}"] = axis(title, domain=[max(0.0, top - height), top],
                                                                        anchor="x", rangemode="tozero")
         data += _device_traces(series, scale, yref, {"x0": start, "dx": step}, first_colour=6 * i)
-        if "power_w" in metrics:
+        if any(s.metric == "power_w" for s in series):
             data += _idle_lines(portrait, yref, start, start + step * tl.buckets)
     if activity:
         colour = colours(portrait)

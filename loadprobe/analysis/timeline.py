@@ -1,7 +1,7 @@
 """Down-sample device metrics and stage activity onto shared time buckets, for display.
 
-The report draws utilisation, memory and power over time with the stages' activity on the
-same axis, so both are cut into the same buckets: the smallest step of a fixed ladder that
+The report draws utilisation, memory and power (and a scraped engine's running and waiting requests
+and KV-cache use) over time with the stages' activity on the same axis, so both are cut into the same buckets: the smallest step of a fixed ladder that
 keeps every series at or under ``MAX_POINTS`` points (and all of them together under
 ``MAX_TOTAL_POINTS``). Built from the merged per-second aggregates the map step already
 keeps (``Partial.samples`` and ``Partial.busy``), so it costs the map step nothing and is
@@ -24,6 +24,21 @@ from ..portrait import DeviceSeries, StageSeries, Timeline
 MAX_POINTS = 2_000  # per series
 MAX_TOTAL_POINTS = 200_000  # over all series: a fleet's many hosts get coarser buckets
 METRICS = ("util_pct", "used_bytes", "mem_used_bytes", "power_w")  # what the report charts
+ENGINE_REQUESTS = ("num_requests_running", "num_requests_waiting", "requests_processing", "requests_deferred")
+ENGINE_KV_CACHE = ("kv_cache_usage",)
+"""Scraped series (``--scrape``) the report charts beside the devices, by the name after the engine's
+prefix (``vllm:``, ``llamacpp:``): its running and waiting requests, and its KV-cache use (a fraction)."""
+
+
+def engine_series(device: str, metric: str) -> str | None:
+    """``"requests"`` or ``"kv_cache"`` for a scraped engine series the report charts, else None:
+    ``("scrape:h:8000", 'vllm:num_requests_running{model_name="m"}')`` -> ``"requests"``."""
+    if not device.startswith("scrape:"):
+        return None
+    name = metric.split("{", 1)[0].rsplit(":", 1)[-1]  # ...:per_s and other derived series end otherwise
+    if name.startswith(ENGINE_REQUESTS):
+        return "requests"
+    return "kv_cache" if name.startswith(ENGINE_KV_CACHE) else None
 _LADDER = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 
@@ -39,7 +54,8 @@ def bucket_seconds(first: int, last: int, series: int) -> int:
 
 def build_timeline(part) -> Timeline | None:
     """The display timeline of a merged partial; None when it has neither samples nor spans."""
-    devices = {key: sp for key, sp in sorted(part.samples.items()) if key[2] in METRICS and sp.per_second_n}
+    devices = {key: sp for key, sp in sorted(part.samples.items())
+               if (key[2] in METRICS or engine_series(key[1], key[2])) and sp.per_second_n}
     busy: dict = defaultdict(dict)  # stage -> {second: ns}, summed over hosts
     for (_host, stage, second), ns in part.busy.items():
         seconds = busy[stage]

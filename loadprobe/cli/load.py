@@ -10,6 +10,7 @@ import click
 
 from .._errors import LoadprobeError
 from ._schedule import build_schedule, schedule_options
+from ._types import Seconds
 
 
 @click.command("load")
@@ -28,7 +29,7 @@ from ._schedule import build_schedule, schedule_options
               help="Record the client's view of every request as loadprobe data in DIR.")
 @click.option("--scrape", multiple=True, metavar="URL[,URL...]",
               help="With --record: sample these Prometheus endpoints (the server's /metrics) into the recording.")
-@click.option("--every", "scrape_every", default=1.0, show_default=True, type=click.FloatRange(min=0.05),
+@click.option("--every", "scrape_every", default="1s", show_default=True, type=Seconds(minimum=0.05),
               help="Seconds between scrapes of --scrape.")
 @click.option("--max-failed", type=click.FloatRange(0, 1), default=0.01, show_default=True,
               help="Exit 1 when more than this share of the finished requests failed (errors, timeouts, 4xx/5xx).")

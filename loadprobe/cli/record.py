@@ -14,6 +14,7 @@ import click
 
 from ..record import env as _env
 from .._errors import LoadprobeError
+from ._types import Seconds
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
@@ -34,7 +35,7 @@ _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 @click.option("--scrape", "scrape", multiple=True, metavar="URL[,URL...]",
               help="Sample these Prometheus endpoints (an engine's /metrics) into the recording: gauges as they are, "
                    "counters as rates, histograms as per-interval quantiles.")
-@click.option("--every", "scrape_every", default=1.0, show_default=True, type=click.FloatRange(min=0.05),
+@click.option("--every", "scrape_every", default="1s", show_default=True, type=Seconds(minimum=0.05),
               help="Seconds between scrapes of --scrape.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def record(output, service, tags, sample_interval, no_devices, otlp, attributes, scrape, scrape_every, command):

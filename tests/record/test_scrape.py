@@ -140,6 +140,14 @@ def test_record_scrape_puts_the_engine_series_on_the_portrait(engine, tmp_path):
     assert scraped['engine:num_requests_running{model_name="tiny"}'].mean == 4
     frame = loadprobe.read_samples([str(tmp_path / "data")])
     assert (frame["metric"] == 'engine:num_requests_running{model_name="tiny"}').sum() >= 3
+    # on the report's device chart: the engine's running requests in a panel of their own
+    from loadprobe.reports.figures import device_timeline
+
+    charted = {s.metric for s in portrait.timeline.device_series if s.device.startswith("scrape:")}
+    assert charted == {'engine:num_requests_running{model_name="tiny"}'}  # not counters, not histograms
+    chart = device_timeline(portrait)
+    titles = [value["title"]["text"] for key, value in chart["layout"].items() if key.startswith("yaxis")]
+    assert "engine requests" in titles
 
 
 def test_scrape_with_otlp_and_no_command_needs_a_service(tmp_path):
@@ -208,3 +216,13 @@ def test_exemplars_and_created_series(engine):
                      'h_count 6\nh_sum 3\nh_created 1.7e9\n# TYPE g_created gauge\ng_created 1.7e9\n')
     assert [name for name, _, _ in families["h"].samples] == ["h_bucket", "h_bucket", "h_count", "h_sum"]
     assert "g_created" not in families
+
+
+def test_every_takes_durations():
+    from loadprobe.cli._types import Seconds
+
+    seconds = Seconds(minimum=0.05)
+    assert [seconds.convert(v, None, None) for v in ("1", "1s", "500ms", "2m", 0.25)] == [1.0, 1.0, 0.5, 120.0, 0.25]
+    for bad in ("fast", "10ms", "-1s"):
+        with pytest.raises(Exception):
+            seconds.convert(bad, None, None)
