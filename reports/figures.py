@@ -346,7 +346,10 @@ def _device_traces(series: list, scale: float, yref: str, x: dict, first_colour:
     mean with a min-max band, which stays readable where 64 lines would not."""
     kinds: dict = {}
     for s in series:
-        kinds.setdefault(s.device.rstrip("0123456789") or s.device, []).append(s)
+        # gpu0..gpu7 are one kind; a scraped endpoint's series are a kind each (running is not waiting)
+        kind = f"{s.device} {s.metric.split('{', 1)[0]}" if s.device.startswith("scrape:") else \
+            s.device.rstrip("0123456789") or s.device
+        kinds.setdefault(kind, []).append(s)
     out = []
     for k, (kind, members) in enumerate(kinds.items()):
         if len(members) <= MAX_LINES_PER_KIND:

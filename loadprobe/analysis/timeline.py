@@ -24,8 +24,10 @@ from ..portrait import DeviceSeries, StageSeries, Timeline
 MAX_POINTS = 2_000  # per series
 MAX_TOTAL_POINTS = 200_000  # over all series: a fleet's many hosts get coarser buckets
 METRICS = ("util_pct", "used_bytes", "mem_used_bytes", "power_w")  # what the report charts
-ENGINE_REQUESTS = ("num_requests_running", "num_requests_waiting", "requests_processing", "requests_deferred")
-ENGINE_KV_CACHE = ("kv_cache_usage",)
+ENGINE_REQUESTS = frozenset({"num_requests_running", "num_requests_waiting", "num_requests_swapped",
+                             "requests_processing", "requests_deferred"})
+ENGINE_KV_CACHE = frozenset({"kv_cache_usage_perc", "gpu_cache_usage_perc", "cpu_cache_usage_perc",
+                             "kv_cache_usage_ratio"})
 """Scraped series (``--scrape``) the report charts beside the devices, by the name after the engine's
 prefix (``vllm:``, ``llamacpp:``): its running and waiting requests, and its KV-cache use (a fraction)."""
 
@@ -36,9 +38,9 @@ def engine_series(device: str, metric: str) -> str | None:
     if not device.startswith("scrape:"):
         return None
     name = metric.split("{", 1)[0].rsplit(":", 1)[-1]  # ...:per_s and other derived series end otherwise
-    if name.startswith(ENGINE_REQUESTS):
+    if name in ENGINE_REQUESTS:
         return "requests"
-    return "kv_cache" if name.startswith(ENGINE_KV_CACHE) else None
+    return "kv_cache" if name in ENGINE_KV_CACHE else None
 _LADDER = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 

@@ -18,7 +18,7 @@ _UNITS = ["s", "ms", "us", "ns"]
 @click.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("-o", "--output", default="loadprobe-data", show_default=True, type=click.Path(file_okay=False),
-              help="Directory to write the runs into (one run per file).")
+              help="Directory to write the runs into (a run per file; an OTLP file's, a run per service).")
 @click.option("--preset", type=click.Choice(_PRESETS), help="Column mapping of a public trace.")
 @click.option("--ts-col", help="Column with each request's start time (default: timestamp, ts or time).")
 @click.option("--latency-col", help="Column with each request's latency (default: none, durations stay empty).")
@@ -33,7 +33,8 @@ _UNITS = ["s", "ms", "us", "ns"]
 @click.option("--latency-unit", type=click.Choice(_UNITS),
               help="Unit of latencies (default: from a _s/_ms/_us/_ns suffix).")
 @click.option("--origin", metavar="ISO", help="Start of relative timestamps [default: 2024-01-01T00:00:00Z].")
-@click.option("--service", help="Service name (default: the file's name without extensions).")
+@click.option("--service", help="Service name (default: the file's name without extensions; OTLP: each "
+                                "resource's service.name).")
 @click.option("--host", help="Host name (default: imported; OTLP: each resource's host.name).")
 @click.option("--attr", "attributes", multiple=True, metavar="FIELD=KEY",
               help="OTLP files: read FIELD (batch, shape, engine, queue_ns, flops, bytes, tokens_in, tokens_out, "
@@ -89,7 +90,7 @@ def _import_otlp(path: str, kind: str, output: str, attributes, service, host, l
     result = import_otlp(path, output, kind=kind, attributes=attributes, service=service, host=host)
     name = Path(path).name
     for run in result.runs:
-        click.echo(summary(name, run, what=f"{result.requests.get(run.run_dir, 0):,} requests in {run.rows:,} spans"))
+        click.echo(summary(name, run, what=f"{result.requests.get(run.run_dir, 0):,} requests, {run.rows:,} spans written"))
     if result.skipped:
         click.echo(f"{name}: left out: {left_out(result.skipped)}")
 

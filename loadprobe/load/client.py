@@ -229,9 +229,11 @@ def run(url: str, offsets=None, *, concurrency: int | None = None, duration: flo
     from ..record import recorder  # the client view is recorded like a service's own spans
     from ..schema import LOAD_CLIENT_SERVICE  # (pyarrow: only when recording)
 
-    if scrape and record is None:
-        raise LoadprobeError("--scrape records the server's metrics beside the client's view: give --record DIR too")
     own_recorder = record is not None and recorder.current() is None
+    if scrape and not own_recorder:
+        raise LoadprobeError("--scrape records the server's metrics beside the client's view: give --record DIR too"
+                             if record is None else "--scrape needs a recording of its own; this process records "
+                             "already (loadprobe.start)")
     if record is not None:
         # Started before the first send, so run.json's start precedes every span; the spans
         # themselves are recorded after the last answer (see _Results.record).

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import time
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import chain, islice
@@ -283,7 +284,7 @@ def _guarded(lines, where: str):
     """``lines``, with read and decode failures turned into a LoadprobeError naming the file."""
     try:
         yield from lines
-    except (UnicodeDecodeError, OSError, EOFError) as exc:
+    except (UnicodeDecodeError, OSError, EOFError, zlib.error) as exc:
         raise LoadprobeError(f"{where}: cannot read it ({exc}); expected UTF-8 text (gzip-compressed "
                              "if it ends in .gz)") from None
 

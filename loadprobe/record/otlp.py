@@ -33,6 +33,7 @@ import base64
 import gzip
 import json
 import math
+import zlib
 from typing import Iterator, NamedTuple
 
 from .._errors import LoadprobeError
@@ -45,6 +46,7 @@ SPAN_KIND_SERVER, SPAN_KIND_CONSUMER = 2, 5
 STATUS_ERROR = 2
 _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200  # SpanFlags: whether the parent is in another process
 _ID_BITS = (1 << 63) - 1
+INVALID_PARENT = -1  # a parent id that is no id: the span cannot be placed, it is left out and counted
 _KINDS = {"SPAN_KIND_UNSPECIFIED": 0, "SPAN_KIND_INTERNAL": 1, "SPAN_KIND_SERVER": 2, "SPAN_KIND_CLIENT": 3,
           "SPAN_KIND_PRODUCER": 4, "SPAN_KIND_CONSUMER": 5}
 _STATUSES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
@@ -96,19 +98,24 @@ def sniff(path) -> str | None:
     try:
         with _open(path) as handle:
             head = handle.read(65536)
-    except (OSError, EOFError):
+    except (OSError, EOFError, zlib.error):
         return None
     if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"{":  # a byte-order mark some tools write, then JSON
         return "json" if b'"resourceSpans"' in head or b'"resource_spans"' in head else None
     if name.endswith((".pb", ".pb.gz", ".binpb", ".binpb.gz", ".otlp", ".otlp.gz", ".proto", ".proto.gz")):
         return "proto"
-    bare = head[:1] == bytes([_PROTO_FIRST])
+    bare = head[:1] == bytes([_PROTO_FIRST]) and _binary(head[:256])  # 0x0A is also a newline: text is no message
     # A length prefix, then a message; a plausible length only (blank lines would read as 168 MB).
     prefixed = len(head) > 4 and head[4] == _PROTO_FIRST and int.from_bytes(head[:4], "big") <= _PLAUSIBLE_PREFIX
     return "proto" if bare or prefixed else None
 
 
 CUT_SHORT = "a message cut short at the end of the file"
+
+
+def _binary(data: bytes) -> bool:
+    """Whether ``data`` holds control bytes that text does not (a message's lengths and ids do)."""
+    return any(b < 0x09 or 0x0E <= b < 0x20 for b in data)
 
 
 def read_file(path, kind: str | None = None, skipped: dict | None = None) -> Iterator[list[OtlpSpan]]:
@@ -132,7 +139,7 @@ def read_file(path, kind: str | None = None, skipped: dict | None = None) -> Ite
                     yield decode(data, f"{where}, byte {offset}")
     except EOFError as exc:  # gzip ended before its end marker: a compressed file still being written
         _cut_short(skipped, where, f"the compressed file ends early ({exc})")
-    except (OSError, gzip.BadGzipFile) as exc:
+    except (OSError, gzip.BadGzipFile, zlib.error) as exc:
         raise LoadprobeError(f"{where}: cannot read it ({exc}); check the file (gzip-compressed if it starts "
                              "so)") from None
 
@@ -164,7 +171,7 @@ def _cut_short(skipped: dict | None, where: str, why: str) -> None:
 
 def _json_messages(handle, where: str, skipped: dict | None) -> Iterator[list[OtlpSpan]]:
     """JSON lines; when the first line is not a whole message, the whole file as one JSON document."""
-    first = handle.readline()
+    first = handle.readline(MAX_MESSAGE_BYTES + 1)
     if first.startswith(b"\xef\xbb\xbf"):
         first = first[3:]
     try:
@@ -184,7 +191,12 @@ def _json_messages(handle, where: str, skipped: dict | None) -> Iterator[list[Ot
         return
     for document in documents:
         yield json_spans(document, f"{where}, line 1")
-    for number, line in enumerate(handle, 2):
+    number = 1
+    while line := handle.readline(MAX_MESSAGE_BYTES + 1):
+        number += 1
+        if len(line) > MAX_MESSAGE_BYTES:
+            raise LoadprobeError(f"{where}, line {number}: a line over {MAX_MESSAGE_BYTES >> 20} MiB; expected one "
+                                 "OTLP/JSON message per line")
         if not line.strip():
             continue
         try:
@@ -256,7 +268,7 @@ def _json_span(span: dict, service, host) -> OtlpSpan:
         service=service, host=host,
         trace_id=_id(_get(span, "traceId", "trace_id"), 16).hex(),
         span_id=span_id_of(_id(_get(span, "spanId", "span_id"), 8)),
-        parent_id=span_id_of(_id(_get(span, "parentSpanId", "parent_span_id"), 8)),
+        parent_id=_parent_of(_id(_get(span, "parentSpanId", "parent_span_id"), 8, invalid=None)),
         flags=int(_get(span, "flags") or 0),
         kind=_enum(_get(span, "kind"), _KINDS),
         name=str(_get(span, "name") or ""),
@@ -274,19 +286,28 @@ def _get(message: dict, name: str, other: str | None = None):
     return message.get(other) if value is None and other is not None else value
 
 
-def _id(value, size: int) -> bytes:
+def _id(value, size: int, invalid=b""):
     """An id of ``size`` bytes: hex as OTLP/JSON writes it, or base64 as protobuf's generic JSON mapping
-    does; b"" when it is neither (a span without a valid id is left out and counted, not the file refused)."""
-    if not isinstance(value, str) or not value:
+    does; b"" when absent, ``invalid`` when neither (a span with an invalid id is left out and counted)."""
+    if value is None or value == "":
         return b""
+    if not isinstance(value, str):
+        return invalid
     try:
         raw = bytes.fromhex(value)
     except ValueError:
         try:
             raw = base64.b64decode(value, validate=True)
         except ValueError:
-            return b""
-    return raw if len(raw) == size else b""
+            return invalid
+    return raw if len(raw) == size else invalid
+
+
+def _parent_of(raw: bytes | None) -> int:
+    """The parent's span id: 0 for none, INVALID_PARENT when one is given but is not an id."""
+    if raw is None or (raw and len(raw) != 8):
+        return INVALID_PARENT
+    return span_id_of(raw)
 
 
 def _enum(value, names: dict) -> int:
@@ -325,6 +346,16 @@ _JSON_VALUES = (
 # -- OTLP protobuf -----------------------------------------------------------------------------------------
 
 
+def protobuf_available() -> bool:
+    """Whether OTLP protobuf can be decoded here (``opentelemetry-proto`` installed)."""
+    from importlib.util import find_spec
+
+    try:
+        return find_spec("opentelemetry.proto.collector.trace.v1.trace_service_pb2") is not None
+    except ImportError:  # a parent package missing
+        return False
+
+
 def _proto_decoder(where: str):
     """A function decoding one protobuf message into spans; a LoadprobeError when protobuf is missing."""
     try:
@@ -353,8 +384,9 @@ def _proto_spans(message) -> list[OtlpSpan]:
         for scope in resource_spans.scope_spans:
             for span in scope.spans:
                 spans.append(OtlpSpan(
-                    service=service, host=host, trace_id=span.trace_id.hex(), span_id=span_id_of(span.span_id),
-                    parent_id=span_id_of(span.parent_span_id), flags=span.flags, kind=span.kind, name=span.name,
+                    service=service, host=host, trace_id=span.trace_id.hex() if len(span.trace_id) == 16 else "",
+                    span_id=span_id_of(span.span_id) if len(span.span_id) == 8 else 0,
+                    parent_id=_parent_of(span.parent_span_id), flags=span.flags, kind=span.kind, name=span.name,
                     start_ns=span.start_time_unix_nano, end_ns=span.end_time_unix_nano, status=span.status.code,
                     status_message=span.status.message, attributes=_proto_attributes(span.attributes)))
     return spans

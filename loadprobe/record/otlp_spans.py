@@ -29,13 +29,14 @@ Usage::
 
 from __future__ import annotations
 
+import time
 from typing import Iterator
 
 import pyarrow as pa
 
 from .._errors import LoadprobeError
 from ..schema import SPANS
-from .otlp import SPAN_KIND_CONSUMER, SPAN_KIND_SERVER, STATUS_ERROR, OtlpSpan
+from .otlp import INVALID_PARENT, SPAN_KIND_CONSUMER, SPAN_KIND_SERVER, STATUS_ERROR, OtlpSpan
 
 ATTRIBUTE_KEYS = {
     "batch": ("loadprobe.batch",),
@@ -61,12 +62,17 @@ GENAI_PHASES = ("queue", "prefill", "decode")
 BATCH_ROWS = 65_536
 """Rows gathered per (host, service) before they are handed on as one table."""
 
+MAX_HELD_S = 120.0
+"""Seconds a span is held for its root, or a root for the service's first server span, before it is
+written as it stands (a receiver's recording is never held back longer; files are settled at their end)."""
+
 MAX_HELD_ROWS = 20_000
 """Rows per (host, service) held waiting for their trace's root, and rows held under roots not yet known
 to be requests (each bound): what a trace of in-flight requests needs, without growing with the input."""
 
 UNNAMED_SERVICE = "otlp"  # where spans whose resource names no service.name go
 _ID_BITS = (1 << 63) - 1
+_END_NS = 2**63  # spans end before this, in int64 epoch nanoseconds
 _INTEGERS = ("batch", "queue_ns", "tokens_in", "tokens_out")
 _MAX_COUNT = 2**53
 
@@ -136,10 +142,12 @@ class _Group:
 
     def __init__(self) -> None:
         self.ready = _Columns()
-        self.waiting: dict[str, list[dict]] = {}  # trace id -> rows whose local root has not arrived yet
+        # trace id -> (when its first span came, {parent span id: [rows of each span under it]}): spans whose
+        # local root has not come yet, indexed by parent so that a root takes its own subtree and no other
+        self.waiting: dict[str, tuple[float, dict[int, list[list[dict]]]]] = {}
         self.waiting_rows = 0
-        self.undecided: list[tuple] = []  # (a trace's rows, its request id) under a root
-        self.undecided_rows = 0                                   # that is a request only if the service serves none
+        self.undecided: list[tuple[float, list[dict], str | None]] = []  # (when, a trace's rows, its request id)
+        self.undecided_rows = 0  # under roots that are requests only if the service serves none
         self.serving = False  # it has sent a server or consumer span: its other roots are not requests
         self.requests = 0
         self.settled: dict[int, str | None] = {}  # span id -> its request id (bounded), for work that outlives its parent
@@ -148,15 +156,16 @@ class _Group:
 class Converter:
     """OTLP spans in, SPANS tables out, per (host, service); counts what it could not use.
 
-    Which spans make a request is decided once a trace's local root (``OtlpSpan.starts_request``)
-    has arrived -- exporters send a span when it ends, so children come first and wait for it: a
-    server or consumer span is a request; another kind of root (a startup step, a batch job, a
-    span started without a kind) is a request only in a service that sends no server or consumer
-    span, so such roots wait until the service shows one (then they are recorded outside
-    requests) or until the end (then they are its requests). Every span of a request carries the
-    request's id (its root's ``x-request-id``, else the trace id). Held rows are bounded
-    (``MAX_HELD_ROWS`` per group each): past it the oldest are written as if their question were
-    settled the other way (children without their root keep the trace id).
+    Which spans make a request is decided once a span's local root (``OtlpSpan.starts_request``)
+    has arrived -- exporters send a span when it ends, so children come first and wait for it (each
+    root takes the spans below it, not every span of its trace): a server or consumer span is a
+    request; another kind of root (a startup step, a batch job, a span started without a kind) is a
+    request only in a service that sends no server or consumer span, so such roots wait until the
+    service shows one (then they are recorded outside requests), or until ``MAX_HELD_S`` or the end
+    (then they are its requests). Every span of a request carries the request's id (its root's
+    ``x-request-id``, else the trace id); work that ends after its root joins it. What is held is
+    bounded (``MAX_HELD_ROWS`` rows per group, each kind, and ``MAX_HELD_S``): past either, spans still
+    waiting for a root are written with their trace id as request id, and undecided roots as requests.
     """
 
     def __init__(self, keys: AttributeKeys | None = None, *, service: str | None = None,
@@ -174,12 +183,13 @@ class Converter:
         return {where: group.requests for where, group in self.groups.items() if group.requests}
 
     @property
-    def held_rows(self) -> int:
-        """Rows in memory, written or not yet decided (the receiver's memory cap counts them)."""
-        return sum(len(g.ready) + g.waiting_rows + g.undecided_rows for g in self.groups.values())
+    def ready_rows(self) -> int:
+        """Rows settled and not yet handed on as a table (the receiver's memory cap counts them)."""
+        return sum(len(g.ready) for g in self.groups.values())
 
     def add(self, spans: list[OtlpSpan]) -> Iterator[tuple[tuple[str, str], pa.Table]]:
         """Take ``spans``; yield ((host, service), table) for each group that reached BATCH_ROWS."""
+        now = time.monotonic()
         for span in spans:
             reason = _unusable(span)
             if reason:
@@ -188,50 +198,66 @@ class Converter:
             self.spans += 1
             where = (self.host or span.host or self.unnamed_host, self.service or span.service or UNNAMED_SERVICE)
             group = self.groups.get(where) or self.groups.setdefault(where, _Group())
-            self._take(group, span)
+            self._take(group, span, now)
             if len(group.ready) >= BATCH_ROWS:
                 yield where, group.ready.table()
                 group.ready = _Columns()
 
     def drain(self, final: bool = False) -> Iterator[tuple[tuple[str, str], pa.Table]]:
-        """Every group's ready rows, as a table (a receiver's flush); ``final`` (the end of a file, a
-        receiver's stop) settles what waits: undecided roots are requests, children without a root as they are."""
+        """Every group's ready rows, as a table (a receiver's flush), after settling what has waited past
+        ``MAX_HELD_S``; ``final`` (the end of a file, a receiver's stop) settles everything that waits."""
+        stale = float("inf") if final else time.monotonic() - MAX_HELD_S
         for where, group in self.groups.items():
-            if final:
-                self._release_undecided(group, as_requests=True)
-                while group.waiting:
-                    self._release_oldest_waiting(group)
+            while group.undecided and group.undecided[0][0] <= stale:
+                self._settle_oldest_undecided(group)
+            while group.waiting and next(iter(group.waiting.values()))[0] <= stale:
+                self._release_oldest_waiting(group)
             if len(group.ready):
                 yield where, group.ready.table()
                 group.ready = _Columns()
 
-    def _take(self, group: _Group, span: OtlpSpan) -> None:
+    def _take(self, group: _Group, span: OtlpSpan, now: float) -> None:
         rows, request_id = self.rows(span)
         if not span.starts_request:
             if span.parent_id in group.settled:  # its parent was written already: work that outlived it
-                self._settle(group, rows, group.settled[span.parent_id], request=False)
+                self._settle(group, rows + self._subtree(group, span.trace_id, span.span_id),
+                             group.settled[span.parent_id], request=False)
                 return
-            group.waiting.setdefault(span.trace_id, []).extend(rows)
+            group.waiting.setdefault(span.trace_id, (now, {}))[1].setdefault(span.parent_id, []).append(rows)
             group.waiting_rows += len(rows)
             while group.waiting_rows > MAX_HELD_ROWS:
                 self._release_oldest_waiting(group)
             return
-        children = group.waiting.pop(span.trace_id, [])
-        group.waiting_rows -= len(children)
-        rows += children
+        rows += self._subtree(group, span.trace_id, span.span_id)
         if span.kind in (SPAN_KIND_SERVER, SPAN_KIND_CONSUMER):
             group.serving = True
-            self._release_undecided(group, as_requests=False)
+            while group.undecided:  # the service serves: its other roots are not requests
+                _, held, _ = group.undecided.pop(0)
+                group.undecided_rows -= len(held)
+                self._settle(group, held, None)
             self._settle(group, rows, request_id)
         elif group.serving:
             self._settle(group, rows, None)
         else:
-            group.undecided.append((rows, request_id))
+            group.undecided.append((now, rows, request_id))
             group.undecided_rows += len(rows)
             while group.undecided_rows > MAX_HELD_ROWS:
-                rows, request_id = group.undecided.pop(0)
-                group.undecided_rows -= len(rows)
-                self._settle(group, rows, request_id)
+                self._settle_oldest_undecided(group)
+
+    def _subtree(self, group: _Group, trace_id: str, span_id: int) -> list[dict]:
+        """The waiting rows below ``span_id`` in its trace, taken out of the wait."""
+        entry = group.waiting.get(trace_id)
+        if entry is None:
+            return []
+        by_parent, out, below = entry[1], [], [span_id]
+        while below:
+            for span_rows in by_parent.pop(below.pop(), ()):
+                out += span_rows
+                below.append(span_rows[0]["span_id"])
+        group.waiting_rows -= len(out)
+        if not by_parent:
+            del group.waiting[trace_id]
+        return out
 
     def _settle(self, group: _Group, rows: list[dict], request_id: str | None, request: bool = True) -> None:
         """``rows`` ready to write, in the request ``request_id`` or in none; ``request``: they start one (a
@@ -246,18 +272,20 @@ class Converter:
         while len(settled) > MAX_HELD_ROWS:
             del settled[next(iter(settled))]
 
-    def _release_undecided(self, group: _Group, as_requests: bool) -> None:
-        for rows, request_id in group.undecided:
-            self._settle(group, rows, request_id if as_requests else None)
-        group.undecided, group.undecided_rows = [], 0
+    def _settle_oldest_undecided(self, group: _Group) -> None:
+        """The oldest root still undecided, written as a request (the service has shown no server span)."""
+        _, rows, request_id = group.undecided.pop(0)
+        group.undecided_rows -= len(rows)
+        self._settle(group, rows, request_id)
 
     def _release_oldest_waiting(self, group: _Group) -> None:
         trace_id = next(iter(group.waiting))
-        rows = group.waiting.pop(trace_id)
-        group.waiting_rows -= len(rows)
-        for row in rows:  # their root never came (sampled out, another process, not sent yet): the trace names them
-            row["request_id"] = trace_id or None
-            group.ready.append(row)
+        _, by_parent = group.waiting.pop(trace_id)
+        for span_rows in (r for rows in by_parent.values() for r in rows):
+            group.waiting_rows -= len(span_rows)
+            for row in span_rows:  # their root never came (sampled out, not sent, elsewhere): the trace names them
+                row["request_id"] = trace_id or None
+                group.ready.append(row)
 
     def rows(self, span: OtlpSpan) -> tuple[list[dict], str | None]:
         """The loadprobe span rows of one OTLP span (one, or a GenAI request and its phases), and the id
@@ -287,7 +315,7 @@ def genai_phases(request: dict, attributes: dict) -> list[dict]:
     if seconds[GENAI_PREFILL] is None and seconds[GENAI_DECODE] is None and seconds[GENAI_TTFT] is None:
         return []
     start = request["ts_ns"]
-    if seconds[GENAI_E2E] is not None:
+    if seconds[GENAI_E2E] is not None and start + seconds[GENAI_E2E] < _END_NS:
         request["dur_ns"] = seconds[GENAI_E2E]
     end = start + request["dur_ns"]
     queue, prefill, decode = (seconds[k] or 0 for k in (GENAI_QUEUE, GENAI_PREFILL, GENAI_DECODE))
@@ -356,6 +384,8 @@ def _unusable(span: OtlpSpan) -> str | None:
         return "spans with no valid span id"
     if not span.trace_id:
         return "spans with no valid trace id"
-    if span.start_ns <= 0 or span.end_ns < span.start_ns or span.end_ns >= 2**63:
+    if span.parent_id == INVALID_PARENT:
+        return "spans with an invalid parent id"
+    if span.start_ns <= 0 or span.end_ns < span.start_ns or span.end_ns >= _END_NS:
         return "spans with a bad start or end time"
     return None

@@ -5,8 +5,9 @@ not), as OTLP/HTTP exporters send them; every span is converted by the importer'
 (``otlp_spans.Converter``: requests, stages, attributes, GenAI phases) and written, per (host,
 service) of its resource, into a run directory of the usual layout
 ``<output>/<host>/<service>/<pid>-<time>/`` (role ``received``; a resource without ``host.name`` is
-taken to be this host): an Arrow stream per flush,
-Parquet per segment, run.json with the counters, so a crash loses at most one flush interval.
+taken to be this host): an Arrow stream per flush, Parquet per segment, run.json with the counters.
+A crash loses at most one flush interval of what was settled, and the spans still held for their
+trace's root (bounded in rows and in time: ``otlp_spans.MAX_HELD_ROWS``, ``MAX_HELD_S``).
 
 Bounds, as the recorder's: spans waiting in memory are capped at ``max_buffered_spans``; a
 request that would pass the cap is answered 503 with ``Retry-After`` (OTLP exporters retry it)
@@ -28,6 +29,7 @@ Usage::
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 import time
@@ -38,13 +40,14 @@ from pathlib import Path
 from .._errors import LoadprobeError
 from . import rundir
 from .buffers import DEFAULT_MAX_BUFFERED_SPANS
-from .otlp import decode_body
+from .otlp import decode_body, protobuf_available
 from .otlp_spans import AttributeKeys, Converter
 from .segments import SegmentWriter
 
 TRACES_PATH = "/v1/traces"
 DEFAULT_ADDRESS = "127.0.0.1:4318"  # OTLP/HTTP's own port
 MAX_BODY_BYTES = 64 << 20
+_HEX, _DECIMAL = re.compile(rb"[0-9a-fA-F]{1,15}"), re.compile(r"[0-9]{1,15}")
 _DISCARD_BYTES = 1 << 30  # a refused body up to this is read and thrown away, so its sender reads the answer
 
 
@@ -119,7 +122,7 @@ class Receiver:
         self._stopping = False
         self._server: _Server | None = None
         self._threads: list[threading.Thread] = []
-        self._exports = self._refused_spans = self._bad_requests = self._lost_unplaced = 0
+        self._exports = self._refused_spans = self._bad_requests = self._lost_unplaced = self._flush_errors = 0
         self._unplaced: list = []  # ((host, service), table) converted, not yet handed to a run
 
     # -- life ------------------------------------------------------------------------------------------
@@ -137,6 +140,10 @@ class Receiver:
                          threading.Thread(target=self._flush_loop, name="loadprobe-otlp-flusher", daemon=True)]
         for thread in self._threads:
             thread.start()
+        if not protobuf_available():
+            self._warn("loadprobe: opentelemetry-proto is not installed: OTLP/HTTP protobuf exports will be refused "
+                       "(400); pip install 'loadprobe[otlp]', or export OTLP/JSON (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+                       "=http/json)")
         return self
 
     @property
@@ -176,8 +183,9 @@ class Receiver:
         self.stop()
 
     def counters(self) -> dict:
-        """Exports taken (OTLP/HTTP requests answered 200), spans received (converted), spans refused (503),
-        bad requests (400/413/415) and spans left out (no id, bad times)."""
+        """Exports taken (OTLP/HTTP requests answered 200), OTLP spans received, spans refused (503: each
+        retry counts again), bad requests (400/404/405/411/413/415), spans lost (no run folder could be
+        made) and spans left out (no valid id, bad times)."""
         return {"exports": self._exports, "spans_lost": self._lost_unplaced, "spans_received": self.converter.spans, "spans_refused": self._refused_spans,
                 "bad_requests": self._bad_requests, "spans_skipped": dict(self.converter.skipped)}
 
@@ -193,7 +201,8 @@ class Receiver:
         with self._lock:
             if self._stopping:  # the last write has begun or is about to: nothing may arrive after it
                 return 503, "the receiver is stopping"
-            waiting = self.converter.held_rows + sum(t.num_rows for _, t in self._unplaced) + \
+            # What waits to be written; rows the converter holds for their root are bounded apart (MAX_HELD_ROWS)
+            waiting = self.converter.ready_rows + sum(t.num_rows for _, t in self._unplaced) + \
                 sum(t.num_rows for run in self.runs.values() for t in run.pending)
             if waiting + len(spans) > self.max_buffered_spans and waiting:
                 self._refused_spans += len(spans)
@@ -213,8 +222,10 @@ class Receiver:
         if run is None:
             host, service = (rundir.safe_name(name) for name in group)
             run_dir = rundir.create(rundir.run_path(self.output_dir, host, service, self.run_id))
-            run = self.runs[group] = _Run(run_dir, host, service, self)
+            run = _Run(run_dir, host, service, self)
             self._write_run_json(run, None)
+            with self._lock:  # receive() counts the runs' pending rows meanwhile
+                self.runs[group] = run
         return run
 
     def _place(self, final: bool) -> None:
@@ -225,7 +236,9 @@ class Receiver:
         kept = []
         for group, table in unplaced:
             try:
-                self._run(group).pending.append(table)
+                run = self._run(group)
+                with self._lock:
+                    run.pending.append(table)
             except OSError as exc:
                 if final:
                     self._lost_unplaced += table.num_rows
@@ -244,8 +257,13 @@ class Receiver:
             self._wake.clear()
             if self._stopping:
                 break
-            with self._write_lock:
-                self._write(final=False)
+            try:
+                with self._write_lock:
+                    self._write(final=False)
+            except Exception as exc:  # a bug here must not stop the writing: say it once, go on
+                self._flush_errors += 1
+                if self._flush_errors == 1:
+                    self._warn(f"loadprobe: the OTLP receiver's writer failed ({exc!r}); it keeps going")
 
     def _write(self, final: bool) -> None:
         self._place(final)
@@ -271,7 +289,10 @@ class Receiver:
                 run.spans_dropped += sum(t.num_rows for t in kept)  # the disk refused them to the end
                 kept = []
             else:
-                run.writer.rotate_if_due()
+                try:
+                    run.writer.rotate_if_due()
+                except OSError:
+                    run.write_errors += 1  # the stream stays; the next rotation or the stop finishes it
             with self._lock:
                 run.pending[:0] = kept
             self._write_run_json(run, time.time_ns() if final else None)
@@ -324,12 +345,11 @@ def _handler(receiver: Receiver):
             if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
                 parts, size = [], 0
                 while True:
-                    line = self.rfile.readline(1024)
-                    try:
-                        chunk = int(line.split(b";", 1)[0].strip() or b"x", 16)
-                    except ValueError:
+                    size_text = self.rfile.readline(1024).split(b";", 1)[0].strip()
+                    if not _HEX.fullmatch(size_text):
                         self.close_connection = True
-                        raise _Refused(400, "a chunked body whose chunk size cannot be read") from None
+                        raise _Refused(400, "a chunked body whose chunk size cannot be read")
+                    chunk = int(size_text, 16)
                     if chunk == 0:
                         while self.rfile.readline(1024).strip():  # trailers, then the blank line
                             pass
@@ -340,8 +360,8 @@ def _handler(receiver: Receiver):
                         raise _Refused(413, f"a body over {limit:,} bytes")
                     parts.append(self.rfile.read(chunk))
                     self.rfile.readline(8)  # the CRLF after each chunk
-            length = self.headers.get("Content-Length")
-            if length is None or not length.strip().isdigit():
+            length = (self.headers.get("Content-Length") or "").strip()
+            if not _DECIMAL.fullmatch(length):
                 self.close_connection = True  # nothing says where this body ends
                 raise _Refused(411, "send a Content-Length or a chunked body")
             if int(length) > limit:
@@ -368,8 +388,8 @@ def _handler(receiver: Receiver):
             return out
 
         def _skip_body(self) -> None:
-            length = self.headers.get("Content-Length")
-            if length is not None and length.strip().isdigit():
+            length = (self.headers.get("Content-Length") or "").strip()
+            if _DECIMAL.fullmatch(length):
                 self._discard(int(length))
             else:
                 self.close_connection = True  # chunked or unknown: the next request cannot be found

@@ -27,6 +27,7 @@ Usage::
 
 from __future__ import annotations
 
+import http.client
 import logging
 import math
 import re
@@ -82,7 +83,7 @@ def parse(text: str) -> dict[str, Family]:
 def _family_of(name: str, types: dict) -> str:
     if name in types:
         return name
-    for suffix in ("_bucket", "_sum", "_count", "_total", "_created"):
+    for suffix in ("_bucket", "_sum", "_count", "_total"):
         if name.endswith(suffix) and name[: -len(suffix)] in types:
             return name[: -len(suffix)]
     return name
@@ -163,7 +164,7 @@ class ScrapeSource:
             if len(data) > MAX_PAGE_BYTES:
                 raise ValueError(f"a page over {MAX_PAGE_BYTES >> 20} MiB")
             families = parse(data.decode("utf-8", "replace"))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, timed out, not HTTP, not text
             self._failed(exc)
             return []
         self.status["pages"] += 1
@@ -200,7 +201,7 @@ class ScrapeSource:
             if content.type == "counter":
                 for name, labels, value in content.samples:
                     delta = _delta(now_values, before, (name, labels))
-                    if delta is not None and not name.endswith("_created"):
+                    if delta is not None:
                         out.append((series_name(name, labels, ":per_s"), delta / elapsed))
             elif content.type in ("histogram", "summary"):
                 out += _distribution(family, content, now_values, before, elapsed)
@@ -219,13 +220,16 @@ def _delta(now_values: dict, before: dict, key) -> float | None:
 def _distribution(family: str, content: Family, now_values: dict, before: dict, elapsed: float) -> list:
     """A histogram's or summary's observations in the interval: mean, rate and (histogram) quantiles."""
     series: dict[tuple, dict] = {}  # labels without "le" -> {"sum", "count", "buckets": [(le, cumulative delta)]}
+    reset = set()  # label sets a series of which went down (the engine restarted): no figure this interval
     for name, labels, _ in content.samples:
+        rest = tuple(item for item in labels if item[0] != "le") if name == family + "_bucket" else labels
         delta = _delta(now_values, before, (name, labels))
         if delta is None:
+            if (name, labels) in now_values:
+                reset.add(rest)
             continue
         if name == family + "_bucket":
             bound = dict(labels).get("le")
-            rest = tuple(item for item in labels if item[0] != "le")
             upper = _number(bound) if bound is not None else None
             if upper is not None:
                 series.setdefault(rest, {}).setdefault("buckets", []).append((upper, delta))
@@ -236,7 +240,7 @@ def _distribution(family: str, content: Family, now_values: dict, before: dict, 
     out = []
     for labels, figures in series.items():
         count = figures.get("count")
-        if not count:
+        if not count or labels in reset:
             continue  # no observation this interval: nothing to say
         out.append((series_name(family, labels, ":count_per_s"), count / elapsed))
         if "sum" in figures:

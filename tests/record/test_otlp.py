@@ -201,7 +201,7 @@ def test_attributes_are_remapped_by_name(tmp_path):
     out = runner.invoke(main, ["import", str(tmp_path / "t.jsonl"), "-o", str(tmp_path / "data"),
                                "--attr", "batch=app.batch_size", "--attr", "tokens_in=app.prompt"])
     assert out.exit_code == 0, out.output
-    assert "5 requests in 5 spans" in out.output
+    assert "5 requests, 5 spans written" in out.output
     rows = pq.read_table(next((tmp_path / "data").rglob("spans-*.parquet"))).to_pylist()
     assert sorted(row["batch"] for row in rows) == [1, 2, 3, 4, 5] and {row["tokens_in"] for row in rows} == {9}
 
@@ -331,3 +331,41 @@ def test_shapes_from_arrays_base64_ids_and_work_that_outlives_its_request(tmp_pa
     assert rows["step"]["shape"] == "4x3x224x224"
     assert {row["request_id"] for row in rows.values()} == {"r-1"}
     assert rows["audit"]["parent_id"] == rows["POST /x"]["span_id"]
+
+
+def test_two_requests_in_one_trace_keep_their_own_spans(tmp_path):
+    """A client calling the service twice at once within one trace (a fan-out): each call keeps its stages."""
+    tracer, exporter = _tracer("svc")
+    t = 1_780_000_000_000_000_000
+    caller = api.NonRecordingSpan(api.SpanContext(0x1234, 0x99, is_remote=True, trace_flags=api.TraceFlags(1)))
+    a = tracer.start_span("A", kind=SpanKind.SERVER, context=api.set_span_in_context(caller), start_time=t,
+                          attributes={"http.request.header.x-request-id": ["A"]})
+    b = tracer.start_span("B", kind=SpanKind.SERVER, context=api.set_span_in_context(caller), start_time=t,
+                          attributes={"http.request.header.x-request-id": ["B"]})
+    child_b = tracer.start_span("c_of_B", context=api.set_span_in_context(b), start_time=t + 10)
+    child_b.end(end_time=t + 20)   # sent before A and B end
+    a.end(end_time=t + 30)          # A's root comes first: it must not take B's child
+    grand = tracer.start_span("g_of_B", context=api.set_span_in_context(child_b), start_time=t + 12)
+    grand.end(end_time=t + 50)      # outlives its parent's request root? no: B ends last
+    b.end(end_time=t + 60)
+    write_json_lines(tmp_path / "t.jsonl", list(exporter.get_finished_spans()))
+    import_otlp(tmp_path / "t.jsonl", tmp_path / "data")
+    rows = {row["stage"]: row["request_id"] for row in
+            pq.read_table(next((tmp_path / "data").rglob("spans-*.parquet"))).to_pylist()}
+    assert rows == {"A": "A", "B": "B", "c_of_B": "B", "g_of_B": "B"}
+
+
+def test_invalid_parent_ids_and_text_that_starts_with_a_newline(tmp_path):
+    line = {"resourceSpans": [{"scopeSpans": [{"spans": [
+        {"traceId": "ab" * 16, "spanId": "01" * 8, "parentSpanId": "zz", "name": "x",
+         "startTimeUnixNano": "1780000000000000000", "endTimeUnixNano": "1780000000000001000"},
+        {"traceId": "ab" * 16, "spanId": "02" * 8, "name": "root", "kind": 2,
+         "startTimeUnixNano": "1780000000000000000", "endTimeUnixNano": "1780000000000002000"}]}]}]}
+    (tmp_path / "t.jsonl").write_text(json.dumps(line) + "\n")
+    result = import_otlp(tmp_path / "t.jsonl", tmp_path / "data")
+    assert result.skipped == {"spans with an invalid parent id": 1} and list(result.requests.values()) == [1]
+    (tmp_path / "log.csv").write_text("\nts,latency_ms\n1,2\n")
+    assert otlp.sniff(tmp_path / "log.csv") is None  # a newline is also the byte a bare message starts with
+    (tmp_path / "bad.jsonl.gz").write_bytes(gzip.compress(b"x" * 5000)[:20] + b"\xff" * 200)
+    out = CliRunner().invoke(main, ["import", str(tmp_path / "bad.jsonl.gz"), "-o", str(tmp_path / "d")])
+    assert out.exit_code == 2 and "internal error" not in out.output
