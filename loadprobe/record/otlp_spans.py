@@ -63,8 +63,12 @@ BATCH_ROWS = 65_536
 """Rows gathered per (host, service) before they are handed on as one table."""
 
 MAX_HELD_S = 120.0
-"""Seconds a span is held for its root, or a root for the service's first server span, before it is
-written as it stands (a receiver's recording is never held back longer; files are settled at their end)."""
+"""Seconds a span is held for its root before it is written with its trace id (a receiver's recording
+is never held back longer; files are settled at their end)."""
+
+MAX_UNDECIDED_S = 600.0
+"""Seconds a root of no server kind waits for its service's first server span before it is written as a
+request: long enough for an engine's startup traces to meet the first request that follows them."""
 
 MAX_HELD_ROWS = 20_000
 """Rows per (host, service) held waiting for their trace's root, and rows held under roots not yet known
@@ -161,11 +165,12 @@ class Converter:
     root takes the spans below it, not every span of its trace): a server or consumer span is a
     request; another kind of root (a startup step, a batch job, a span started without a kind) is a
     request only in a service that sends no server or consumer span, so such roots wait until the
-    service shows one (then they are recorded outside requests), or until ``MAX_HELD_S`` or the end
-    (then they are its requests). Every span of a request carries the request's id (its root's
+    service shows one (then they are recorded outside requests), or until ``MAX_UNDECIDED_S`` or the
+    end (then they are its requests). Every span of a request carries the request's id (its root's
     ``x-request-id``, else the trace id); work that ends after its root joins it. What is held is
-    bounded (``MAX_HELD_ROWS`` rows per group, each kind, and ``MAX_HELD_S``): past either, spans still
-    waiting for a root are written with their trace id as request id, and undecided roots as requests.
+    bounded (``MAX_HELD_ROWS`` rows per group, each kind, and ``MAX_HELD_S``/``MAX_UNDECIDED_S``): past
+    them, spans still waiting for a root are written with their trace id as request id, and undecided
+    roots as requests.
     """
 
     def __init__(self, keys: AttributeKeys | None = None, *, service: str | None = None,
@@ -204,13 +209,13 @@ class Converter:
                 group.ready = _Columns()
 
     def drain(self, final: bool = False) -> Iterator[tuple[tuple[str, str], pa.Table]]:
-        """Every group's ready rows, as a table (a receiver's flush), after settling what has waited past
-        ``MAX_HELD_S``; ``final`` (the end of a file, a receiver's stop) settles everything that waits."""
-        stale = float("inf") if final else time.monotonic() - MAX_HELD_S
+        """Every group's ready rows, as a table (a receiver's flush), after settling what has waited too
+        long; ``final`` (the end of a file, a receiver's stop) settles everything that waits."""
+        now = float("inf") if final else time.monotonic()
         for where, group in self.groups.items():
-            while group.undecided and group.undecided[0][0] <= stale:
+            while group.undecided and group.undecided[0][0] <= now - MAX_UNDECIDED_S:
                 self._settle_oldest_undecided(group)
-            while group.waiting and next(iter(group.waiting.values()))[0] <= stale:
+            while group.waiting and next(iter(group.waiting.values()))[0] <= now - MAX_HELD_S:
                 self._release_oldest_waiting(group)
             if len(group.ready):
                 yield where, group.ready.table()

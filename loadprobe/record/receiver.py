@@ -7,7 +7,8 @@ service) of its resource, into a run directory of the usual layout
 ``<output>/<host>/<service>/<pid>-<time>/`` (role ``received``; a resource without ``host.name`` is
 taken to be this host): an Arrow stream per flush, Parquet per segment, run.json with the counters.
 A crash loses at most one flush interval of what was settled, and the spans still held for their
-trace's root (bounded in rows and in time: ``otlp_spans.MAX_HELD_ROWS``, ``MAX_HELD_S``).
+trace's root or a first server span (bounded in rows and time: ``otlp_spans.MAX_HELD_ROWS``,
+``MAX_HELD_S``, ``MAX_UNDECIDED_S``).
 
 Bounds, as the recorder's: spans waiting in memory are capped at ``max_buffered_spans``; a
 request that would pass the cap is answered 503 with ``Retry-After`` (OTLP exporters retry it)

@@ -369,3 +369,21 @@ def test_invalid_parent_ids_and_text_that_starts_with_a_newline(tmp_path):
     (tmp_path / "bad.jsonl.gz").write_bytes(gzip.compress(b"x" * 5000)[:20] + b"\xff" * 200)
     out = CliRunner().invoke(main, ["import", str(tmp_path / "bad.jsonl.gz"), "-o", str(tmp_path / "d")])
     assert out.exit_code == 2 and "internal error" not in out.output
+
+
+def test_held_spans_are_written_once_they_waited_their_bound(monkeypatch):
+    """A receiver's flush writes a child whose root never comes, and an undecided root, once each waited its bound."""
+    from loadprobe.record import otlp_spans
+
+    def span(span_id, parent, kind=1, name="s"):
+        return otlp.OtlpSpan("svc", "h", "ab" * 16, span_id, parent, 0, kind, name, 10**18, 10**18 + 1000, 0, "", {})
+
+    converter = otlp_spans.Converter()
+    list(converter.add([span(2, 7, name="orphan"), span(3, 0, name="internal root")]))
+    assert list(converter.drain()) == []  # both wait: a root may come, a server span may come
+    monkeypatch.setattr(otlp_spans, "MAX_HELD_S", 0.0)
+    monkeypatch.setattr(otlp_spans, "MAX_UNDECIDED_S", 0.0)
+    [(_, table)] = list(converter.drain())
+    assert sorted(zip(table.column("stage").to_pylist(), table.column("request_id").to_pylist())) == [
+        ("internal root", "ab" * 16), ("orphan", "ab" * 16)]
+    assert converter.requests == {("h", "svc"): 1}
