@@ -30,6 +30,7 @@ Usage::
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from typing import Iterator
 
 import pyarrow as pa
@@ -148,13 +149,15 @@ class _Group:
         self.ready = _Columns()
         # trace id -> (when its first span came, {parent span id: [rows of each span under it]}): spans whose
         # local root has not come yet, indexed by parent so that a root takes its own subtree and no other
-        self.waiting: dict[str, tuple[float, dict[int, list[list[dict]]]]] = {}
+        self.waiting: OrderedDict[str, tuple[float, dict[int, list[list[dict]]]]] = OrderedDict()
         self.waiting_rows = 0
         self.undecided: list[tuple[float, list[dict], str | None]] = []  # (when, a trace's rows, its request id)
         self.undecided_rows = 0  # under roots that are requests only if the service serves none
         self.serving = False  # it has sent a server or consumer span: its other roots are not requests
         self.requests = 0
-        self.settled: dict[int, str | None] = {}  # span id -> its request id (bounded), for work that outlives its parent
+        # span id -> its request id (bounded), for work that outlives its parent. OrderedDict: the oldest
+        # goes in O(1), where a dict's next(iter()) walks past every slot deleted before it
+        self.settled: OrderedDict[int, str | None] = OrderedDict()
 
 
 class Converter:
@@ -275,7 +278,7 @@ class Converter:
             group.ready.append(row)
             settled[row["span_id"]] = request_id
         while len(settled) > MAX_HELD_ROWS:
-            del settled[next(iter(settled))]
+            settled.popitem(last=False)
 
     def _settle_oldest_undecided(self, group: _Group) -> None:
         """The oldest root still undecided, written as a request (the service has shown no server span)."""
@@ -284,8 +287,7 @@ class Converter:
         self._settle(group, rows, request_id)
 
     def _release_oldest_waiting(self, group: _Group) -> None:
-        trace_id = next(iter(group.waiting))
-        _, by_parent = group.waiting.pop(trace_id)
+        trace_id, (_, by_parent) = group.waiting.popitem(last=False)
         for span_rows in (r for rows in by_parent.values() for r in rows):
             group.waiting_rows -= len(span_rows)
             for row in span_rows:  # their root never came (sampled out, not sent, elsewhere): the trace names them
