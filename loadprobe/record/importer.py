@@ -131,7 +131,7 @@ def import_log(
         raise LoadprobeError(f"{where}: {'not a file' if source.exists() else 'no such file'}; "
                              "give the path of a CSV or JSONL log")
     fmt = _format_of(source)
-    stem = _stem(source)
+    stem = file_stem(source)
     host = rundir.safe_name(host or "imported")
     service = rundir.safe_name(service or stem)
     run_id = rundir.imported_run_id(stem, time.time_ns())
@@ -209,7 +209,7 @@ def _format_of(source: Path) -> str:
     return fmt
 
 
-def _stem(source: Path) -> str:
+def file_stem(source: Path) -> str:
     """``trace.csv.gz`` -> ``trace``."""
     name = source.name[:-3] if source.name.lower().endswith(".gz") else source.name
     return Path(name).stem

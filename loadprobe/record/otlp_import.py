@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .._errors import LoadprobeError
 from . import otlp, rundir
-from .importer import ImportResult, SpanFiles, file_sha256, imported_run_info, put_new
+from .importer import ImportResult, SpanFiles, file_sha256, file_stem, imported_run_info, put_new
 from .otlp_spans import AttributeKeys, Converter
 
 
@@ -63,8 +63,7 @@ def import_otlp(path: str | os.PathLike, output_dir: str | os.PathLike = "loadpr
                              "give the path of an OTLP traces file")
     kind = kind or otlp.sniff(source)
     converter = Converter(keys, service=service and rundir.safe_name(service), host=host and rundir.safe_name(host))
-    stem = Path(source.name[:-3] if source.name.lower().endswith(".gz") else source.name).stem
-    run_id = rundir.imported_run_id(stem, time.time_ns())
+    run_id = rundir.imported_run_id(file_stem(source), time.time_ns())
     files: dict[tuple[str, str], SpanFiles] = {}
 
     def write(group: tuple[str, str], table) -> None:
