@@ -170,6 +170,58 @@ class Requests:
 
 
 @dataclass
+class LlmLatency:
+    """An LLM latency over requests (TTFT, TPOT, E2E) or over output gaps (ITL), in milliseconds."""
+
+    mean: float
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+    count: int
+
+
+@dataclass
+class TokenCounts:
+    mean: float
+    p50: float
+    p99: float
+    max: int
+    total: int
+
+
+@dataclass
+class TokenRate:
+    mean: float  # tokens per second over the requests' window
+    peak: float  # the busiest whole second
+
+
+@dataclass
+class Goodput:
+    ttft_ms: float  # the targets held to
+    tpot_ms: float | None  # None: no request had a second token
+    derived: list[str]  # the targets not given (twice the recorded median), by field name
+    requests: int  # requests that succeeded within both targets
+    share: float  # of the LLM requests
+    rps: float | None  # per second of the requests' window
+
+
+@dataclass
+class Llm:
+    source: str  # "client": loadprobe load --openai's view; "service": the engine's own spans or OpenTelemetry
+    requests: int  # request spans that carry tokens_out
+    ttft_ms: LlmLatency | None
+    itl_ms: LlmLatency | None  # between pieces of output; null where only the first token is timed
+    tpot_ms: LlmLatency | None
+    e2e_ms: LlmLatency | None  # of the requests that succeeded
+    tokens_in: TokenCounts | None
+    tokens_out: TokenCounts | None
+    output_tokens_per_s: TokenRate | None
+    input_tokens_per_s: TokenRate | None
+    goodput: Goodput | None
+
+
+@dataclass
 class DeviceMetric:
     host: str
     device: str
@@ -314,6 +366,7 @@ class Portrait:
     roofline_roofs: Roofs | None = None  # (1.2)
     timeline: Timeline | None = None  # (1.2)
     energy: Energy | None = None  # (1.7)
+    llm: Llm | None = None  # (1.9)
 
     def to_dict(self) -> dict:
         return _plain(self)

@@ -29,6 +29,22 @@ LOAD_CLIENT_SERVICE = "loadprobe-load"
 """The service name of ``loadprobe load --record``'s runs: one root span per request, under the
 x-request-id it sent. Analysis joins them to the server's spans of the same requests by that id."""
 
+FIRST_TOKEN = "(first token)"
+"""A marker span under an LLM request: from the request's start to its first output token, so that its
+end is the time to first token. Markers time a request's output; they are no stage of work, and analysis
+reads them into the portrait's ``llm`` section, never into its stages (docs/data-format.md)."""
+
+TOKEN = "(token)"
+"""A marker span under an LLM request for each later piece of output (a streamed chunk, a decode step):
+from the previous output to this one, so that its duration is an inter-token latency; ``tokens_out`` the
+tokens it carried, where known. The request span itself carries the request's ``tokens_in`` and ``tokens_out``."""
+
+LAST_TOKEN = "(last token)"
+"""A marker span under an LLM request from its first output token to its last, for sources that time the
+decode as a whole (an OpenTelemetry GenAI span) rather than token by token."""
+
+MARKERS = (FIRST_TOKEN, TOKEN, LAST_TOKEN)
+
 SCHEMA_KEY = b"loadprobe.schema"
 VERSION_KEY = b"loadprobe.version"
 

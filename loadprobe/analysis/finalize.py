@@ -13,6 +13,7 @@ from .._errors import listed
 from .bottlenecks import find_bottlenecks
 from .dataset import describe_skipped
 from .energy import build_energy
+from .llm import build_llm
 from .histogram import Histogram
 from .partials import Partial
 from ..portrait import (
@@ -79,8 +80,10 @@ def roofs(device, precision: str | None) -> Roofs | None:
 
 
 def build_portrait(part: Partial, runs: list, *, inputs: list, device=None, precision: str | None = None,
-                   dataset_skipped: dict | None = None) -> Portrait:
-    """The portrait of everything in ``part``; ``device`` is a catalog Device for the roofline."""
+                   dataset_skipped: dict | None = None, slo_ttft_ms: float | None = None,
+                   slo_tpot_ms: float | None = None) -> Portrait:
+    """The portrait of everything in ``part``; ``device`` is a catalog Device for the roofline;
+    ``slo_ttft_ms``/``slo_tpot_ms``: the LLM goodput targets (``llm.build_llm``)."""
     source = "requests" if part.arrivals else "root spans"
     traffic = build_traffic(part.arrivals or part.root_arrivals, source,
                             [g for values in part.gaps.values() for g in values])
@@ -108,6 +111,7 @@ def build_portrait(part: Partial, runs: list, *, inputs: list, device=None, prec
         roofline_roofs=roofs(device, precision),
         timeline=build_timeline(part),
         energy=energy,
+        llm=build_llm(part.llm, slo_ttft_ms, slo_tpot_ms),
     )
     portrait.bottlenecks = find_bottlenecks(portrait)
     return portrait

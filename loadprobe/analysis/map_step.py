@@ -28,6 +28,7 @@ from .dataset import FileRef
 from .energy import energy_by_second, map_engine_busy
 from .kernel_numpy import NS_PER_S, sum_by
 from .kernels import resolve_kernel
+from .llm import map_llm, marker_rows
 from .partials import Partial, SamplePartial, add_counts, merge, pick
 from .reading import UnreadableFile, read_data_file
 from .requestjoin import ClientRequests, is_load_client, join_client
@@ -154,6 +155,14 @@ def map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, ru
         dur = np.where(valid, dur, 0)
 
     cols = span_columns(table, ts, dur, valid, request_ids_known)
+    markers = marker_rows(cols)
+    map_llm(part.llm, cols, markers, "client" if is_load_client(ref.service) else "service", ref.run_id)
+    if markers is not None:  # token markers time the output; they are no stage of work
+        keep = ~markers
+        table, ts, dur, valid = table.filter(arrow_mask(keep)), ts[keep], dur[keep], valid[keep]
+        if len(ts) == 0:
+            return
+        cols = span_columns(table, ts, dur, valid, request_ids_known)
     joined = None
     if filters.client is not None and not is_load_client(ref.service):
         cols, joined = join_client(part, table, cols, filters.client, ref.host)

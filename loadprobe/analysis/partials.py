@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .histogram import Histogram
+from .llm import LlmPartial
 
 MAX_SHAPES = 10_000  # distinct shapes kept per stage; the rest are counted as "(other)"
 
@@ -113,6 +114,7 @@ class Partial:
     engine_union: Counter = field(default_factory=Counter)  # (host, engine, second) -> ns it had any work
     out_of_window: Counter = field(default_factory=Counter)  # run -> spans outside the run's own start/stop
     skew: dict = field(default_factory=dict)  # request id -> list of (host, start, end, is_root)
+    llm: LlmPartial = field(default_factory=LlmPartial)  # LLM requests and token markers (llm.py)
 
     def stage(self, name: str) -> StagePartial:
         part = self.stages.get(name)
@@ -148,6 +150,7 @@ class Partial:
         add_counts(self.out_of_window, o.out_of_window)
         for rid, seen in o.skew.items():
             self.skew.setdefault(rid, []).extend(seen)
+        self.llm.merge(o.llm)
         return self
 
 

@@ -47,7 +47,8 @@ def parse_time(value, option: str) -> int | None:
 
 def analyze(paths, *, since=None, until=None, service: str | None = None, host: str | None = None,
             device: str | None = None, precision: str | None = None, catalog=(), engine: str = "inprocess",
-            workers: int = 1, scheduler: str | None = None, progress=None, kernel: str = "auto") -> Portrait:
+            workers: int = 1, scheduler: str | None = None, progress=None, kernel: str = "auto",
+            slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None) -> Portrait:
     """The load portrait of one service's data under ``paths`` (directories, globs or URIs).
 
     ``service`` (an fnmatch pattern) chooses the service when ``paths`` hold several; several
@@ -60,6 +61,8 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
     "process" (``workers`` processes) or "dask" (a local cluster, or ``scheduler``).
     ``kernel``: how each file is aggregated: "auto" (the compiled C kernel when it was built at
     install, else numpy), "compiled" or "numpy"; all give identical portraits.
+    ``slo_ttft_ms`` and ``slo_tpot_ms``: the targets of an LLM service's goodput (``portrait.llm``);
+    twice the recorded medians where not given.
     """
     if isinstance(paths, str):
         paths = [paths]
@@ -95,7 +98,8 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
                              "files, or record again with 'loadprobe record'")
     part.client_requests = client.count if client is not None else 0
     portrait = build_portrait(part, runs, inputs=list(paths), device=_roofline_device(device, runs, catalog),
-                              precision=precision, dataset_skipped=skipped)
+                              precision=precision, dataset_skipped=skipped, slo_ttft_ms=slo_ttft_ms,
+                              slo_tpot_ms=slo_tpot_ms)
     if not portrait.stages and (since_ns is not None or until_ns is not None):
         # an empty portrait is not an answer: say what the recording covers instead
         raise LoadprobeError(f"{', '.join(map(str, paths))}: no span lies within {_window(since, until)} "

@@ -5,12 +5,13 @@ Usage::
     @click.command()
     @schedule_options
     def command(**options):
-        offsets, mode, seed = build_schedule(**pick(options))
+        offsets, mode, seed, tokens = build_schedule(**pick(options))
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import click
 from click.core import ParameterSource
@@ -60,9 +61,16 @@ _BELONGS_TO = {"replay": ["speed", "preset", "ts_col", "ts_unit", "ts_format"], 
                "bursty": ["burst_rate", "on_s", "off_s"]}
 
 
+class Schedule(NamedTuple):
+    offsets: object  # np.ndarray of seconds from the start; None in closed loop
+    mode: str | None  # a one-line description
+    seed: int | None  # the seed used
+    tokens: tuple | None = None  # --replay: (tokens_in, tokens_out) of each arrival, -1 where the source has none
+
+
 def build_schedule(*, rate, process, peak_to_mean, burst_rate, on_s, off_s, replay, speed, preset, ts_col, ts_unit,
-                   ts_format, duration, requests, seed, other: str | None | bool = False):
-    """``(offsets in seconds, a one-line description, the seed used)``.
+                   ts_format, duration, requests, seed, other: str | None | bool = False) -> Schedule:
+    """The schedule the options ask for.
 
     ``other`` is ``loadprobe load``'s closed loop: ``"--concurrency"`` when chosen (then
     ``offsets`` is None), ``None`` when it could have been; ``False`` where there is none.
@@ -80,18 +88,20 @@ def build_schedule(*, rate, process, peak_to_mean, burst_rate, on_s, off_s, repl
 
         seed = secrets.randbelow(2**31)
     if other:
-        return None, None, seed
+        return Schedule(None, None, seed)
     if replay is not None:
-        times = schedules.arrivals(replay, preset=preset, ts_col=ts_col, ts_unit=ts_unit, ts_format=ts_format)
+        times, tokens_in, tokens_out = schedules.arrivals(replay, preset=preset, ts_col=ts_col, ts_unit=ts_unit,
+                                                          ts_format=ts_format, tokens=True)
         offsets = schedules.replay(times, speed=speed, duration=duration, requests=requests)
-        return offsets, f"replay of {Path(replay).name}" + (f" at {speed:g}x" if speed != 1 else ""), seed
+        mode = f"replay of {Path(replay).name}" + (f" at {speed:g}x" if speed != 1 else "")
+        return Schedule(offsets, mode, seed, (tokens_in[:len(offsets)], tokens_out[:len(offsets)]))
     if process == "bursty":
         if burst_rate is None:
             raise LoadprobeError("--bursty needs --burst-rate R (requests per second during a burst)")
         offsets = schedules.bursty(burst_rate, rate=rate or 0.0, on_s=on_s, off_s=off_s, duration=duration,
                             requests=requests, seed=seed)
         mode = f"bursty {burst_rate:g}/s for ~{on_s:g} s every ~{on_s + off_s:g} s"
-        return offsets, mode + (f", {rate:g}/s between" if rate else ""), seed
+        return Schedule(offsets, mode + (f", {rate:g}/s between" if rate else ""), seed)
     if rate is None:
         raise LoadprobeError("how fast? give --rate R (requests per second), --replay SOURCE or --concurrency N"
                              if other is None else "how fast? give --rate R (requests per second) or --trace SOURCE")
@@ -102,7 +112,7 @@ def build_schedule(*, rate, process, peak_to_mean, burst_rate, on_s, off_s, repl
     else:
         offsets = schedules.constant(rate, duration=duration, requests=requests)
     mode = f"{process or 'constant'} {rate:g}/s" + (f", peak {peak_to_mean:g}x mean" if process == "diurnal" else "")
-    return offsets, mode, seed
+    return Schedule(offsets, mode, seed)
 
 
 def _refuse_strays(**active: bool) -> None:

@@ -35,9 +35,13 @@ from ..analysis.kernels import KERNELS  # the names only: stdlib, no numpy or py
 @click.option("--kernel", type=click.Choice(KERNELS), default="auto", show_default=True,
               help="Per-file aggregation: the C kernel built at install (compiled), numpy, or the C kernel "
                    "when it was built (auto). All give the same portrait.")
+@click.option("--slo-ttft-ms", type=click.FloatRange(min=0, min_open=True),
+              help="LLM goodput: the time-to-first-token target [default: twice the recorded median].")
+@click.option("--slo-tpot-ms", type=click.FloatRange(min=0, min_open=True),
+              help="LLM goodput: the time-per-output-token target [default: twice the recorded median].")
 @click.option("--force", is_flag=True, help="Replace portrait.json and portrait.html in -o.")
 def analyze(data, output, as_json, no_html, since, until, service, host, device, precision, catalogs, engine, workers,
-            scheduler, kernel, force, each_service):
+            scheduler, kernel, slo_ttft_ms, slo_tpot_ms, force, each_service):
     """Compute the load portrait of DATA (directories, globs or s3://, gs:// URIs).
 
     \b
@@ -45,6 +49,7 @@ def analyze(data, output, as_json, no_html, since, until, service, host, device,
         loadprobe analyze loadprobe-data/ --device nvidia-l4
         loadprobe analyze client-data/ server-data/           # one service, seen by its load client too
         loadprobe analyze data/ --each-service -o reports/    # reports/<service>/portrait.json each
+        loadprobe analyze llm-client/ --slo-ttft-ms 500 --slo-tpot-ms 50   # an LLM service's goodput
     """
     from .._errors import LoadprobeError
     from .._files import inside
@@ -80,7 +85,8 @@ def analyze(data, output, as_json, no_html, since, until, service, host, device,
             portrait = run_analysis(list(data), since=since, until=until,
                                     service=glob.escape(name) if each_service else service, host=host, device=device,
                                     precision=precision, catalog=catalogs, engine=engine, workers=workers,
-                                    scheduler=scheduler, progress=progress, kernel=kernel)
+                                    scheduler=scheduler, progress=progress, kernel=kernel, slo_ttft_ms=slo_ttft_ms,
+                                    slo_tpot_ms=slo_tpot_ms)
         finally:
             if bar is not None:
                 bar.__exit__(None, None, None)

@@ -60,7 +60,7 @@ def simulate(plan, service_times, service_time_overrides, errors, outside, sync,
     json_path, html_path = inside(out, "simulation.json"), inside(out, "simulation.html")
     refuse_existing([json_path] + ([] if no_html else [html_path]), force)  # before the work
     plans = read_plans(plan)
-    offsets, mode, seed = build_schedule(**schedule)
+    offsets, mode, seed, _ = build_schedule(**schedule)
     given = [(text, *parse_override(text)) for text in service_time_overrides]
     _check_overrides(given, plans)
 

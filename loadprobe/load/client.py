@@ -14,6 +14,9 @@ Usage::
     print(report.render())
     report = load.run(url, load.replay(load.arrivals("data/"), speed=1.5))   # a recording, 1.5x faster
     report = load.run(url, concurrency=8, duration=10)                       # closed loop, for comparison
+
+With ``openai=`` (an ``openai.Workload``) each request is a streamed completion: the client times every
+chunk that carries output and keeps the server's token counts (``openai.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import numpy as np
 
 from .._errors import LoadprobeError
 from ..record.probe import record_span
+from ..schema import FIRST_TOKEN, TOKEN
 from .connections import Pool, Request, Target, http_target, os_reason
 from .report import LoadReport, load_report
 from .schedules import DEFAULT_DURATION_S, check_positive, check_requests
@@ -49,10 +53,27 @@ class _Results:
         self.status = array.array("i")  # HTTP status; TIMED_OUT or FAILED when there was no response
         self.errors: Counter = Counter()
         self.body_bytes = 0
+        # Streamed answers (--openai): each request's output chunk times, at chunk_at[i]:chunk_at[i + 1] of
+        # chunk_times, and the server's token counts (-1: not reported).
+        self.chunk_at = array.array("q", [0])
+        self.chunk_times = array.array("q")
+        self.tokens_in = array.array("q")
+        self.tokens_out = array.array("q")
 
     TIMED_OUT, FAILED = -1, -2
 
     def add(self, request: Request, status: int, done_ns: int, body_bytes: int, error: str | None) -> None:
+        reader = request.stream
+        if reader is not None:
+            if error is None and 200 <= status < 300:
+                error = reader.error or (None if reader.times else "no output streamed")
+            self.chunk_times.extend(reader.times)
+            self.tokens_in.append(-1 if reader.tokens_in is None else reader.tokens_in)
+            self.tokens_out.append(len(reader.times) if reader.tokens_out is None else reader.tokens_out)
+        elif self.tokens_in:  # a streamed request that got no answer to read
+            self.tokens_in.append(-1)
+            self.tokens_out.append(-1)
+        self.chunk_at.append(len(self.chunk_times))
         self.number.append(request.number)
         self.intended.append(request.intended_ns)
         self.sent.append(request.sent_ns)
@@ -65,20 +86,39 @@ class _Results:
             self.errors[f"http {status}"] += 1
         self.status.append(status)
 
-    def record(self, run_id: str, flush) -> None:
+    def record(self, run_id: str, flush, streamed: bool) -> None:
         """One root span "client" per request, from its intended time to its end, under its x-request-id.
 
-        Called after the run, so the recorder's conversions never compete with the sends;
+        A streamed request's root carries the server's token counts, and markers under it time its
+        output (``schema.FIRST_TOKEN`` from the intended send time, then one ``schema.TOKEN`` per
+        later chunk). Called after the run, so the recorder's conversions never compete with the sends;
         ``flush`` every so often keeps within the recorder's buffer cap.
         """
+        spans = 0
         for i, (n, intended, sent, done, status) in enumerate(
                 zip(self.number, self.intended, self.sent, self.done, self.status)):
             outcome = ("timeout" if status in (self.TIMED_OUT, 408, 504) else
                        "error" if status < 0 or status >= 400 else "ok")
-            record_span("client", intended, done, status=outcome, queue_ns=sent - intended if sent else None,
-                        request_id=f"{run_id}-{n}")
-            if i % 20_000 == 19_999:
+            rid = f"{run_id}-{n}"
+            tokens = {}
+            if streamed:
+                tokens = {"tokens_in": _known(self.tokens_in[i]), "tokens_out": _known(self.tokens_out[i])}
+            root = record_span("client", intended, done, status=outcome, queue_ns=sent - intended if sent else None,
+                               request_id=rid, **tokens)
+            spans += 1
+            times = self.chunk_times[self.chunk_at[i]:self.chunk_at[i + 1]] if streamed else ()
+            if times and root is not None:
+                record_span(FIRST_TOKEN, intended, times[0], request_id=rid, parent=root)
+                for before, at in zip(times, times[1:]):
+                    record_span(TOKEN, before, at, request_id=rid, parent=root)
+                spans += len(times)
+            if spans >= 20_000:
                 flush()
+                spans = 0
+
+
+def _known(count: int) -> int | None:
+    return None if count < 0 else count
 
 
 class _Runner:
@@ -193,7 +233,7 @@ async def _run(target: Target, offsets, concurrency, duration, requests, timeout
 def run(url: str, offsets=None, *, concurrency: int | None = None, duration: float | None = None,
         requests: int | None = None, method: str = "GET", body: bytes | str | list = b"", headers=(),
         timeout: float = 10.0, connections: int = 256, record: str | None = None, mode: str | None = None,
-        seed: int | None = None, precise: bool = True, scrape=()) -> LoadReport:
+        seed: int | None = None, precise: bool = True, scrape=(), openai=None) -> LoadReport:
     """Send the requests at ``offsets`` (seconds from the start) to ``url``; return what happened.
 
     With ``offsets=None`` and ``concurrency=N`` it runs closed loop instead: N workers send
@@ -205,9 +245,19 @@ def run(url: str, offsets=None, *, concurrency: int | None = None, duration: flo
     stock event loop, whose timers wake up to 1 ms late: for benchmarks only. ``mode`` and
     ``seed`` only label the report. ``scrape``: sampler sources (``record.scrape.ScrapeSource``,
     the server's Prometheus endpoints) sampled into the recording meanwhile; needs ``record``.
+    ``openai``: an ``openai.Workload`` (``openai.prepare``): each request is a streamed completion of the
+    asked lengths, POSTed to ``url``, and the report and recording time its output.
     Raises LoadprobeError on bad input or when the server cannot be reached at all.
     """
-    target = http_target(url, method, list(headers), body)
+    if openai is None:
+        target = http_target(url, method, list(headers), body)
+    else:
+        from .openai import StreamReader
+
+        headers = list(headers)
+        if not any(h.partition(":")[0].strip().lower() == "content-type" for h in headers):
+            headers.append("Content-Type: application/json")
+        target = http_target(url, "POST", headers, body_of=openai.body, stream=StreamReader)
     check_positive("--timeout", timeout)
     if connections < 1:
         raise LoadprobeError(f"--connections {connections} must be at least 1")
@@ -251,9 +301,9 @@ def run(url: str, offsets=None, *, concurrency: int | None = None, duration: flo
         interrupted, due_ns, start_ns, end_ns = True, None, started_ns, perf_counter_ns()
     finally:
         if record is not None:
-            results.record(run_id, recorder.flush)
+            results.record(run_id, recorder.flush, streamed=openai is not None)
         if own_recorder:
             recorder.stop()
     report = load_report(url, mode or ("closed loop" if offsets is None else "schedule"), run_id, seed, due_ns,
-                         results, start_ns, end_ns, None if record is None else str(record))
+                         results, start_ns, end_ns, None if record is None else str(record), openai)
     return dataclasses.replace(report, interrupted=True) if interrupted else report

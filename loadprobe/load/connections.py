@@ -20,6 +20,7 @@ import os
 from collections import deque
 from dataclasses import dataclass
 from time import perf_counter_ns
+from typing import Callable
 from urllib.parse import urlsplit
 
 from .._errors import LoadprobeError
@@ -37,10 +38,21 @@ class Target:
     head: bytes  # the request up to the x-request-id value
     tails: tuple  # after it, one per body (request n takes n mod len): Content-Length, end of headers, body
     head_only: bool  # a HEAD request: responses describe a body they do not carry
+    body_of: Callable[[int], bytes] | None = None  # request n's body, made as it is sent (``tails`` unused)
+    stream: Callable | None = None  # makes a reader fed each 2xx answer's body as it arrives (openai.StreamReader)
+
+    def tail(self, n: int) -> bytes:
+        """What follows request ``n``'s id: Content-Length, the end of the headers, its body."""
+        if self.body_of is None:
+            return self.tails[n % len(self.tails)]
+        body = self.body_of(n)
+        return b"\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
 
 
-def http_target(url: str, method: str, headers: list[str] | tuple = (), body=b"") -> Target:
-    """The target of ``url``; LoadprobeError for what HTTP/1.1 cannot send (https, a bad header, a bad port)."""
+def http_target(url: str, method: str, headers: list[str] | tuple = (), body=b"", body_of=None,
+                stream=None) -> Target:
+    """The target of ``url``; LoadprobeError for what HTTP/1.1 cannot send (https, a bad header, a bad port).
+    ``body_of(n)``, when given, makes request n's body as it is sent, instead of ``body``; ``stream``: see Target."""
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         why = "https is not supported (send through a plain-HTTP port or a local proxy)" \
@@ -76,7 +88,7 @@ def http_target(url: str, method: str, headers: list[str] | tuple = (), body=b""
     except UnicodeEncodeError:
         raise LoadprobeError(f"URL {url!r} or a --header holds characters HTTP headers cannot carry; "
                              "percent-encode the URL (e.g. %C3%A9) and keep headers to Latin-1") from None
-    return Target(url, parts.hostname, port, head, tails, method.upper() == "HEAD")
+    return Target(url, parts.hostname, port, head, tails, method.upper() == "HEAD", body_of, stream)
 
 
 def _as_bytes(body) -> bytes:
@@ -91,7 +103,7 @@ def os_reason(exc: OSError) -> str:
 class Request:
     """One request's life: due, written, answered or failed."""
 
-    __slots__ = ("number", "rid", "intended_ns", "sent_ns", "timer", "conn", "done")
+    __slots__ = ("number", "rid", "intended_ns", "sent_ns", "timer", "conn", "done", "stream")
 
     def __init__(self, number: int, rid: str, intended_ns: int) -> None:
         self.number = number
@@ -101,6 +113,7 @@ class Request:
         self.timer = None
         self.conn = None
         self.done = False
+        self.stream = None  # the answer's stream reader, when the target streams (Target.stream)
 
 
 _HEAD, _BODY, _CHUNK_SIZE, _CHUNK_DATA, _TRAILERS, _UNTIL_CLOSE = range(6)
@@ -121,6 +134,8 @@ class Connection(asyncio.Protocol):
         self.body_bytes = 0
         self.keep_alive = True
         self.no_body = pool.target.head_only
+        self.reader = None  # the current answer's stream reader, fed its body as it arrives
+        self.now = 0  # when the bytes being parsed arrived
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -129,12 +144,13 @@ class Connection(asyncio.Protocol):
         request.conn = self
         self.request = request
         self.state, self.body_bytes = _HEAD, 0
-        tails = self.pool.target.tails
-        data = b"".join((self.pool.target.head, request.rid.encode(), tails[request.number % len(tails)]))
+        target = self.pool.target
+        data = b"".join((target.head, request.rid.encode(), target.tail(request.number)))
         request.sent_ns = perf_counter_ns()
         self.transport.write(data)
 
     def data_received(self, data: bytes) -> None:
+        self.now = perf_counter_ns()
         buf = self.buf
         buf += data
         if self.request is None:  # bytes nobody asked for: the stream can no longer be trusted
@@ -172,6 +188,8 @@ class Connection(asyncio.Protocol):
                     self.keep_alive = b"close" not in value.lower()
             if 100 <= status < 200:  # interim (100 Continue): the real response follows
                 return True
+            stream = self.pool.target.stream
+            self.reader = self.request.stream = stream() if stream is not None and 200 <= status < 300 else None
             if self.no_body or status in (204, 304):
                 self._complete()
             elif chunked:
@@ -184,6 +202,9 @@ class Connection(asyncio.Protocol):
                 self.state, self.keep_alive = _UNTIL_CLOSE, False
         elif state == _BODY or state == _CHUNK_DATA:
             take = min(self.remaining, len(buf))
+            if self.reader is not None:  # a chunk's data, without the CRLF that ends it
+                data = take if state == _BODY else min(take, max(0, self.remaining - 2))
+                self.reader.feed(bytes(buf[:data]), self.now)
             del buf[:take]
             self.remaining -= take
             self.body_bytes += take
@@ -209,6 +230,8 @@ class Connection(asyncio.Protocol):
             if end == 0:  # the empty line after the trailers ends the message
                 self._complete()
         else:  # _UNTIL_CLOSE: the body is whatever arrives before the server closes
+            if self.reader is not None:
+                self.reader.feed(bytes(buf), self.now)
             self.body_bytes += len(buf)
             buf.clear()
             return False

@@ -42,6 +42,7 @@ class LoadReport:
     body_bytes: int = 0
     record_dir: str | None = None
     interrupted: bool = False  # stopped by Ctrl-C (or SIGTERM): the figures are the requests that finished
+    llm: dict | None = None  # --openai: time to first token, per output token, between chunks; tokens (llm_summary)
 
     def to_dict(self) -> dict:
         return asdict(self) | {"succeeded": self.succeeded}
@@ -92,13 +93,16 @@ class LoadReport:
         lines.append(f"  statuses  {statuses or 'none'}")
         errors = ", ".join(f"{kind}: {count:,}" for kind, count in sorted(self.errors.items(), key=lambda e: -e[1]))
         lines.append(f"  errors    {errors or 'none'}")
+        if self.llm:
+            lines += _llm_lines(self.llm, ms)
         if self.record_dir:
             lines.append(f"  recorded  {self.record_dir} (loadprobe analyze {self.record_dir})")
         return "\n".join(lines)
 
 
-def load_report(url, mode, run_id, seed, due_ns, results, start_ns, end_ns, record_dir) -> LoadReport:
-    """The report of a run from the client's results (its arrays of intended, sent and done times and statuses)."""
+def load_report(url, mode, run_id, seed, due_ns, results, start_ns, end_ns, record_dir, workload=None) -> LoadReport:
+    """The report of a run from the client's results (its arrays of intended, sent and done times and statuses);
+    with ``workload`` (``--openai``), its ``llm`` summary too."""
     intended, sent, done, status = (np.frombuffer(a, dtype=a.typecode == "i" and np.int32 or np.int64)
                                     for a in (results.intended, results.sent, results.done, results.status))
     written, answered = sent > 0, status > 0
@@ -119,7 +123,58 @@ def load_report(url, mode, run_id, seed, due_ns, results, start_ns, end_ns, reco
         statuses={int(c): int(n) for c, n in zip(codes, counts)},
         body_bytes=results.body_bytes,
         record_dir=record_dir,
+        llm=None if workload is None else llm_summary(results, intended, status, workload, (end_ns - start_ns) / 1e9),
     )
+
+
+_SPREAD = {"p50": 50, "p90": 90, "p99": 99, "max": None}
+
+
+def llm_summary(results, intended: np.ndarray, status: np.ndarray, workload, elapsed_s: float) -> dict:
+    """Streamed answers, from the client's side: TTFT (first output chunk minus intended send time), TPOT
+    ((last chunk - first chunk) / (output tokens - 1)), ITL (the gaps between a request's chunks), the
+    server's token counts against those asked, and output tokens per second over the run."""
+    at = np.frombuffer(results.chunk_at, dtype=np.int64)
+    times = np.frombuffer(results.chunk_times, dtype=np.int64)
+    tokens_in = np.frombuffer(results.tokens_in, dtype=np.int64)
+    tokens_out = np.frombuffer(results.tokens_out, dtype=np.int64)
+    ok = (status >= 200) & (status < 300) & (at[1:] > at[:-1])
+    first, last = times[at[:-1][ok]], times[at[1:][ok] - 1]
+    out = tokens_out[ok]
+    decoding = out > 1
+    gaps = np.diff(times)
+    inside = np.ones(len(gaps), dtype=bool)
+    inside[at[1:-1][(at[1:-1] > 0) & (at[1:-1] < len(times))] - 1] = False  # a gap across two requests is none
+    asked_in, asked_out = workload.asked(len(status))
+    served_in = tokens_in[ok][tokens_in[ok] >= 0]
+    return {
+        "requests": int(ok.sum()),
+        "ttft_ms": _percentiles(first - intended[ok], _SPREAD),
+        "tpot_ms": _percentiles((last - first)[decoding] // (out[decoding] - 1), _SPREAD),
+        "itl_ms": _percentiles(gaps[inside], _SPREAD),
+        "prompt_tokens": {"asked_mean": asked_in, "mean": float(served_in.mean()) if len(served_in) else None},
+        "output_tokens": {"asked_mean": asked_out, "mean": float(out.mean()) if len(out) else None},
+        "output_tokens_per_s": float(out.sum()) / elapsed_s if elapsed_s > 0 else None,
+        "usage_reported": bool(workload.usage_reported),
+        "model": workload.model,
+    }
+
+
+def _llm_lines(llm: dict, ms) -> list[str]:
+    def mean(value) -> str:
+        return "n/a" if value is None else f"{value:,.1f}"
+
+    p, o = llm["prompt_tokens"], llm["output_tokens"]
+    rate = llm["output_tokens_per_s"]
+    lines = [f"  TTFT      {ms(llm['ttft_ms'])}   (first output chunk, from intended send time)",
+             f"  TPOT      {ms(llm['tpot_ms'])}   (per output token after the first)",
+             f"  ITL       {ms(llm['itl_ms'])}   (between output chunks)",
+             f"  tokens    prompt mean {mean(p['mean'])} (asked {p['asked_mean']:,.1f}), output mean {mean(o['mean'])} "
+             f"(asked {o['asked_mean']:,.1f}); {mean(rate)} output tokens/s; model {llm['model']}"]
+    if not llm["usage_reported"]:
+        lines.append("            the server reports no token usage: prompts were sized in words, outputs counted "
+                     "in chunks")
+    return lines
 
 
 def _percentiles(values_ns: np.ndarray, which: dict) -> dict | None:

@@ -130,42 +130,56 @@ def replay(times_ns, *, speed: float = 1.0, duration: float | None = None, reque
 
 
 def arrivals(source, *, preset: str | None = None, ts_col: str | None = None, ts_unit: str | None = None,
-             ts_format: str | None = None) -> np.ndarray:
+             ts_format: str | None = None, tokens: bool = False):
     """Sorted arrival times (epoch ns) of the requests in recorded data or a request log.
 
     ``source`` is a loadprobe data directory (or spans file): its root request spans are
     the arrivals. Anything else is a CSV/TSV/JSONL log, read by ``loadprobe.record.importer`` with
     the same presets, column options and timestamp rules as ``loadprobe import``.
+    ``tokens=True`` returns ``(times, tokens_in, tokens_out)``, each request's prompt and output
+    tokens in the same order (-1 where the source has none): what ``loadprobe load --openai`` asks.
     """
     path = Path(source)
     if path.is_dir() or path.suffix in (".parquet", ".arrows"):
-        return _recorded_arrivals(str(source))
-    from ..record.importer import import_log
+        found = _recorded_arrivals(str(source))
+    else:
+        from ..record.importer import import_log
 
-    with tempfile.TemporaryDirectory(prefix="loadprobe-replay-") as scratch:
-        import_log(path, scratch, preset=preset, ts_col=ts_col, ts_unit=ts_unit, ts_format=ts_format)
-        return _recorded_arrivals(scratch)
+        with tempfile.TemporaryDirectory(prefix="loadprobe-replay-") as scratch:
+            import_log(path, scratch, preset=preset, ts_col=ts_col, ts_unit=ts_unit, ts_format=ts_format)
+            found = _recorded_arrivals(scratch)
+    return found if tokens else found[0]
 
 
-def _recorded_arrivals(source: str) -> np.ndarray:
-    """Start times of root spans; of request roots only, when the data has any (as analysis counts)."""
+def _recorded_arrivals(source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Start times of root spans, with their tokens in and out (-1: none), sorted by time; of request
+    roots only, when the data has any (as analysis counts)."""
     from ..analysis.reading import read_spans  # analysis's reader: Parquet and unfinished streams, version-checked
 
     requests, roots = [], []
     for span_file in read_spans([source]):  # bad files skipped, as analyze skips them
         table = span_file.table
-        ts = table.column("ts_ns").to_numpy()
         is_root = ~table.column("parent_id").is_valid().to_numpy(zero_copy_only=False)
         has_id = table.column("request_id").is_valid().to_numpy(zero_copy_only=False)
-        roots.append(ts[is_root])
-        requests.append(ts[is_root & has_id])
-    found = np.concatenate(requests) if requests else np.zeros(0, np.int64)
-    if len(found) == 0 and roots:
-        found = np.concatenate(roots)
-    if len(found) == 0:
+        columns = np.stack([_filled(table, name) for name in ("ts_ns", "tokens_in", "tokens_out")])
+        roots.append(columns[:, is_root])
+        requests.append(columns[:, is_root & has_id])
+    found = np.concatenate(requests, axis=1) if requests else np.zeros((3, 0), np.int64)
+    if found.shape[1] == 0 and roots:
+        found = np.concatenate(roots, axis=1)
+    if found.shape[1] == 0:
         raise LoadprobeError(f"{source}: no root spans to replay; record requests with loadprobe.request "
                              "or give a request log")
-    return np.sort(found.astype(np.int64))
+    found = found[:, np.argsort(found[0], kind="stable")]
+    return found[0], found[1], found[2]
+
+
+def _filled(table, name: str) -> np.ndarray:
+    """An integer column as int64, -1 where it is null or absent."""
+    if name not in table.column_names:
+        return np.full(table.num_rows, -1, dtype=np.int64)
+    column = table.column(name)
+    return column.fill_null(-1).to_numpy().astype(np.int64) if column.null_count else column.to_numpy().astype(np.int64)
 
 
 def check_positive(option: str, value: float) -> None:

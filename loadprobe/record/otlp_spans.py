@@ -36,7 +36,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from .._errors import LoadprobeError
-from ..schema import SPANS
+from ..schema import FIRST_TOKEN, LAST_TOKEN, SPANS
 from .otlp import INVALID_PARENT, SPAN_KIND_CONSUMER, SPAN_KIND_SERVER, STATUS_ERROR, OtlpSpan
 
 ATTRIBUTE_KEYS = {
@@ -308,7 +308,9 @@ class Converter:
 
 
 def genai_phases(request: dict, attributes: dict) -> list[dict]:
-    """The queue, prefill and decode rows below a GenAI request span (``request`` gets its e2e as duration).
+    """The queue, prefill and decode rows below a GenAI request span (``request`` gets its e2e as duration),
+    and the markers of its output: ``schema.FIRST_TOKEN`` from the request's start to its first token,
+    ``schema.LAST_TOKEN`` from there to the decode's end.
 
     vLLM measures queue, prefill and decode on the engine's clock and TTFT and e2e from the
     request's arrival: prefill is placed to end at the first token, queue just before it, decode
@@ -336,13 +338,21 @@ def genai_phases(request: dict, attributes: dict) -> list[dict]:
             continue
         begin, finish = (min(max(t, start), end) for t in (begin, finish))
         row = {"ts_ns": begin, "dur_ns": finish - begin, "stage": phase,
-               "span_id": (request["span_id"] * 4 + k) & _ID_BITS or k, "parent_id": request["span_id"],
+               "span_id": (request["span_id"] * 8 + k) & _ID_BITS or k, "parent_id": request["span_id"],
                "status": request["status"], "engine": request.get("engine")}
         if phase == "prefill":
             row["tokens_in"] = request.get("tokens_in")
         if phase == "decode" and request.get("tokens_out"):
             row["tokens_out"] = request["tokens_out"] - 1  # the first token came out of prefill
         rows.append(row)
+    if start <= first_token <= end:
+        marks = [(FIRST_TOKEN, start, first_token)]
+        if seconds[GENAI_DECODE] is not None:
+            marks.append((LAST_TOKEN, first_token, min(first_token + decode, end)))
+        for k, (stage, begin, finish) in enumerate(marks, 4):  # ids after the phases (1-3)
+            rows.append({"ts_ns": begin, "dur_ns": finish - begin, "stage": stage,
+                         "span_id": (request["span_id"] * 8 + k) & _ID_BITS or k, "parent_id": request["span_id"],
+                         "status": request["status"]})
     return rows
 
 

@@ -62,7 +62,7 @@ _active = False
 _env_pending = bool(os.environ.get(LOADPROBE_DIR))
 
 _CO_GENERATOR, _CO_COROUTINE, _CO_ASYNC_GENERATOR = 0x20, 0x80, 0x200
-_NO_EXTRAS = (None, None, None, None, None, None)
+_NO_EXTRAS = (None,) * 8  # batch, shape, engine, flops, bytes, queue_ns, tokens_in, tokens_out
 
 
 if _env_pending:
@@ -154,13 +154,14 @@ class Span:
     """One timed stage. ``probe(...)`` and ``request(...)`` return one.
 
     As a context manager it times its block; set ``batch``, ``shape``, ``engine``,
-    ``status``, ``flops``, ``bytes`` or ``queue_ns`` inside it. As a decorator it is a
+    ``status``, ``flops``, ``bytes``, ``queue_ns``, ``tokens_in`` or ``tokens_out`` inside it
+    (an LLM request's prompt and output tokens go on its request span). As a decorator it is a
     template: every call of the decorated function records a span of its own. A Span
     times one ``with`` block at a time: write ``with probe("nms")`` where the block is.
     """
 
     __slots__ = (
-        "stage", "batch", "shape", "engine", "status", "flops", "bytes", "queue_ns",
+        "stage", "batch", "shape", "engine", "status", "flops", "bytes", "queue_ns", "tokens_in", "tokens_out",
         "_request", "_is_request", "_buf", "_t0", "_sid", "_parent", "_token", "_outer",
     )
 
@@ -180,7 +181,7 @@ class Span:
         self.batch, self.shape, self.engine = batch, shape, engine
         self.flops, self.bytes = flops, bytes
         self.status = None
-        self.queue_ns = None
+        self.queue_ns = self.tokens_in = self.tokens_out = None
         self._request = request_id
         self._is_request = is_request
         self._buf = None
@@ -243,7 +244,8 @@ class Span:
             except ValueError:  # closed in another context than it was opened in
                 _frame_set(self._outer)
         status = str(self.status) if self.status else ("ok" if exc is None else status_of(exc))
-        extras = (self.batch, self.shape, self.engine, self.flops, self.bytes, self.queue_ns)
+        extras = (self.batch, self.shape, self.engine, self.flops, self.bytes, self.queue_ns, self.tokens_in,
+                  self.tokens_out)
         if extras == _NO_EXTRAS:
             extras = None
         record = (self._t0, t1, self._sid, self._parent, stage_id(str(self.stage)), status, extras)
@@ -472,8 +474,10 @@ def request(id=None, *, name: str = "request"):  # noqa: A002 - public keyword
 
 
 def record_span(stage: str, start_ns: int, end_ns: int, *, status: str = "ok", batch=None, shape=None,
-                engine=None, flops=None, bytes=None, queue_ns=None, request_id=None) -> None:  # noqa: A002
-    """Record a stage that was timed elsewhere, as a child of the innermost open span.
+                engine=None, flops=None, bytes=None, queue_ns=None, request_id=None, parent: int | None = None,  # noqa: A002
+                tokens_in=None, tokens_out=None) -> int | None:
+    """Record a stage that was timed elsewhere, as a child of the innermost open span; returns its span id
+    (None when nothing records).
 
     For work done once on behalf of several requests -- a dynamic batcher runs the
     backbone once for N queued requests -- each request records the shared execution
@@ -484,8 +488,15 @@ def record_span(stage: str, start_ns: int, end_ns: int, *, status: str = "ok", b
 
     Give the batch's FLOPs and bytes on one member only, so achieved FLOP/s counts the
     execution once. With ``request_id`` the span is instead the root of that request (a
-    load generator records each request it sent this way, under the id it sent). Like a
-    probe it never raises and records nothing when not recording.
+    load generator records each request it sent this way, under the id it sent); with
+    ``request_id`` and ``parent`` (an id this returned) it is a child of that span, in that
+    request -- how a request timed after the fact gets spans under it::
+
+        root = record_span("client", t0, t3, request_id="run-7", tokens_in=128, tokens_out=32)
+        record_span(FIRST_TOKEN, t0, t1, request_id="run-7", parent=root)
+
+    ``tokens_in`` and ``tokens_out``: an LLM request's prompt and output tokens. Like a probe it
+    never raises and records nothing when not recording.
     """
     if not (_active or (_env_pending and _start_from_env())):
         return
@@ -494,18 +505,20 @@ def record_span(stage: str, start_ns: int, end_ns: int, *, status: str = "ok", b
     except AttributeError:
         buf = _attach()
     if request_id is not None:
-        cur = (request_id, 0)
+        cur = (request_id, 0 if parent is None else parent)
     else:
         cur = _frame_get()
         outer = buf.frame
         if outer[1] > cur[1]:
             cur = outer
-    extras = (batch, shape, engine, flops, bytes, queue_ns)
+    extras = (batch, shape, engine, flops, bytes, queue_ns, tokens_in, tokens_out)
     if extras == _NO_EXTRAS:
         extras = None
+    sid = next(_span_ids)
     try:
-        record = (int(start_ns), int(end_ns), next(_span_ids), cur, stage_id(str(stage)), str(status), extras)
+        record = (int(start_ns), int(end_ns), sid, cur, stage_id(str(stage)), str(status), extras)
     except (TypeError, ValueError):
         buf.extract_errors += 1
-        return
+        return None
     _append(buf, record)
+    return sid

@@ -13,7 +13,6 @@ import pyarrow.compute as pc
 from .stages import stage_names
 from ..schema import SAMPLES, SPANS
 
-_NO_EXTRAS = (None, None, None, None, None, None)
 SLICE_ROWS = 128  # records read per slice of per-row Python work; the flusher yields the GIL between slices
 
 
@@ -81,7 +80,6 @@ class SpanConverter:
         pause()
         columns += self._extra_columns(n, extra_at, extra_values, pause)
         columns.insert(9, status.array())
-        columns += [pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64())]
         return pa.RecordBatch.from_arrays(columns, schema=SPANS)
 
     @staticmethod
@@ -99,14 +97,16 @@ class SpanConverter:
         return True
 
     def _extras(self, extras: tuple) -> tuple:
-        batch, shape, engine, flops, nbytes, queue = extras
+        batch, shape, engine, flops, nbytes, queue, tokens_in, tokens_out = extras
         return (self._number(batch, int), self._shape(shape), None if engine is None else str(engine),
-                self._number(queue, int), self._number(flops, float), self._number(nbytes, float))
+                self._number(queue, int), self._number(flops, float), self._number(nbytes, float),
+                self._number(tokens_in, int), self._number(tokens_out, int))
 
     def _extra_columns(self, n: int, at: list, values: list, pause) -> list:
-        """batch, shape, engine, (status goes here), queue_ns, flops, bytes: null but where a row has extras."""
+        """batch, shape, engine, (status goes here), queue_ns, flops, bytes, tokens_in, tokens_out: null but
+        where a row has extras."""
         kinds = (pa.int64(), SPANS.field("shape").type, SPANS.field("engine").type, pa.int64(), pa.float64(),
-                 pa.float64())
+                 pa.float64(), pa.int64(), pa.int64())
         if not at:
             return [pa.nulls(n, kind) for kind in kinds]
         where = np.array(at, dtype=np.int64)
@@ -121,7 +121,7 @@ class SpanConverter:
                     pause()
                 out.append(codes.array(n, where))
             else:
-                dtype = np.int64 if column in (0, 3) else np.float64
+                dtype = np.float64 if column in (4, 5) else np.int64
                 valid = np.array([v is not None for v in vals], dtype=bool)
                 data = np.zeros(n, dtype=dtype)
                 data[where] = np.array([0 if v is None else v for v in vals], dtype=dtype)

@@ -18,6 +18,7 @@ import loadprobe
 from loadprobe.cli import main
 from loadprobe.record import otlp
 from loadprobe.record.otlp_import import import_otlp
+from loadprobe.schema import FIRST_TOKEN, LAST_TOKEN
 
 sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
 from opentelemetry import trace as api  # noqa: E402
@@ -225,12 +226,16 @@ def test_genai_request_span_opens_into_queue_prefill_and_decode(tmp_path):
     import_otlp(tmp_path / "t.pb", tmp_path / "data")
     rows = pq.read_table(next((tmp_path / "data").rglob("spans-*.parquet"))).to_pylist()
     requests = [row for row in rows if row["parent_id"] is None]
-    assert len(requests) == 3 and len(rows) == 12
+    assert len(requests) == 3 and len(rows) == 18
     for i, request in enumerate(sorted(requests, key=lambda r: r["ts_ns"])):
         phases = {row["stage"]: row for row in rows if row["parent_id"] == request["span_id"]}
         assert request["dur_ns"] == round((VLLM["gen_ai.latency.e2e"] + i * 0.001) * 1e9)
         ttft = phases["prefill"]["ts_ns"] + phases["prefill"]["dur_ns"] - request["ts_ns"]
         assert ttft == round(VLLM["gen_ai.latency.time_to_first_token"] * 1e9)
+        # the first-token marker: from the request's start to its first token
+        assert (phases[FIRST_TOKEN]["ts_ns"], phases[FIRST_TOKEN]["dur_ns"]) == (request["ts_ns"], ttft)
+        assert (phases[LAST_TOKEN]["ts_ns"], phases[LAST_TOKEN]["dur_ns"]) == (phases["decode"]["ts_ns"],
+                                                                              phases["decode"]["dur_ns"])
         assert phases["queue"]["ts_ns"] + phases["queue"]["dur_ns"] == phases["prefill"]["ts_ns"]
         assert phases["decode"]["ts_ns"] == phases["prefill"]["ts_ns"] + phases["prefill"]["dur_ns"]
         for phase, key in (("queue", "time_in_queue"), ("prefill", "time_in_model_prefill"),
@@ -241,6 +246,12 @@ def test_genai_request_span_opens_into_queue_prefill_and_decode(tmp_path):
     portrait = loadprobe.analyze([str(tmp_path / "data")])
     stages = {stage.name: stage for stage in portrait.stages}
     assert stages["decode"].share == pytest.approx(0.3702 / (0.4301 + 0.001), rel=0.01)
+    assert FIRST_TOKEN not in stages  # a marker times the output; it is no stage of work
+    llm = portrait.llm  # the engine's own view, from its spans: TTFT, TPOT from decode, tokens
+    assert (llm.source, llm.requests, llm.itl_ms) == ("service", 3, None)
+    assert llm.ttft_ms.mean == pytest.approx(51.2, abs=1e-6)
+    assert llm.tpot_ms.mean == pytest.approx(370.2 / 31, rel=1e-6)  # the decode / (tokens - 1), as vLLM counts it
+    assert (llm.tokens_in.total, llm.tokens_out.total) == (3 * 48, 3 * 32)
 
 
 def test_integer_genai_latencies_are_nanoseconds(tmp_path):

@@ -14,8 +14,8 @@ def test_plain_and_full_records_convert_to_the_spans_schema():
     rows = [
         (100, 350, 2, (-7, 1), stage_id("decode")),
         (90, 400, 1, (-7, 0), stage_id("request"), "ok", None),
-        (120, 200, 3, ("abc", 1), stage_id("nms"), "error", (np.int64(8), (8, 4), "gpu0", 1e9, 2e6, 50)),
-        (130, 140, 4, (None, 0), stage_id("loose"), "timeout", ("eight", object(), None, "x", None, None)),
+        (120, 200, 3, ("abc", 1), stage_id("nms"), "error", (np.int64(8), (8, 4), "gpu0", 1e9, 2e6, 50, 12, 7)),
+        (130, 140, 4, (None, 0), stage_id("loose"), "timeout", ("eight", object(), None, "x", None, None, None, "many")),
     ]
     batch = conv.batch(rows, epoch_offset_ns=1_000)
     assert batch.schema.equals(SPANS, check_metadata=True)
@@ -27,8 +27,10 @@ def test_plain_and_full_records_convert_to_the_spans_schema():
     assert [r["status"] for r in out] == ["ok", "ok", "error", "timeout"]
     assert (out[2]["batch"], out[2]["shape"], out[2]["engine"], out[2]["flops"], out[2]["queue_ns"]) == (
         8, "8x4", "gpu0", 1e9, 50)
+    assert (out[2]["tokens_in"], out[2]["tokens_out"]) == (12, 7)  # an LLM request's tokens
     assert out[3]["batch"] is None and out[3]["shape"] is None and out[3]["flops"] is None
-    assert conv.invalid_values == 3
+    assert out[3]["tokens_out"] is None  # text is no count
+    assert conv.invalid_values == 4
 
 
 def test_user_ids_are_kept_as_given_and_never_collide_with_generated_ones():
@@ -42,7 +44,7 @@ def test_user_ids_are_kept_as_given_and_never_collide_with_generated_ones():
 
 def test_shapes_with_names_or_several_inputs_format_and_odd_values_are_counted():
     conv = SpanConverter("run")
-    rows = [(1, 2, n, (None, 0), stage_id("s"), "ok", (None, shape, None, None, None, None))
+    rows = [(1, 2, n, (None, 0), stage_id("s"), "ok", (None, shape, None, None, None, None, None, None))
             for n, shape in enumerate([((4, 3), "fp16"), ["NCHW"], [(4, 3), (4, 10)], (None, 3), object()])]
     assert conv.batch(rows, 0).column("shape").to_pylist() == ["4x3,fp16", "NCHW", "4x3,4x10", "?x3", None]
     assert conv.invalid_values == 1

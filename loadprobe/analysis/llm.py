@@ -1,0 +1,289 @@
+"""LLM serving as its users measure it: the portrait's ``llm`` section, from request spans and token markers.
+
+An LLM request is a root span that carries ``tokens_out`` (``loadprobe load --openai``, an engine's
+request span, an imported or received GenAI span). Under it, ``schema.FIRST_TOKEN`` ends at the
+first output token and each ``schema.TOKEN`` marker ends at a later piece of output, its duration
+the gap since the one before (``schema.LAST_TOKEN``, where the decode was timed as a whole, ends at
+the last). Whoever recorded them, one rule reads them:
+
+- TTFT = first token - request start; TPOT = (last output - first token) / (tokens_out - 1), the
+  last output being the latest ``TOKEN`` or ``LAST_TOKEN`` end (the request's end where neither was
+  recorded);
+  ITL = each ``TOKEN`` marker's duration; E2E = the request span's duration;
+- tokens per second: each request's first token at its time, the rest spread evenly to its last
+  output; prompt tokens at the first token (the prompt is read by then);
+- goodput: requests that succeeded within both targets (TTFT, and TPOT where a request has more
+  than one token), as a share of the LLM requests and per second of the window.
+
+A request's spans may lie in different files (a long answer outlives a segment), so the map step
+keeps what each file holds -- a few integers per request, the ITL histogram, per request -- and
+the finalize step joins them by run and span id. Markers are timing, not work: the map step
+leaves them out of the stages (``map_step.map_spans``).
+
+Usage::
+
+    map_llm(part.llm, cols, view="client", run_id=ref.run_id)     # per file, in the map step
+    portrait.llm = build_llm(part.llm, ttft_ms=500, tpot_ms=50)   # after the merge
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .columns import SpanColumns, sparse_filled
+from .histogram import Histogram
+from ..portrait import Goodput, Llm, LlmLatency, TokenCounts, TokenRate
+from ..schema import FIRST_TOKEN, LAST_TOKEN, MARKERS, TOKEN
+
+VIEWS = ("client", "service")  # the load client's requests, or the service's own (engine probes, OpenTelemetry)
+DERIVED_TARGET_X_MEDIAN = 2.0  # targets not given: twice the recorded median TTFT and TPOT
+_NS_PER_MS = 1e6
+
+
+@dataclass
+class LlmPartial:
+    """What the map step keeps of LLM requests, per (view, run): arrays per file, joined at the end."""
+
+    roots: dict = field(default_factory=dict)  # (view, run) -> [(6, n) int64: span id, start, dur, in, out, ok]
+    firsts: dict = field(default_factory=dict)  # (view, run) -> [(2, n): parent, first token time]
+    outputs: dict = field(default_factory=dict)  # (view, run) -> [(3, n): parent, last output time, markers]
+    itl: dict = field(default_factory=dict)  # view -> Histogram of TOKEN marker durations (ns)
+
+    def merge(self, o: LlmPartial) -> LlmPartial:
+        for mine, theirs in ((self.roots, o.roots), (self.firsts, o.firsts), (self.outputs, o.outputs)):
+            for key, arrays in theirs.items():
+                mine.setdefault(key, []).extend(arrays)
+        for view, hist in o.itl.items():
+            self.itl.setdefault(view, Histogram()).merge(hist)
+        return self
+
+
+def marker_rows(cols: SpanColumns) -> np.ndarray | None:
+    """Which rows are token markers (None: the file has none, the usual case)."""
+    codes = [i for i, name in enumerate(cols.stage_names) if name in MARKERS]
+    return np.isin(cols.stage, codes) if codes else None
+
+
+def map_llm(llm: LlmPartial, cols: SpanColumns, markers: np.ndarray | None, view: str, run_id: str) -> None:
+    """Add one file's LLM request spans and token markers to ``llm`` (copies: ``cols`` may be scratch)."""
+    n = len(cols.ts)
+    tokens_out = sparse_filled(cols.tokens_out, n, -1)
+    roots = (cols.parent == 0) & (tokens_out >= 0)
+    key = (view, run_id)
+    if roots.any():
+        ok_code = cols.status_names.index("ok") if "ok" in cols.status_names else -2
+        llm.roots.setdefault(key, []).append(np.stack([
+            cols.span_id[roots], cols.ts[roots], cols.dur[roots],
+            sparse_filled(cols.tokens_in, n, -1)[roots], tokens_out[roots],
+            (cols.status[roots] == ok_code).astype(np.int64)]))
+    if markers is None:
+        return
+    ends = cols.ts + cols.dur
+    names = cols.stage_names
+    first = markers & (cols.stage == (names.index(FIRST_TOKEN) if FIRST_TOKEN in names else -2))
+    if first.any():
+        llm.firsts.setdefault(key, []).append(np.stack([cols.parent[first], ends[first]]))
+    gaps = markers & (cols.stage == (names.index(TOKEN) if TOKEN in names else -2)) & cols.valid
+    later = gaps | (markers & (cols.stage == (names.index(LAST_TOKEN) if LAST_TOKEN in names else -2)))
+    if gaps.any():
+        llm.itl.setdefault(view, Histogram()).record(cols.dur[gaps])
+    if later.any():
+        parents, inverse = np.unique(cols.parent[later], return_inverse=True)
+        last = np.full(len(parents), np.iinfo(np.int64).min)
+        np.maximum.at(last, inverse, ends[later])
+        llm.outputs.setdefault(key, []).append(np.stack([parents, last, np.bincount(inverse, weights=gaps[later])
+                                                        .astype(np.int64)]))
+
+
+@dataclass
+class _Requests:
+    """Every LLM request of a view, joined: one entry per request span."""
+
+    start: np.ndarray
+    dur: np.ndarray
+    tokens_in: np.ndarray  # -1: unknown
+    tokens_out: np.ndarray
+    ok: np.ndarray  # bool
+    first: np.ndarray  # first token time, -1: none recorded
+    last: np.ndarray  # last output time: the last marker's end, else the request's end
+
+    @property
+    def with_first(self) -> np.ndarray:
+        return self.first >= 0
+
+    @property
+    def decoding(self) -> np.ndarray:
+        """Requests with a TPOT: a first token and more than one output token."""
+        return self.with_first & (self.tokens_out >= 2)
+
+    def ttft_ns(self) -> np.ndarray:
+        return (self.first - self.start)[self.with_first]
+
+    def tpot_ns(self) -> np.ndarray:
+        d = self.decoding
+        return (self.last[d] - self.first[d]) / (self.tokens_out[d] - 1)
+
+
+def build_llm(llm: LlmPartial, ttft_ms: float | None = None, tpot_ms: float | None = None) -> Llm | None:
+    """The ``llm`` section (None without LLM requests): from the load client's view when it recorded LLM
+    requests, else the service's. ``ttft_ms``/``tpot_ms``: the goodput targets (derived when not given)."""
+    joined = {view: _joined(llm, view) for view in VIEWS}
+    found = [view for view in VIEWS if joined[view] is not None]
+    if not found:
+        return None
+    view = next((v for v in found if joined[v].with_first.any()), found[0])
+    requests = joined[view]
+    ttft, tpot = requests.ttft_ns(), requests.tpot_ns()
+    window_ns = int((requests.start + requests.dur).max() - requests.start.min())
+    itl = llm.itl.get(view)
+    return Llm(
+        source=view,
+        requests=len(requests.start),
+        ttft_ms=_latency(ttft),
+        itl_ms=_from_histogram(itl) if itl is not None and itl.total else None,
+        tpot_ms=_latency(tpot),
+        e2e_ms=_latency(requests.dur[requests.ok]),
+        tokens_in=_counts(requests.tokens_in),
+        tokens_out=_counts(requests.tokens_out),
+        output_tokens_per_s=_output_rate(requests, window_ns),
+        input_tokens_per_s=_input_rate(requests, window_ns),
+        goodput=_goodput(requests, ttft_ms, tpot_ms, window_ns),
+    )
+
+
+def _joined(llm: LlmPartial, view: str) -> _Requests | None:
+    parts = []
+    for (v, run), arrays in llm.roots.items():
+        if v != view:
+            continue
+        roots = np.concatenate(arrays, axis=1)
+        roots = roots[:, np.argsort(roots[0], kind="stable")]
+        first = _lookup(roots[0], llm.firsts.get((v, run)), np.minimum, -1)
+        last = _lookup(roots[0], llm.outputs.get((v, run)), np.maximum, -1)
+        last = np.where(last >= 0, last, roots[1] + roots[2])
+        parts.append(np.vstack([roots[1:], first[None], last[None]]))
+    if not parts:
+        return None
+    start, dur, tokens_in, tokens_out, ok, first, last = np.concatenate(parts, axis=1)
+    return _Requests(start, dur, tokens_in, tokens_out, ok.astype(bool), first, last)
+
+
+def _lookup(span_ids: np.ndarray, arrays: list | None, reduce, missing: int) -> np.ndarray:
+    """For each sorted request span id, its markers' time (row 1 of ``arrays``), reduced over the files
+    that hold some; ``missing`` where none does."""
+    out = np.full(len(span_ids), missing, dtype=np.int64)
+    if not arrays:
+        return out
+    marks = np.concatenate(arrays, axis=1)
+    at = np.searchsorted(span_ids, marks[0])
+    found = at < len(span_ids)
+    found[found] = span_ids[at[found]] == marks[0][found]
+    seen = np.zeros(len(span_ids), dtype=bool)
+    value = np.full(len(span_ids), np.iinfo(np.int64).max if reduce is np.minimum else np.iinfo(np.int64).min)
+    reduce.at(value, at[found], marks[1][found])
+    seen[at[found]] = True
+    out[seen] = value[seen]
+    return out
+
+
+def _latency(values_ns: np.ndarray) -> LlmLatency | None:
+    if len(values_ns) == 0:
+        return None
+    ms = np.asarray(values_ns, dtype=np.float64) / _NS_PER_MS
+    p50, p90, p95, p99 = np.percentile(ms, (50, 90, 95, 99))
+    return LlmLatency(mean=float(ms.mean()), p50=float(p50), p90=float(p90), p95=float(p95), p99=float(p99),
+                      count=len(ms))
+
+
+def _from_histogram(hist: Histogram) -> LlmLatency:
+    p = hist.percentiles((50, 90, 95, 99))
+    return LlmLatency(mean=hist.mean / _NS_PER_MS, p50=p[50] / _NS_PER_MS, p90=p[90] / _NS_PER_MS,
+                      p95=p[95] / _NS_PER_MS, p99=p[99] / _NS_PER_MS, count=hist.total)
+
+
+def _counts(values: np.ndarray) -> TokenCounts | None:
+    known = values[values >= 0]
+    if len(known) == 0:
+        return None
+    p50, p99 = np.percentile(known, (50, 99))
+    return TokenCounts(mean=float(known.mean()), p50=float(p50), p99=float(p99), max=int(known.max()),
+                       total=int(known.sum()))
+
+
+def _output_rate(r: _Requests, window_ns: int) -> TokenRate | None:
+    """Output tokens per second: a request's first token at its time, the rest spread evenly up to its
+    last output (all of them over the request, where no first token was recorded)."""
+    known = r.tokens_out >= 0
+    if not known.any() or window_ns <= 0:
+        return None
+    origin = int(r.start.min())
+    seconds = int(np.ceil(window_ns / 1e9))
+    f = r.with_first & known
+    spread_from = np.where(f, r.first, r.start)[known]
+    spread_to = np.where(f, r.last, r.start + r.dur)[known]
+    spread = np.where(f, r.tokens_out - 1, r.tokens_out)[known].astype(np.float64)
+    per_second = _spread(spread_from - origin, np.maximum(spread_to, spread_from) - origin, spread, seconds)
+    per_second += _points(r.first[f] - origin, np.ones(int(f.sum())), seconds)
+    return TokenRate(mean=float(r.tokens_out[known].sum()) * 1e9 / window_ns, peak=float(per_second.max()))
+
+
+def _input_rate(r: _Requests, window_ns: int) -> TokenRate | None:
+    """Prompt tokens per second, each request's at its first token (its start, where none was recorded)."""
+    known = r.tokens_in >= 0
+    if not known.any() or window_ns <= 0:
+        return None
+    at = np.where(r.with_first, r.first, r.start)[known] - int(r.start.min())
+    per_second = _points(at, r.tokens_in[known].astype(np.float64), int(np.ceil(window_ns / 1e9)))
+    return TokenRate(mean=float(r.tokens_in[known].sum()) * 1e9 / window_ns, peak=float(per_second.max()))
+
+
+def _points(at_ns: np.ndarray, amounts: np.ndarray, seconds: int) -> np.ndarray:
+    index = np.clip(at_ns // 1_000_000_000, 0, seconds - 1).astype(np.int64)
+    return np.bincount(index, weights=amounts, minlength=seconds)[:seconds]
+
+
+def _spread(a_ns: np.ndarray, b_ns: np.ndarray, amounts: np.ndarray, seconds: int) -> np.ndarray:
+    """Per second of ``seconds``, the amounts each spread evenly over [a, b] (a point where a == b).
+
+    The running total F(t) = sum over intervals of rate * clip(t - a, 0, b - a) is piecewise linear,
+    its slope rising by each rate at a and falling at b: cumulative sums over the sorted breakpoints
+    give F at every second's edge in O((n + seconds) log n)."""
+    point = b_ns <= a_ns
+    out = _points(a_ns[point], amounts[point], seconds)
+    a, b, amount = a_ns[~point], b_ns[~point], amounts[~point]
+    if len(a) == 0:
+        return out
+    rate = amount / (b - a)
+    times = np.concatenate([a, b]).astype(np.float64)
+    slopes = np.concatenate([rate, -rate])
+    order = np.argsort(times, kind="stable")
+    times, slopes = times[order], slopes[order]
+    slope_sum, intercept_sum = np.cumsum(slopes), np.cumsum(slopes * times)
+    edges = np.arange(seconds + 1, dtype=np.float64) * 1e9
+    k = np.searchsorted(times, edges, side="right") - 1
+    total = np.where(k >= 0, slope_sum[np.maximum(k, 0)] * edges - intercept_sum[np.maximum(k, 0)], 0.0)
+    return out + np.diff(total)
+
+
+def _goodput(r: _Requests, ttft_ms: float | None, tpot_ms: float | None, window_ns: int) -> Goodput | None:
+    """Requests that succeeded within both targets; the targets not given are twice the recorded medians."""
+    ttft, tpot = r.ttft_ns() / _NS_PER_MS, r.tpot_ns() / _NS_PER_MS
+    if len(ttft) == 0:
+        return None
+    derived = [name for name, given in (("ttft_ms", ttft_ms), ("tpot_ms", tpot_ms)) if given is None]
+    if ttft_ms is None:
+        ttft_ms = float(np.median(ttft)) * DERIVED_TARGET_X_MEDIAN
+    if tpot_ms is None and len(tpot):
+        tpot_ms = float(np.median(tpot)) * DERIVED_TARGET_X_MEDIAN
+    elif tpot_ms is None:
+        derived.remove("tpot_ms")  # no request had a second token: there is no TPOT to hold to
+    first_ms = np.full(len(r.start), np.inf)
+    first_ms[r.with_first] = ttft
+    per_token_ms = np.zeros(len(r.start))
+    per_token_ms[r.decoding] = tpot
+    good = r.ok & (first_ms <= ttft_ms) & ((per_token_ms <= tpot_ms) if tpot_ms is not None else True)
+    count = int(good.sum())
+    return Goodput(ttft_ms=ttft_ms, tpot_ms=tpot_ms, derived=derived, requests=count,
+                   share=count / len(r.start), rps=count * 1e9 / window_ns if window_ns > 0 else None)
