@@ -47,11 +47,14 @@ def render(portrait) -> str:
         out.append("")
         out += text_table(["stage", "count", "p50 ms", "p95 ms", "p99 ms", "share", "self", "batch mean/p99",
                            "shapes", "engine", "roofline"], rows, numbers_right=True)
-    for s in p.stages:
-        if s.tokens_in is not None or s.tokens_out is not None:
-            parts = [f"{label} p50 {t.p50:,.0f}, p99 {t.p99:,.0f}, max {t.max:,.0f}"
-                     for label, t in (("in", s.tokens_in), ("out", s.tokens_out)) if t is not None]
-            out.append(f"tokens ({s.name}): " + "; ".join(parts))
+    if p.llm is not None:
+        out += [""] + llm_lines(p.llm)
+    else:  # tokens without the markers of an LLM request's output: the counts alone (an imported trace)
+        for s in p.stages:
+            if s.tokens_in is not None or s.tokens_out is not None:
+                parts = [f"{label} p50 {t.p50:,.0f}, p99 {t.p99:,.0f}, max {t.max:,.0f}"
+                         for label, t in (("in", s.tokens_in), ("out", s.tokens_out)) if t is not None]
+                out.append(f"tokens ({s.name}): " + "; ".join(parts))
     util = [m for m in p.devices.metrics if m.metric in ("util_pct", "power_w")]
     if util:
         out.append("")
@@ -66,3 +69,28 @@ def render(portrait) -> str:
     for warning in q.warnings + q.clock_warnings:
         out.append(f"warning: {warning}")
     return "\n".join(out)
+
+
+def llm_lines(llm) -> list[str]:
+    """The LLM headline: TTFT, TPOT, ITL and E2E, tokens and their rates, goodput against its targets."""
+    seen = "as the load client saw them" if llm.source == "client" else "as the service recorded them"
+    out = [f"LLM: {llm.requests:,} requests, {seen}"]
+    rows = [[name, f"{x.count:,}", _ms(x.mean), _ms(x.p50), _ms(x.p90), _ms(x.p99)]
+            for name, x in (("TTFT", llm.ttft_ms), ("TPOT", llm.tpot_ms), ("ITL", llm.itl_ms), ("E2E", llm.e2e_ms))
+            if x is not None]
+    if rows:
+        out += text_table(["", "count", "mean ms", "p50 ms", "p90 ms", "p99 ms"], rows, numbers_right=True)
+    tokens = [f"{label} mean {t.mean:,.1f}, p99 {t.p99:,.0f}, max {t.max:,}"
+              for label, t in (("prompt", llm.tokens_in), ("output", llm.tokens_out)) if t is not None]
+    rates = [f"{label} {r.mean:,.1f}/s (peak {r.peak:,.0f}/s)"
+             for label, r in (("output", llm.output_tokens_per_s), ("prompt", llm.input_tokens_per_s)) if r is not None]
+    if tokens:
+        out.append("tokens: " + "; ".join(tokens) + ("; " + ", ".join(rates) if rates else ""))
+    g = llm.goodput
+    if g is not None:
+        targets = f"TTFT <= {_ms(g.ttft_ms)} ms" + (f" and TPOT <= {_ms(g.tpot_ms)} ms" if g.tpot_ms is not None else "")
+        derived = (f" (targets not given: {', '.join(name.split('_')[0].upper() for name in g.derived)} at twice "
+                   "the median; set --slo-ttft-ms/--slo-tpot-ms)") if g.derived else ""
+        rate = f", {g.rps:,.2f} req/s" if g.rps is not None else ""
+        out.append(f"goodput: {_pct(g.share)} of requests ({g.requests:,}{rate}) within {targets}{derived}")
+    return out

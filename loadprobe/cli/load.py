@@ -78,7 +78,8 @@ def load(url, concurrency, method, body, body_file, headers, timeout, openai, mo
         given = [name for name, value in (("--model", model), ("--prompt-tokens", prompt_tokens),
                                           ("--output-tokens", output_tokens)) if value is not None]
         if given:
-            raise LoadprobeError(f"{', '.join(given)} only apply to --openai; add --openai or leave them out")
+            verb, them = ("apply", "them") if len(given) > 1 else ("applies", "it")
+            raise LoadprobeError(f"{', '.join(given)} only {verb} to --openai; add --openai or leave {them} out")
     elif body is not None or body_file or method:
         raise LoadprobeError("--openai makes each request's body (--prompt-tokens, --output-tokens); leave out "
                              "--body, --body-file and --method")

@@ -83,5 +83,9 @@ def test_vllm_spans_received_live_give_its_ttft_and_e2e(vllm_engine, tmp_path):
     # The portrait's own mean TTFT: where prefill starts in its request, plus its mean time (it ends at the first token)
     portrait_ttft_s = (stages["prefill"].start_offset_ms + stages["prefill"].latency_ms.mean) / 1e3
     assert portrait_ttft_s == pytest.approx(histogram_mean, rel=0.02)
+    # ... and its llm section, from the engine's side: TTFT as vLLM measured it, the tokens it counted
+    assert (portrait.llm.source, portrait.llm.requests) == ("service", REQUESTS)
+    assert portrait.llm.ttft_ms.mean / 1e3 == pytest.approx(histogram_mean, rel=1e-6)
+    assert portrait.llm.tokens_out.total == sum(a["usage"]["completion_tokens"] for a in answers)
     scraped = {m.metric.split("{")[0] for m in portrait.devices.metrics if m.device.startswith("scrape:")}
     assert {"vllm:num_requests_running", "vllm:kv_cache_usage_perc"} <= scraped
