@@ -50,6 +50,9 @@ def http_status(code: int | None) -> str:
 class LoadprobeMiddleware:
     """ASGI middleware recording each HTTP request as a loadprobe request span.
 
+    The open span is ``scope["loadprobe.span"]`` (a Starlette/FastAPI handler: ``request.scope``), so
+    that the app can set what only it knows, such as an LLM request's ``tokens_in`` and ``tokens_out``.
+
     ``request_id_header`` names the header carrying the caller's request id (lower case);
     ``route`` is an optional ``callable(scope) -> str`` for apps whose router does not set
     ``scope["route"]`` -- it must return a template, not the raw path.
@@ -71,6 +74,7 @@ class LoadprobeMiddleware:
                 request_id = value.decode("latin-1")
                 break
         span = Span("http", request_id=request_id, is_request=True).open()
+        scope["loadprobe.span"] = span  # for the app: an LLM server sets span.tokens_in / tokens_out on it
         code = None
         done = False
 

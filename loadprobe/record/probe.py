@@ -186,6 +186,12 @@ class Span:
         self._is_request = is_request
         self._buf = None
 
+    @property
+    def start_ns(self) -> int | None:
+        """When the open span started (``perf_counter_ns``); None when it is not open or nothing records.
+        Markers timed from a request's start use it (``schema.FIRST_TOKEN``)."""
+        return getattr(self, "_t0", None) if self._buf is not None else None
+
     def __repr__(self) -> str:
         kind = "request" if self._is_request else "probe"
         return f"<loadprobe {kind} {self.stage!r}>"

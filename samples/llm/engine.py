@@ -37,7 +37,7 @@ from loadprobe import probe
 from .model import CONFIG, decode_cost, decode_step, greedy, prefill, prefill_cost
 
 BOS = 256  # token ids 0-255 are bytes; 256 starts every prompt; the rest of the vocabulary is unused
-MAX_NEW_TOKENS = 64
+MAX_NEW_TOKENS = 256
 
 
 def fit_prompt(tokens: list[int], max_new_tokens: int, max_context: int = CONFIG.max_context) -> list[int]:

@@ -176,6 +176,39 @@ def decode_step(token: int, cache: KVCache, config: Config = CONFIG) -> np.ndarr
     return _run(get_model(config), [token], cache)
 
 
+def decode_batch(tokens, caches: list[KVCache], config: Config = CONFIG) -> np.ndarray:
+    """One decode step for each of several sequences at once: their next-token logits, ``(B, vocab)``.
+
+    What continuous batching buys: the projections and the MLP run as one ``(B x d)`` matrix
+    product per weight, so each weight is read once for the whole batch instead of once per
+    sequence, while attention runs per sequence against its own cache (their lengths differ).
+    Each cache is extended by its token, as ``decode_step`` does for one.
+    """
+    model, c = get_model(config), config
+    lengths = [cache.length for cache in caches]
+    if len(lengths) != len(tokens) or not lengths:
+        raise ValueError("one token per cache, and at least one")
+    if max(lengths) + 1 > c.max_context:
+        raise ValueError(f"context of {max(lengths) + 1} tokens exceeds max_context={c.max_context}")
+    h, dh, d = c.n_heads, c.d_head, c.d_model
+    x = model.embed[np.asarray(tokens, dtype=np.int64)] + model.pos[lengths]  # (B, d)
+    scale = np.float32(1.0 / math.sqrt(dh))
+    attn = np.empty((len(caches), d), np.float32)
+    for i, layer in enumerate(model.layers):
+        qkv = matmul(_rms_norm(x, layer["norm1"]), layer["wqkv"])  # (B, 3d): the batch's one product
+        for b, (cache, at) in enumerate(zip(caches, lengths)):
+            q, k, v = (qkv[b, j * d:(j + 1) * d].reshape(h, 1, dh) for j in range(3))
+            cache.k[i, :, at] = k[:, 0]
+            cache.v[i, :, at] = v[:, 0]
+            scores = matmul(q, cache.k[i, :, :at + 1].transpose(0, 2, 1)) * scale  # (h, 1, at + 1)
+            attn[b] = matmul(_softmax(scores), cache.v[i, :, :at + 1]).reshape(d)
+        x = x + matmul(attn, layer["wo"])
+        x = x + matmul(_gelu(matmul(_rms_norm(x, layer["norm2"]), layer["w1"])), layer["w2"])
+    for cache in caches:
+        cache.length += 1
+    return matmul(_rms_norm(x, model.norm_f), model.w_out)
+
+
 def forward(tokens, config: Config = CONFIG) -> np.ndarray:
     """Logits at every position of ``tokens``, computed in one pass (no cache kept)."""
     return _run(get_model(config), tokens, KVCache(config), all_logits=True)
@@ -202,8 +235,7 @@ def _chunk_cost(n: int, context: int, c: Config) -> tuple[int, int]:
     )
     flops = 2 * (c.n_layers * layer_macs + d * c.vocab)  # + logits of the last token
 
-    layer_weights = 4 * d * d + 2 * d * f + 2 * d  # wqkv, wo, w1, w2, two norm gains
-    weights = c.n_layers * layer_weights + d * c.vocab + d + 2 * n * d  # + head, final norm, embedding/position rows
+    weights = _shared_weights(c) + 2 * n * d  # + the embedding and position rows of the new tokens
     kv = 2 * n * d + 2 * context * d  # K and V written for the new tokens, read for every position
     # Activations: each product reads its input and writes its output; the (heads x n x
     # context) score matrix is written by one product and read by the next.
@@ -218,6 +250,13 @@ def _chunk_cost(n: int, context: int, c: Config) -> tuple[int, int]:
     )
     acts = c.n_layers * (kv + layer_acts) + d + c.vocab
     return flops, FLOAT_BYTES * (weights + acts)
+
+
+def _shared_weights(c: Config) -> int:
+    """Weights every chunk reads whatever its tokens: wqkv, wo, w1, w2 and two norm gains per layer,
+    the output head and the final norm."""
+    return c.n_layers * (4 * c.d_model * c.d_model + 2 * c.d_model * c.d_ff + 2 * c.d_model) + \
+        c.d_model * c.vocab + c.d_model
 
 
 def prefill_cost(n_prompt: int, config: Config = CONFIG) -> tuple[int, int]:
@@ -244,3 +283,14 @@ def decode_cost(context_len: int, config: Config = CONFIG) -> tuple[int, int]:
     FLOPs per 4-byte weight, which is why decoding is bandwidth-bound.
     """
     return _chunk_cost(1, context_len, config)
+
+
+def decode_batch_cost(context_lens, config: Config = CONFIG) -> tuple[int, int]:
+    """(FLOPs, bytes moved) of one ``decode_batch`` whose sequences attend to ``context_lens`` positions
+    (each counting its new token): each sequence's ``decode_cost``, less the shared weights that the
+    batch reads once instead of once per sequence."""
+    flops = nbytes = 0
+    for context in context_lens:
+        f, b = _chunk_cost(1, context, config)
+        flops, nbytes = flops + f, nbytes + b
+    return flops, nbytes - FLOAT_BYTES * _shared_weights(config) * (len(context_lens) - 1)

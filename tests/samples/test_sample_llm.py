@@ -12,6 +12,7 @@ import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
 import loadprobe
+from loadprobe.schema import FIRST_TOKEN, TOKEN
 
 from ..conftest import REPO, by_stage, stopped_spans
 
@@ -139,15 +140,18 @@ def test_generate_records_prefill_and_decode_with_their_costs(recorder):
         assert {(r["batch"], r["shape"], r["engine"], r["status"]) for r in steps} == {(1, "1", "cpu", "ok")}
 
 
-def test_http_app_answers_and_its_stages_nest_under_the_http_request(recorder):
+def _client(app):
     with warnings.catch_warnings():  # starlette warns at import when it finds httpx, not httpx2
         warnings.simplefilter("ignore", StarletteDeprecationWarning)
         from starlette.testclient import TestClient
+    return TestClient(app)
 
-    with TestClient(serve.create_app(threads=2)) as client:
+
+def test_http_app_answers_and_its_stages_nest_under_the_http_request(recorder):
+    with _client(serve.create_app(max_running=2)) as client:
         answer = client.post("/generate", json={"prompt": "Hello, loadprobe", "max_new_tokens": 8})
         long = client.post("/generate", json={"prompt": "x" * 5000, "max_new_tokens": 64})
-        too_many = client.post("/generate", json={"prompt": "hi", "max_new_tokens": 65})
+        too_many = client.post("/generate", json={"prompt": "hi", "max_new_tokens": engine.MAX_NEW_TOKENS + 1})
     assert answer.status_code == 200
     body = answer.json()
     assert set(body) == {"text", "tokens", "prompt_tokens"}
@@ -159,13 +163,108 @@ def test_http_app_answers_and_its_stages_nest_under_the_http_request(recorder):
 
     rows = stopped_spans(recorder)
     http = {r["request_id"]: r for r in rows if r["stage"] == "POST /generate"}
-    generated = [r for r in rows if r["request_id"] in http and r["stage"] != "POST /generate"]
     assert len(http) == 3
-    counts = {(r["request_id"], r["stage"]) for r in generated}
-    assert len(counts) == 2 * 4  # the two accepted requests, each with all four stages
     by_id = {r["span_id"]: r for r in rows}
-    assert all(by_id[r["parent_id"]]["stage"] == "POST /generate" for r in generated)
-    assert all(r["queue_ns"] is not None and r["queue_ns"] >= 0 for r in generated if r["stage"] == "prefill")
+    first, second = sorted(http, key=lambda i: http[i]["ts_ns"])[:2]
+    for rid, tokens in ((first, 8), (second, 64)):
+        spans = [r for r in rows if r["request_id"] == rid and r["stage"] != "POST /generate"]
+        assert all(by_id[r["parent_id"]]["stage"] == "POST /generate" for r in spans)
+        stages = sorted(r["stage"] for r in spans)
+        assert stages.count("decode") == stages.count(TOKEN) == tokens - 1
+        assert {"tokenize", "prefill", "detokenize", FIRST_TOKEN} <= set(stages)
+        assert (http[rid]["tokens_out"], http[rid]["status"]) == (tokens, "ok")
+    assert all(r["queue_ns"] is not None and r["queue_ns"] >= 0 for r in rows if r["stage"] == "prefill")
+
+
+def test_batched_decode_gives_each_sequence_what_it_would_get_alone():
+    prompts = [[256, 72, 105], [256] + list(range(40, 60)), [256, 7]]
+    alone, batched = [], []
+    for prompt in prompts:
+        logits, cache = model.prefill(prompt)
+        alone.append((model.decode_step(model.greedy(logits), cache), cache))
+    caches = [model.prefill(p)[1] for p in prompts]
+    firsts = [model.greedy(model.prefill(p)[0]) for p in prompts]
+    batch = model.decode_batch(firsts, caches)
+    for i, (logits, cache) in enumerate(alone):
+        np.testing.assert_allclose(batch[i], logits, rtol=1e-4, atol=1e-4 * np.abs(logits).max())
+        assert caches[i].length == cache.length == len(prompts[i]) + 1
+    flops, nbytes = model.decode_batch_cost([c.length for c in caches])
+    single = [model.decode_cost(c.length) for c in caches]
+    assert flops == sum(f for f, _ in single)  # the same arithmetic ...
+    assert nbytes < sum(b for _, b in single) / 2  # ... for the weights' bytes read once, not three times
+
+
+def test_the_engine_batches_within_its_slots_and_kv_budget_first_come_first_served():
+    from loadprobe.samples.llm.batching import Engine
+
+    events: dict = {}
+    done = []
+    engine = Engine(max_running=2, kv_tokens=40).start()
+    try:
+        def on(name):
+            def record(event):
+                events.setdefault(name, []).append(event)
+                if event[0] == "done":
+                    done.append(name)
+            return record
+
+        for name, prompt_len, max_tokens in (("a", 10, 8), ("b", 10, 8), ("c", 20, 4), ("d", 4, 2)):
+            engine.submit([256] * prompt_len, max_tokens, on(name))
+        import time
+
+        deadline = time.monotonic() + 30
+        while len(done) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(ValueError, match="exceeds the 40 tokens one sequence may hold"):
+            engine.submit([256] * 38, 4, on("too big"))
+    finally:
+        engine.stop()
+    assert sorted(done) == ["a", "b", "c", "d"]
+    for name, max_tokens in (("a", 8), ("b", 8), ("c", 4), ("d", 2)):
+        kinds = [e[0] for e in events[name]]
+        assert kinds == ["prefill"] + ["decode"] * (max_tokens - 1) + ["done"]
+    # a and b (18 tokens each) fill the 40-token budget: c (24) waits for both, and d, behind it, waits too
+    first_c = events["c"][0][1]
+    assert first_c >= max(events[n][-2][2] for n in "ab")
+    assert events["d"][0][1] >= first_c
+    assert max(e[3] for n in "ab" for e in events[n] if e[0] == "decode") == 2  # decoded together
+    assert events["c"][0][3] > events["a"][0][3]  # its prefill's recorded wait: queued behind a and b
+
+
+def test_openai_endpoints_stream_usage_and_record_the_output_s_timing(recorder):
+    with _client(serve.create_app(max_running=4)) as client:
+        with client.stream("POST", "/v1/completions", json={"model": serve.MODEL_NAME, "prompt": "Hello there",
+                                                             "max_tokens": 6, "stream": True,
+                                                             "stream_options": {"include_usage": True}}) as answer:
+            lines = [line for line in answer.iter_lines() if line.startswith("data: ")]
+        chat = client.post("/v1/chat/completions", json={"model": serve.MODEL_NAME, "max_tokens": 3,
+                                                         "messages": [{"role": "user", "content": "hi"}]})
+        wrong = client.post("/v1/completions", json={"model": "gpt-9", "prompt": "x", "max_tokens": 2})
+        models = client.get("/v1/models").json()
+        metrics = client.get("/metrics").text
+    events = [line[6:] for line in lines]
+    assert events[-1] == "[DONE]"
+    import json
+
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert sum(1 for c in chunks if c["choices"]) == 6 and chunks[-1]["usage"]["completion_tokens"] == 6
+    assert chunks[-1]["usage"]["prompt_tokens"] == len("Hello there") + 1
+    assert chat.json()["usage"] == {"prompt_tokens": len(serve.chat_prompt([{"role": "user", "content": "hi"}])) + 1,
+                                    "completion_tokens": 3, "total_tokens": chat.json()["usage"]["total_tokens"]}
+    assert wrong.status_code == 404 and "does not exist" in wrong.json()["error"]["message"]
+    assert models["data"][0]["id"] == serve.MODEL_NAME
+    assert "loadprobe_llm:num_requests_running" in metrics and "loadprobe_llm:kv_cache_usage_perc" in metrics
+
+    rows = stopped_spans(recorder)
+    root = next(r for r in rows if r["stage"] == "POST /v1/completions")
+    under = sorted((r for r in rows if r["parent_id"] == root["span_id"]), key=lambda r: (r["ts_ns"], r["stage"]))
+    assert (root["tokens_in"], root["tokens_out"]) == (len("Hello there") + 1, 6)
+    marks = [r for r in under if r["stage"] in (FIRST_TOKEN, TOKEN)]
+    assert [m["stage"] for m in marks] == [FIRST_TOKEN] + [TOKEN] * 5
+    assert marks[0]["ts_ns"] == root["ts_ns"]  # from the request's start ...
+    prefill = next(r for r in under if r["stage"] == "prefill")
+    assert marks[0]["ts_ns"] + marks[0]["dur_ns"] == prefill["ts_ns"] + prefill["dur_ns"]  # ... to the prefill's end
+    assert all(a["ts_ns"] + a["dur_ns"] == b["ts_ns"] for a, b in zip(marks[1:], marks[2:]))  # gaps tile
 
 
 def test_serve_runs_as_a_script(tmp_path):
@@ -173,4 +272,4 @@ def test_serve_runs_as_a_script(tmp_path):
     done = subprocess.run([sys.executable, str(script), "--help"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "--threads" in done.stdout and "--port" in done.stdout
+    assert "--max-running" in done.stdout and "--kv-tokens" in done.stdout and "--port" in done.stdout
