@@ -55,18 +55,21 @@ class LoadprobeMiddleware:
 
     ``request_id_header`` names the header carrying the caller's request id (lower case);
     ``route`` is an optional ``callable(scope) -> str`` for apps whose router does not set
-    ``scope["route"]`` -- it must return a template, not the raw path.
+    ``scope["route"]`` -- it must return a template, not the raw path. ``skip_paths``: paths
+    that are not the service's traffic and are not recorded, such as the ``/metrics`` page a
+    scraper reads every second (``skip_paths=("/metrics", "/health")``).
     """
 
-    def __init__(self, app, *, request_id_header: str = "x-request-id", route=None) -> None:
+    def __init__(self, app, *, request_id_header: str = "x-request-id", route=None, skip_paths=()) -> None:
         self.app = app
         self._header = request_id_header.lower().encode("latin-1")
         self._route = route
+        self._skip = frozenset(skip_paths)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
             return await self.app(scope, receive, _finish_recording_at_shutdown(send))
-        if scope["type"] != "http" or not recording():
+        if scope["type"] != "http" or not recording() or scope.get("path") in self._skip:
             return await self.app(scope, receive, send)
         request_id = None
         for name, value in scope.get("headers") or ():

@@ -38,18 +38,20 @@ class LoadprobeWSGIMiddleware:
     """WSGI middleware recording each request as a loadprobe request span.
 
     ``route`` is an optional ``callable(environ) -> str`` returning the route template;
-    ``request_id_header`` names the request id header.
+    ``request_id_header`` names the request id header; ``skip_paths``, paths not recorded (a
+    scraped ``/metrics``), as in the ASGI middleware. The open span is ``environ["loadprobe.span"]``.
     """
 
-    def __init__(self, app, *, route=None, request_id_header: str = "x-request-id") -> None:
+    def __init__(self, app, *, route=None, request_id_header: str = "x-request-id", skip_paths=()) -> None:
         self.app = app
         self._route = route
         self._key = "HTTP_" + request_id_header.upper().replace("-", "_")
+        self._skip = frozenset(skip_paths)
 
     def __call__(self, environ, start_response):
-        if not recording():
+        if not recording() or environ.get("PATH_INFO") in self._skip:
             return self.app(environ, start_response)
-        span = Span("http", request_id=environ.get(self._key), is_request=True).open()
+        span = environ["loadprobe.span"] = Span("http", request_id=environ.get(self._key), is_request=True).open()
         response = _Response(self, environ, span)
 
         def start_and_note(status, headers, exc_info=None):

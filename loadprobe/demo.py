@@ -83,7 +83,7 @@ def run_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 60.0
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     echo(f"demo: serving samples/vision on {url}, recording into {data}")
-    server = _start_server(data, port, precision, run_dir / "server.log")
+    server = _start_server(data, port, log=run_dir / "server.log", args=("--precision", precision))
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM cleans up like Ctrl-C
     try:
         _wait_ready(server, url + "/health", timeout=90)
@@ -103,6 +103,66 @@ def run_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 60.0
     finally:
         _stop_server(server)
         signal.signal(signal.SIGTERM, previous)
+
+
+LLM_SERVICE = "llm"
+LLM_PROMPT, LLM_OUTPUT = "32:256", "16:128"  # tokens per request, drawn uniformly (seeded)
+
+
+def run_llm_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 30.0, rate: float = 2.0,
+                 echo=print) -> dict[str, Path]:
+    """The LLM sample end to end: its continuous-batching engine served under a recorder, driven by
+    ``loadprobe load --openai`` (Poisson arrivals, prompts and outputs of mixed lengths, its /metrics
+    scraped), both sides analysed together into the portrait's LLM section and the HTML report.
+    Returns the paths of what it wrote; errors and Ctrl-C as ``run_demo``."""
+    try:
+        import fastapi  # noqa: F401 - the sample's server needs it (and uvicorn)
+    except ImportError as exc:
+        raise LoadprobeError(f"the demo needs the sample's dependencies ({exc.name} is missing): "
+                             "run pip install 'loadprobe[demo]'") from None
+    from .load import openai
+    from .load.client import run
+    from .load.schedules import poisson
+    from .record.scrape import sources
+
+    run_dir = _new_run_dir(Path(out))
+    data, client = run_dir / "data", run_dir / "client"
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    echo(f"demo: serving samples/llm (continuous batching, OpenAI-compatible) on {url}, recording into {data}")
+    server = _start_server(data, port, log=run_dir / "server.log", module="loadprobe.samples.llm.serve",
+                           service=LLM_SERVICE)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        _wait_ready(server, url + "/health", timeout=90)
+        offsets = poisson(rate, duration=seconds, seed=0)
+        workload = openai.prepare(url, openai.lengths("--prompt-tokens", LLM_PROMPT, len(offsets), seed=1),
+                                  openai.lengths("--output-tokens", LLM_OUTPUT, len(offsets), seed=2), timeout=60)
+        echo(f"demo: streaming {len(offsets):,} completions over {seconds:g} s (Poisson, mean {rate:g}/s), prompts "
+             f"of {LLM_PROMPT} tokens, outputs of {LLM_OUTPUT}")
+        report = run(workload.url, offsets, openai=workload, timeout=300.0, record=str(client),
+                     mode="demo: Poisson", scrape=sources([url + "/metrics"], 0.5))
+        echo(report.render())
+        if report.interrupted:
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        echo(f"demo: interrupted; everything written so far is kept in {run_dir}")
+        raise
+    finally:
+        _stop_server(server)
+        signal.signal(signal.SIGTERM, previous)
+    from .analysis.run import analyze
+    from .reports.summary import render
+
+    portrait = analyze([str(data), str(client)], service=LLM_SERVICE)
+    report_dir = run_dir / "report"
+    outputs = {"data": data, "client": client, "portrait": portrait.save(report_dir / "portrait.json")}
+    echo(render(portrait))
+    outputs["report"] = _html(portrait, report_dir, {})
+    echo("\ndemo: outputs")
+    for name, path in outputs.items():
+        echo(f"  {name:<10} {path}")
+    return outputs
 
 
 def _interrupt(signum, frame):
@@ -131,16 +191,18 @@ def analyse(data: Path, run_dir: Path, *, echo=print) -> dict[str, Path]:
 
 
 def _html(portrait, report: Path, outputs: dict) -> Path:
-    """The HTML load portrait, with the plan just made (its tables and pipeline.yaml)."""
+    """The HTML load portrait, with the plan just made (its tables and pipeline.yaml) where there is one."""
     import json
 
     from .reports.html import render_report, write_html
 
-    plans = json.loads(outputs["plans"].read_text(encoding="utf-8"))
-    simulation = json.loads(outputs["simulation"].read_text(encoding="utf-8"))
+    def read(name):
+        return outputs[name].read_text(encoding="utf-8") if name in outputs else None
+
     path = report / "portrait.html"
-    pipeline = outputs["pipeline"].read_text(encoding="utf-8")
-    write_html(path, render_report(portrait, plans=plans, pipeline_yaml=pipeline, simulation=simulation))
+    plans, simulation = read("plans"), read("simulation")
+    write_html(path, render_report(portrait, plans=plans and json.loads(plans), pipeline_yaml=read("pipeline"),
+                                   simulation=simulation and json.loads(simulation)))
     return path
 
 
@@ -249,12 +311,13 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start_server(data: Path, port: int, precision: str, log: Path) -> subprocess.Popen:
+def _start_server(data: Path, port: int, *, log: Path, module: str = "loadprobe.samples.vision.serve",
+                  service: str = SERVICE, args=()) -> subprocess.Popen:
     # ``python -m`` puts its working directory first on sys.path: from a clone's root the source
     # folder ./loadprobe would shadow the installed package (whose loadprobe.samples lives
     # elsewhere). So the server starts in the run's own fresh folder, with PYTHONSAFEPATH too.
-    env = dict(os.environ, LOADPROBE_DIR=str(data.resolve()), LOADPROBE_SERVICE=SERVICE, PYTHONSAFEPATH="1")
-    command = [sys.executable, "-m", "loadprobe.samples.vision.serve", "--port", str(port), "--precision", precision]
+    env = dict(os.environ, LOADPROBE_DIR=str(data.resolve()), LOADPROBE_SERVICE=service, PYTHONSAFEPATH="1")
+    command = [sys.executable, "-m", module, "--port", str(port), *args]
     # Its own process group: a Ctrl-C in the terminal reaches us, and we stop the server in order.
     # Its output goes to a file: a pipe nobody reads would block the server once full.
     with open(log, "wb") as out:
@@ -269,7 +332,7 @@ def _wait_ready(server: subprocess.Popen, health: str, timeout: float) -> None:
     while time.monotonic() < deadline:
         if server.poll() is not None:
             err = server.log.read_text(errors="replace").strip().splitlines()
-            raise LoadprobeError(f"the vision sample exited with code {server.returncode} before serving: "
+            raise LoadprobeError(f"the sample server exited with code {server.returncode} before serving: "
                                  f"{err[-1] if err else 'no message'}; see {server.log}")
         try:
             with urlopen(health, timeout=2) as response:
@@ -277,7 +340,7 @@ def _wait_ready(server: subprocess.Popen, health: str, timeout: float) -> None:
                     return
         except (URLError, OSError):
             time.sleep(0.2)
-    raise LoadprobeError(f"the vision sample did not answer {health} within {timeout:g} s")
+    raise LoadprobeError(f"the sample server did not answer {health} within {timeout:g} s")
 
 
 def _stop_server(server: subprocess.Popen) -> None:

@@ -204,6 +204,17 @@ class Goodput:
     requests: int  # requests that succeeded within both targets
     share: float  # of the LLM requests
     rps: float | None  # per second of the requests' window
+    # The share as one target moves and the other stays: [[target ms, share], ...] (display)
+    by_ttft: list[tuple[float, float]] = field(default_factory=list)
+    by_tpot: list[tuple[float, float]] = field(default_factory=list)
+
+
+@dataclass
+class TokenSeries:
+    start: int  # epoch seconds of the first bucket
+    bucket_s: int
+    output_per_s: list[float]  # mean output tokens per second in each bucket
+    input_per_s: list[float]
 
 
 @dataclass
@@ -219,6 +230,13 @@ class Llm:
     output_tokens_per_s: TokenRate | None
     input_tokens_per_s: TokenRate | None
     goodput: Goodput | None
+    # Display data for the report: CDFs as [[ms, fraction <= ms], ...], tokens per second over time,
+    # requests by prompt and output length ([[prompt tokens from, output tokens from, requests], ...]).
+    ttft_cdf: list[tuple[float, float]] | None = None
+    tpot_cdf: list[tuple[float, float]] | None = None
+    itl_cdf: list[tuple[float, float]] | None = None
+    tokens_series: TokenSeries | None = None
+    lengths: list[tuple[int, int, int]] | None = None
 
 
 @dataclass

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from . import figures as fig
 from .headline import batched_stage, headline, latency_source
+from .llm import llm_figures, llm_reading, llm_table
 from .precision import precision_checks, precision_section
 from .units import NONE, duration, ms, num, pct, si
 
@@ -25,9 +26,11 @@ def portrait_view(portrait, plans: dict | None = None, pipeline_yaml: str | None
     """Everything the portrait template shows; ``simulation`` is a simulation.json to add, ``align``
     loadprobe align verdicts (the plan's own are shown without it)."""
     p, q = portrait, portrait.data_quality
-    figures = fig.portrait_figures(p)
+    figures = {**fig.portrait_figures(p), **llm_figures(p)}
     sections = [_traffic(p, figures), _shares(p, figures), _latency(p, figures), _batch(p, figures),
                 _devices(p, figures), _energy(p, figures), _roofline(p, figures), _bottlenecks(p)]
+    if p.llm is not None:
+        sections.insert(1, _llm(p, figures))  # what an LLM service's users measure comes first
     if plans:
         sections.append(_plan(plans, pipeline_yaml))
     precision, precision_figures = precision_section(precision_checks(plans, align))
@@ -104,6 +107,17 @@ def _traffic(p, figures) -> dict:
     if t.hour_of_day:
         charts.append(("hours", "Mean request rate by hour of day (UTC)"))
     return _section("traffic", "Request rate", reading + ".", figures, charts)
+
+
+def _llm(p, figures) -> dict:
+    return _section("llm", "LLM serving", llm_reading(p.llm), figures, [
+        ("llm_latency", "Time to first token, time per output token and inter-token latency (CDFs, log scale)"),
+        ("llm_goodput", "Goodput: the share of requests within both targets as one target moves, the other held "
+                        "(circles: the targets held to)"),
+        ("llm_tokens", "Output and prompt tokens per second over time"),
+        ("llm_lengths", "Requests by prompt and output length (power-of-two bins; area: requests)"),
+        ("llm_engine", "The engine's running and waiting requests and its KV-cache use, as scraped"),
+        ("llm_phases", "Time in prefill and in decode, per engine")], tables=[llm_table(p.llm)])
 
 
 def _shares(p, figures) -> dict:

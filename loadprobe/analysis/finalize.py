@@ -14,7 +14,7 @@ from .bottlenecks import find_bottlenecks
 from .dataset import describe_skipped
 from .energy import build_energy
 from .llm import build_llm
-from .histogram import Histogram
+from .histogram import Histogram, latency_cdf
 from .partials import Partial
 from ..portrait import (
     PORTRAIT_VERSION,
@@ -61,12 +61,6 @@ def percentiles(h: Histogram, scale: float = 1e-6) -> Percentiles | None:
     p = h.percentiles((50, 90, 95, 99, 99.9))
     return Percentiles(p50=p[50] * scale, p90=p[90] * scale, p95=p[95] * scale, p99=p[99] * scale,
                        p999=p[99.9] * scale, max=h.max * scale, mean=h.mean * scale, count=h.total)
-
-
-def latency_cdf(h: Histogram) -> list | None:
-    """The display CDF of a duration histogram: ``[[ms, fraction <= ms], ...]``, at most 200 points."""
-    points = h.cdf(200)
-    return [[ns * 1e-6, fraction] for ns, fraction in points] if points else None
 
 
 def roofs(device, precision: str | None) -> Roofs | None:

@@ -203,3 +203,8 @@ class Histogram:
         self.counts = np.zeros(COUNTS_LEN, dtype=np.int64)
         self.counts[nz] = values
 
+
+def latency_cdf(h: Histogram) -> list | None:
+    """The display CDF of a duration histogram: ``[[ms, fraction <= ms], ...]``, at most 200 points."""
+    points = h.cdf(200)
+    return [[ns * 1e-6, fraction] for ns, fraction in points] if points else None

@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .columns import SpanColumns, sparse_filled
-from .histogram import Histogram
-from ..portrait import Goodput, Llm, LlmLatency, TokenCounts, TokenRate
+from .histogram import Histogram, latency_cdf
+from .timeline import bucket_seconds
+from ..portrait import Goodput, Llm, LlmLatency, TokenCounts, TokenRate, TokenSeries
 from ..schema import FIRST_TOKEN, LAST_TOKEN, MARKERS, TOKEN
 
 VIEWS = ("client", "service")  # the load client's requests, or the service's own (engine probes, OpenTelemetry)
@@ -138,18 +139,25 @@ def build_llm(llm: LlmPartial, ttft_ms: float | None = None, tpot_ms: float | No
     ttft, tpot = requests.ttft_ns(), requests.tpot_ns()
     window_ns = int((requests.start + requests.dur).max() - requests.start.min())
     itl = llm.itl.get(view)
+    itl = itl if itl is not None and itl.total else None
+    output, prompt = _per_second(requests, window_ns)
     return Llm(
         source=view,
         requests=len(requests.start),
         ttft_ms=_latency(ttft),
-        itl_ms=_from_histogram(itl) if itl is not None and itl.total else None,
+        itl_ms=_from_histogram(itl) if itl is not None else None,
         tpot_ms=_latency(tpot),
         e2e_ms=_latency(requests.dur[requests.ok]),
         tokens_in=_counts(requests.tokens_in),
         tokens_out=_counts(requests.tokens_out),
-        output_tokens_per_s=_output_rate(requests, window_ns),
-        input_tokens_per_s=_input_rate(requests, window_ns),
+        output_tokens_per_s=_rate(requests.tokens_out, output, window_ns),
+        input_tokens_per_s=_rate(requests.tokens_in, prompt, window_ns),
         goodput=_goodput(requests, ttft_ms, tpot_ms, window_ns),
+        ttft_cdf=_cdf(ttft),
+        tpot_cdf=_cdf(tpot),
+        itl_cdf=latency_cdf(itl) if itl is not None else None,
+        tokens_series=_series(int(requests.start.min()), output, prompt),
+        lengths=_lengths(requests.tokens_in, requests.tokens_out),
     )
 
 
@@ -212,31 +220,63 @@ def _counts(values: np.ndarray) -> TokenCounts | None:
                        total=int(known.sum()))
 
 
-def _output_rate(r: _Requests, window_ns: int) -> TokenRate | None:
-    """Output tokens per second: a request's first token at its time, the rest spread evenly up to its
-    last output (all of them over the request, where no first token was recorded)."""
-    known = r.tokens_out >= 0
-    if not known.any() or window_ns <= 0:
-        return None
+def _per_second(r: _Requests, window_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    """Output and prompt tokens in each second from the first request's start.
+
+    Output: a request's first token at its time, the rest spread evenly up to its last output (all
+    of them over the request, where no first token was recorded). Prompt: at the first token (the
+    prompt is read by then; at the request's start where no first token was recorded)."""
+    seconds = max(1, int(np.ceil(window_ns / 1e9)))
     origin = int(r.start.min())
-    seconds = int(np.ceil(window_ns / 1e9))
-    f = r.with_first & known
+    known, f = r.tokens_out >= 0, r.with_first & (r.tokens_out >= 0)
     spread_from = np.where(f, r.first, r.start)[known]
     spread_to = np.where(f, r.last, r.start + r.dur)[known]
     spread = np.where(f, r.tokens_out - 1, r.tokens_out)[known].astype(np.float64)
-    per_second = _spread(spread_from - origin, np.maximum(spread_to, spread_from) - origin, spread, seconds)
-    per_second += _points(r.first[f] - origin, np.ones(int(f.sum())), seconds)
-    return TokenRate(mean=float(r.tokens_out[known].sum()) * 1e9 / window_ns, peak=float(per_second.max()))
+    output = _spread(spread_from - origin, np.maximum(spread_to, spread_from) - origin, spread, seconds)
+    output += _points(r.first[f] - origin, np.ones(int(f.sum())), seconds)
+    read = r.tokens_in >= 0
+    prompt = _points(np.where(r.with_first, r.first, r.start)[read] - origin, r.tokens_in[read].astype(np.float64),
+                     seconds)
+    return output, prompt
 
 
-def _input_rate(r: _Requests, window_ns: int) -> TokenRate | None:
-    """Prompt tokens per second, each request's at its first token (its start, where none was recorded)."""
-    known = r.tokens_in >= 0
+def _rate(tokens: np.ndarray, per_second: np.ndarray, window_ns: int) -> TokenRate | None:
+    known = tokens >= 0
     if not known.any() or window_ns <= 0:
         return None
-    at = np.where(r.with_first, r.first, r.start)[known] - int(r.start.min())
-    per_second = _points(at, r.tokens_in[known].astype(np.float64), int(np.ceil(window_ns / 1e9)))
-    return TokenRate(mean=float(r.tokens_in[known].sum()) * 1e9 / window_ns, peak=float(per_second.max()))
+    return TokenRate(mean=float(tokens[known].sum()) * 1e9 / window_ns, peak=float(per_second.max()))
+
+
+def _series(origin_ns: int, output: np.ndarray, prompt: np.ndarray) -> TokenSeries:
+    """Tokens per second over time, in buckets few enough to draw (the timeline's ladder of widths)."""
+    first = origin_ns // 1_000_000_000
+    step = bucket_seconds(first, first + len(output) - 1, 2)
+    shift = first % step  # buckets start on multiples of their width, as the timeline's do
+    padded = [np.concatenate([np.zeros(shift), x]) for x in (output, prompt)]
+    buckets = -(-len(padded[0]) // step)
+    sums = [np.pad(x, (0, buckets * step - len(x))).reshape(buckets, step).sum(axis=1) / step for x in padded]
+    return TokenSeries(start=first - shift, bucket_s=step, output_per_s=[round(float(v), 6) for v in sums[0]],
+                       input_per_s=[round(float(v), 6) for v in sums[1]])
+
+
+def _cdf(values_ns: np.ndarray) -> list | None:
+    """The display CDF of per-request times, as the other latencies' (to HdrHistogram's 0.1%)."""
+    if len(values_ns) == 0:
+        return None
+    hist = Histogram()
+    hist.record(np.maximum(np.round(values_ns), 0).astype(np.int64))
+    return latency_cdf(hist)
+
+
+def _lengths(tokens_in: np.ndarray, tokens_out: np.ndarray) -> list | None:
+    """Requests by prompt and output length, in power-of-two bins: [[prompt from, output from, requests], ...]."""
+    known = (tokens_in >= 0) & (tokens_out >= 0)
+    if not known.any():
+        return None
+    low = [np.where(x[known] > 0, 2 ** np.floor(np.log2(np.maximum(x[known], 1))), 0).astype(np.int64)
+           for x in (tokens_in, tokens_out)]
+    pairs, counts = np.unique(np.stack(low, axis=1), axis=0, return_counts=True)
+    return [[int(a), int(b), int(n)] for (a, b), n in zip(pairs, counts)]
 
 
 def _points(at_ns: np.ndarray, amounts: np.ndarray, seconds: int) -> np.ndarray:
@@ -283,7 +323,18 @@ def _goodput(r: _Requests, ttft_ms: float | None, tpot_ms: float | None, window_
     first_ms[r.with_first] = ttft
     per_token_ms = np.zeros(len(r.start))
     per_token_ms[r.decoding] = tpot
-    good = r.ok & (first_ms <= ttft_ms) & ((per_token_ms <= tpot_ms) if tpot_ms is not None else True)
+    within_tpot = (per_token_ms <= tpot_ms) if tpot_ms is not None else np.ones(len(r.start), dtype=bool)
+    good = r.ok & (first_ms <= ttft_ms) & within_tpot
     count = int(good.sum())
     return Goodput(ttft_ms=ttft_ms, tpot_ms=tpot_ms, derived=derived, requests=count,
-                   share=count / len(r.start), rps=count * 1e9 / window_ns if window_ns > 0 else None)
+                   share=count / len(r.start), rps=count * 1e9 / window_ns if window_ns > 0 else None,
+                   by_ttft=_curve(first_ms, r.ok & within_tpot, ttft, ttft_ms),
+                   by_tpot=_curve(per_token_ms, r.ok & (first_ms <= ttft_ms), tpot, tpot_ms) if len(tpot) else [])
+
+
+def _curve(values_ms: np.ndarray, others_hold: np.ndarray, recorded: np.ndarray, target: float) -> list:
+    """The goodput share at targets from the recorded values' range (and the one held to), the other
+    target kept: [[target ms, share], ...], at most about 100 points."""
+    targets = np.unique(np.concatenate([np.quantile(recorded, np.linspace(0, 1, 99)), [target]]))
+    good = [(float(t), float(np.mean(others_hold & (values_ms <= t)))) for t in targets]
+    return [[round(t, 6), round(share, 6)] for t, share in good]

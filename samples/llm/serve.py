@@ -185,7 +185,8 @@ def create_app(*, max_running: int = 8, kv_tokens: int = 4096) -> FastAPI:
         [_ async for _ in generation.pieces()]
         return {"text": detokenize(generation.tokens), "tokens": len(generation.tokens), "prompt_tokens": len(prompt)}
 
-    app.add_middleware(LoadprobeMiddleware)
+    # Scrapes of /metrics and health checks are not the service's traffic: they are not recorded.
+    app.add_middleware(LoadprobeMiddleware, skip_paths=("/metrics", "/health"))
     return app
 
 

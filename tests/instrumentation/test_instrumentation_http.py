@@ -246,3 +246,31 @@ def test_a_failing_route_callable_still_ends_the_request_span(recorder):
     assert _probe._frame.get() == _probe.ROOT  # no request left open on this thread
     rows = stopped_spans(recorder)
     assert sorted((r["stage"], r["status"]) for r in requests_of(rows)) == [("GET", "ok"), ("GET", "ok")]
+
+
+def test_skipped_paths_are_not_recorded_and_the_app_can_annotate_its_request_span(recorder):
+    async def asgi_app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        span = scope.get("loadprobe.span")
+        if span is not None:  # an LLM server knows its request's tokens only as it answers
+            span.tokens_in, span.tokens_out = 12, 7
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    def wsgi_app(environ, start_response):
+        if "loadprobe.span" in environ:
+            environ["loadprobe.span"].tokens_out = 3
+        start_response("200 OK", [])
+        return [b"ok"]
+
+    with serve_asgi(LoadprobeMiddleware(asgi_app, skip_paths=("/metrics",))) as base:
+        assert [fetch(base, path)[0] for path in ("/metrics", "/v1/completions", "/metrics")] == [200] * 3
+    with serve_wsgi(LoadprobeWSGIMiddleware(wsgi_app, route=lambda e: e["PATH_INFO"], skip_paths=("/health",))) as base:
+        assert [fetch(base, path)[0] for path in ("/health", "/generate")] == [200, 200]
+    roots = requests_of(stopped_spans(recorder))
+    assert sorted((r["stage"], r["tokens_in"], r["tokens_out"]) for r in roots) == [
+        ("GET (unmatched)", 12, 7), ("GET /generate", None, 3)]
