@@ -33,7 +33,8 @@ For each client run it records:
   requests (max_tokens 1); /metrics is polled every 20 ms from its start until both have finished and
   the run's window begins there; ``window_clean`` says whether that snapshot held exactly those two
   (otherwise the server figures include them, and ``server_whole`` always does);
-- the machine's busy CPU over the run (/proc/stat), a check that nothing else was running.
+- the machine's busy CPU over the run (/proc/stat) less the client's, the server's and this script's:
+  "other CPU s", a check that nothing else was running (near zero when nothing else runs).
 
 It prints a Markdown table and writes ``DIR/results.json`` (every figure and the exact commands) and
 ``DIR/summary.md``. The run takes about (rounds x 2 x (requests / rate + 15 s)) + 1 minute.
@@ -130,8 +131,8 @@ def machine_busy_s() -> float:
     return (sum(ticks[:8]) - ticks[3] - ticks[4]) / CLK_TCK  # less idle and iowait; guest time is in user
 
 
-def children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+def children_cpu_s(who=resource.RUSAGE_CHILDREN) -> float:
+    usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
 
 
@@ -144,7 +145,8 @@ def measured(command: list[str], *, url: str, server_pid: int, log: Path, env=No
     With ``preamble`` > 0, /metrics is polled every 20 ms from the start until that many requests have
     finished: the run's window starts there (the client's own warm-up requests are left out)."""
     before = scrape(url)
-    server_cpu, busy, cpu, wall = tree_cpu_s(server_pid), machine_busy_s(), children_cpu_s(), time.monotonic()
+    server_cpu, busy, own = tree_cpu_s(server_pid), machine_busy_s(), children_cpu_s(resource.RUSAGE_SELF)
+    cpu, wall = children_cpu_s(), time.monotonic()
     with open(log, "wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         start = before
@@ -164,12 +166,14 @@ def measured(command: list[str], *, url: str, server_pid: int, log: Path, env=No
             raise RuntimeError(f"{command[0]} ran past {timeout:.0f} s; see {log}") from None
     wall, cpu = time.monotonic() - wall, children_cpu_s() - cpu
     busy, server_cpu = machine_busy_s() - busy, tree_cpu_s(server_pid) - server_cpu
+    own = children_cpu_s(resource.RUSAGE_SELF) - own  # this script's /metrics polling
     after = scrape(url)
     if code != 0:
         raise RuntimeError(f"{' '.join(command[:3])} ... exited {code}: {log.read_text(errors='replace')[-2000:]}")
     preamble_seen = server_figures(before, start)
     return {"command": command, "exit_code": code, "wall_s": wall, "client_cpu_s": cpu,
-            "server_cpu_s": server_cpu, "machine_busy_cpu_s": busy,
+            "server_cpu_s": server_cpu, "machine_busy_cpu_s": busy, "bench_cpu_s": own,
+            "other_cpu_s": busy - cpu - server_cpu - own,
             "server": server_figures(start, after), "server_whole": server_figures(before, after),
             "preamble": preamble_seen,
             "window_clean": all(preamble_seen[k] == preamble for k in ("requests", "ttft_count", "tpot_count"))}
@@ -242,7 +246,7 @@ def markdown(runs: list[dict]) -> str:
         lines.append(f"| {run['round']} | {run['name']} | {c['requests']} | " + " | ".join(cells) + " |")
     lines += ["", "The server's own figures over each run (vLLM /metrics deltas; ms) and CPU seconds:", "",
               "| round | client | server requests | TTFT mean | TPOT mean | e2e mean | window clean | tokens "
-              "| client CPU s | (+ analyze) | CPU s / 1k tokens | server CPU s | machine busy CPU s | wall s |",
+              "| client CPU s | (+ analyze) | CPU s / 1k tokens | server CPU s | other CPU s | wall s |",
               "|---|---|--:|--:|--:|--:|:-:|--:|--:|--:|--:|--:|--:|--:|"]
     for run in runs:
         s = run["server"]
@@ -251,7 +255,7 @@ def markdown(runs: list[dict]) -> str:
                      f"{fmt(s['tpot_ms_mean'], 2)} | {fmt(s['e2e_ms_mean'])} | "
                      f"{'yes' if run['window_clean'] else 'no'} | {run['server_whole']['generation_tokens']:,} | "
                      f"{fmt(run['client_cpu_s'], 2)} | {extra} | {fmt(cpu_per_1k(run), 3)} | "
-                     f"{fmt(run['server_cpu_s'], 2)} | {fmt(run['machine_busy_cpu_s'], 2)} | {fmt(run['wall_s'])} |")
+                     f"{fmt(run['server_cpu_s'], 2)} | {fmt(run['other_cpu_s'], 2)} | {fmt(run['wall_s'])} |")
     return "\n".join(lines)
 
 

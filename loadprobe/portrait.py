@@ -210,6 +210,18 @@ class Goodput:
 
 
 @dataclass
+class TtftSplit:
+    """Where time to first token goes, as the engine recorded it (means, ms), and what the client saw more."""
+
+    requests: int  # the engine's requests with a first token and a recorded queue or prefill
+    queue_ms: float  # waiting to be scheduled: a "queue" span, or the prefill's recorded queue time
+    prefill_ms: float
+    rest_ms: float  # the engine's TTFT less both: its front end (parsing, tokenizing), before and between
+    paired: int  # requests seen by both the load client and the engine (joined by request id)
+    outside_ms: float | None  # over those: the client's TTFT less the engine's (network, HTTP, the client)
+
+
+@dataclass
 class TokenSeries:
     start: int  # epoch seconds of the first bucket
     bucket_s: int
@@ -237,6 +249,7 @@ class Llm:
     itl_cdf: list[tuple[float, float]] | None = None
     tokens_series: TokenSeries | None = None
     lengths: list[tuple[int, int, int]] | None = None
+    ttft_split_ms: TtftSplit | None = None
 
 
 @dataclass

@@ -29,6 +29,11 @@ def llm_reading(llm) -> str:
         parts.append(f"time per output token p50 {ms(llm.tpot_ms.p50)} ms, p99 {ms(llm.tpot_ms.p99)} ms")
     if llm.output_tokens_per_s is not None:
         parts.append(f"{num(llm.output_tokens_per_s.mean)} output tokens/s (peak {num(llm.output_tokens_per_s.peak)})")
+    split = llm.ttft_split_ms
+    if split is not None:
+        parts.append(f"in the engine, a first token waited {ms(split.queue_ms)} ms to be scheduled, "
+                     f"{ms(split.prefill_ms)} ms in prefill and {ms(split.rest_ms)} ms elsewhere"
+                     + (f", and the client {ms(split.outside_ms)} ms more" if split.outside_ms is not None else ""))
     g = llm.goodput
     if g is not None:
         targets = f"TTFT ≤ {ms(g.ttft_ms)} ms" + (f" and TPOT ≤ {ms(g.tpot_ms)} ms" if g.tpot_ms is not None else "")

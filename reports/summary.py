@@ -80,6 +80,12 @@ def llm_lines(llm) -> list[str]:
             if x is not None]
     if rows:
         out += text_table(["", "count", "mean ms", "p50 ms", "p90 ms", "p99 ms"], rows, numbers_right=True)
+    split = llm.ttft_split_ms
+    if split is not None:
+        outside = (f"; the client waited {_ms(split.outside_ms)} ms more (network, HTTP front end; "
+                   f"{split.paired:,} requests paired by id)" if split.outside_ms is not None else "")
+        out.append(f"TTFT in the engine: queue {_ms(split.queue_ms)} ms, prefill {_ms(split.prefill_ms)} ms, "
+                   f"rest {_ms(split.rest_ms)} ms (means){outside}")
     tokens = [f"{label} mean {t.mean:,.1f}, p99 {t.p99:,.0f}, max {t.max:,}"
               for label, t in (("prompt", llm.tokens_in), ("output", llm.tokens_out)) if t is not None]
     rates = [f"{label} {r.mean:,.1f}/s (peak {r.peak:,.0f}/s)"

@@ -32,12 +32,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .columns import SpanColumns, sparse_filled
+from .columns import SpanColumns, arrow_rows, sparse_filled
 from .histogram import Histogram, latency_cdf
 from .timeline import bucket_seconds
-from ..portrait import Goodput, Llm, LlmLatency, TokenCounts, TokenRate, TokenSeries
+from ..portrait import Goodput, Llm, LlmLatency, TokenCounts, TokenRate, TokenSeries, TtftSplit
 from ..schema import FIRST_TOKEN, LAST_TOKEN, MARKERS, TOKEN
 
+PHASES = ("queue", "prefill")  # the spans a request's time to first token splits into, where the engine records them
 VIEWS = ("client", "service")  # the load client's requests, or the service's own (engine probes, OpenTelemetry)
 DERIVED_TARGET_X_MEDIAN = 2.0  # targets not given: twice the recorded median TTFT and TPOT
 _NS_PER_MS = 1e6
@@ -48,12 +49,15 @@ class LlmPartial:
     """What the map step keeps of LLM requests, per (view, run): arrays per file, joined at the end."""
 
     roots: dict = field(default_factory=dict)  # (view, run) -> [(6, n) int64: span id, start, dur, in, out, ok]
+    ids: dict = field(default_factory=dict)  # (view, run) -> [request ids of those roots (None: not read)]
     firsts: dict = field(default_factory=dict)  # (view, run) -> [(2, n): parent, first token time]
     outputs: dict = field(default_factory=dict)  # (view, run) -> [(3, n): parent, last output time, markers]
+    phases: dict = field(default_factory=dict)  # (view, run) -> [(3, n): parent, queued ns, prefill ns]
     itl: dict = field(default_factory=dict)  # view -> Histogram of TOKEN marker durations (ns)
 
     def merge(self, o: LlmPartial) -> LlmPartial:
-        for mine, theirs in ((self.roots, o.roots), (self.firsts, o.firsts), (self.outputs, o.outputs)):
+        for mine, theirs in ((self.roots, o.roots), (self.ids, o.ids), (self.firsts, o.firsts),
+                             (self.outputs, o.outputs), (self.phases, o.phases)):
             for key, arrays in theirs.items():
                 mine.setdefault(key, []).extend(arrays)
         for view, hist in o.itl.items():
@@ -67,8 +71,10 @@ def marker_rows(cols: SpanColumns) -> np.ndarray | None:
     return np.isin(cols.stage, codes) if codes else None
 
 
-def map_llm(llm: LlmPartial, cols: SpanColumns, markers: np.ndarray | None, view: str, run_id: str) -> None:
-    """Add one file's LLM request spans and token markers to ``llm`` (copies: ``cols`` may be scratch)."""
+def map_llm(llm: LlmPartial, cols: SpanColumns, markers: np.ndarray | None, view: str, run_id: str,
+            request_ids=None) -> None:
+    """Add one file's LLM request spans, their phases and token markers to ``llm`` (copies: ``cols`` may be
+    scratch). ``request_ids``: the table's request id column, where it was read (views pair by it)."""
     n = len(cols.ts)
     tokens_out = sparse_filled(cols.tokens_out, n, -1)
     roots = (cols.parent == 0) & (tokens_out >= 0)
@@ -79,6 +85,19 @@ def map_llm(llm: LlmPartial, cols: SpanColumns, markers: np.ndarray | None, view
             cols.span_id[roots], cols.ts[roots], cols.dur[roots],
             sparse_filled(cols.tokens_in, n, -1)[roots], tokens_out[roots],
             (cols.status[roots] == ok_code).astype(np.int64)]))
+        llm.ids.setdefault(key, []).append(None if request_ids is None else
+                                           request_ids.take(arrow_rows(np.flatnonzero(roots))).to_pylist())
+    if markers is None and not roots.any():
+        return  # a file with no LLM request span nor marker: its "queue" or "prefill" spans are kept for none
+    names = cols.stage_names
+    for stage in PHASES:
+        code = names.index(stage) if stage in names else -2
+        rows = (cols.stage == code) & (cols.parent != 0) & cols.valid
+        if rows.any():
+            queued = np.maximum(sparse_filled(cols.queue, n, 0)[rows], 0)
+            spans = (queued + cols.dur[rows], np.zeros(int(rows.sum()), np.int64)) if stage == "queue" else (
+                queued, cols.dur[rows])
+            llm.phases.setdefault(key, []).append(np.stack([cols.parent[rows], *spans]))
     if markers is None:
         return
     ends = cols.ts + cols.dur
@@ -109,6 +128,9 @@ class _Requests:
     ok: np.ndarray  # bool
     first: np.ndarray  # first token time, -1: none recorded
     last: np.ndarray  # last output time: the last marker's end, else the request's end
+    queued: np.ndarray  # before its first token: waiting to be scheduled (ns; -1: no phase recorded)
+    prefill: np.ndarray
+    ids: list | None  # request ids, where every file's were read
 
     @property
     def with_first(self) -> np.ndarray:
@@ -136,6 +158,7 @@ def build_llm(llm: LlmPartial, ttft_ms: float | None = None, tpot_ms: float | No
         return None
     view = next((v for v in found if joined[v].with_first.any()), found[0])
     requests = joined[view]
+    split = _ttft_split(joined["service"], joined["client"])
     ttft, tpot = requests.ttft_ns(), requests.tpot_ns()
     window_ns = int((requests.start + requests.dur).max() - requests.start.min())
     itl = llm.itl.get(view)
@@ -158,42 +181,83 @@ def build_llm(llm: LlmPartial, ttft_ms: float | None = None, tpot_ms: float | No
         itl_cdf=latency_cdf(itl) if itl is not None else None,
         tokens_series=_series(int(requests.start.min()), output, prompt),
         lengths=_lengths(requests.tokens_in, requests.tokens_out),
+        ttft_split_ms=split,
     )
 
 
 def _joined(llm: LlmPartial, view: str) -> _Requests | None:
-    parts = []
+    parts, ids = [], []
     for (v, run), arrays in llm.roots.items():
         if v != view:
             continue
         roots = np.concatenate(arrays, axis=1)
-        roots = roots[:, np.argsort(roots[0], kind="stable")]
-        first = _lookup(roots[0], llm.firsts.get((v, run)), np.minimum, -1)
-        last = _lookup(roots[0], llm.outputs.get((v, run)), np.maximum, -1)
+        order = np.argsort(roots[0], kind="stable")
+        roots = roots[:, order]
+        first = _lookup(roots[0], llm.firsts.get((v, run)), np.minimum)
+        last = _lookup(roots[0], llm.outputs.get((v, run)), np.maximum)
         last = np.where(last >= 0, last, roots[1] + roots[2])
-        parts.append(np.vstack([roots[1:], first[None], last[None]]))
+        queued = _lookup(roots[0], llm.phases.get((v, run)), np.add)
+        prefill = _lookup(roots[0], llm.phases.get((v, run)), np.add, row=2)
+        parts.append(np.vstack([roots[1:], first[None], last[None], queued[None], prefill[None]]))
+        chunks = llm.ids.get((v, run)) or [None]
+        if ids is not None and all(chunk is not None for chunk in chunks):
+            flat = [i for chunk in chunks for i in chunk]
+            ids += [flat[k] for k in order.tolist()]
+        else:
+            ids = None  # some file's ids were not read: the views cannot be paired
     if not parts:
         return None
-    start, dur, tokens_in, tokens_out, ok, first, last = np.concatenate(parts, axis=1)
-    return _Requests(start, dur, tokens_in, tokens_out, ok.astype(bool), first, last)
+    start, dur, tokens_in, tokens_out, ok, first, last, queued, prefill = np.concatenate(parts, axis=1)
+    return _Requests(start, dur, tokens_in, tokens_out, ok.astype(bool), first, last, queued, prefill, ids)
 
 
-def _lookup(span_ids: np.ndarray, arrays: list | None, reduce, missing: int) -> np.ndarray:
-    """For each sorted request span id, its markers' time (row 1 of ``arrays``), reduced over the files
-    that hold some; ``missing`` where none does."""
-    out = np.full(len(span_ids), missing, dtype=np.int64)
+_START = {np.minimum: np.iinfo(np.int64).max, np.maximum: np.iinfo(np.int64).min, np.add: 0}
+
+
+def _lookup(span_ids: np.ndarray, arrays: list | None, reduce, row: int = 1) -> np.ndarray:
+    """For each sorted request span id, ``row`` of the ``arrays`` (row 0: the parent span id) reduced over
+    the rows under it, whichever files hold them; -1 where none does."""
+    out = np.full(len(span_ids), -1, dtype=np.int64)
     if not arrays:
         return out
     marks = np.concatenate(arrays, axis=1)
     at = np.searchsorted(span_ids, marks[0])
     found = at < len(span_ids)
     found[found] = span_ids[at[found]] == marks[0][found]
+    value = np.full(len(span_ids), _START[reduce], dtype=np.int64)
+    reduce.at(value, at[found], marks[row][found])
     seen = np.zeros(len(span_ids), dtype=bool)
-    value = np.full(len(span_ids), np.iinfo(np.int64).max if reduce is np.minimum else np.iinfo(np.int64).min)
-    reduce.at(value, at[found], marks[1][found])
     seen[at[found]] = True
     out[seen] = value[seen]
     return out
+
+
+def _ttft_split(service: _Requests | None, client: _Requests | None) -> TtftSplit | None:
+    """The engine's TTFT split into queue, prefill and the rest; with the load client's requests of the
+    same run, how much longer the client waited for the same first tokens (paired by request id). When
+    they pair, the split covers the paired requests only, so that the client's mean TTFT over them is
+    queue + prefill + rest + outside."""
+    if service is None:
+        return None
+    timed = service.with_first & ((service.queued >= 0) | (service.prefill >= 0))
+    paired, outside = 0, None
+    if client is not None and client.ids is not None and service.ids is not None:
+        client_ttft = {rid: t for rid, t, has in zip(client.ids, (client.first - client.start).tolist(),
+                                                     client.with_first.tolist()) if has and rid is not None}
+        both = np.array([rid in client_ttft for rid in service.ids], dtype=bool) & timed
+        if both.any():
+            timed = both
+            gaps = [client_ttft[rid] - t for rid, t, has in zip(service.ids, (service.first - service.start).tolist(),
+                                                                both.tolist()) if has]
+            paired, outside = len(gaps), float(np.mean(gaps)) / _NS_PER_MS
+    if not timed.any():
+        return None
+    ttft = (service.first - service.start)[timed]
+    queued, prefill = np.maximum(service.queued[timed], 0), np.maximum(service.prefill[timed], 0)
+    return TtftSplit(requests=int(timed.sum()), queue_ms=float(queued.mean()) / _NS_PER_MS,
+                     prefill_ms=float(prefill.mean()) / _NS_PER_MS,
+                     rest_ms=float(np.maximum(ttft - queued - prefill, 0).mean()) / _NS_PER_MS, paired=paired,
+                     outside_ms=outside)
 
 
 def _latency(values_ns: np.ndarray) -> LlmLatency | None:

@@ -65,8 +65,11 @@ def map_file(ref: FileRef, filters: Filters | None = None, run_window: tuple | N
     filters = Filters() if filters is None else filters
     part = Partial() if into is None else into
     try:
-        joining = filters.client is not None and not is_load_client(ref.service)  # the join needs the ids
-        read = read_data_file(ref, request_ids=filters.sample_skew or joining, use_threads=filters.read_threads)
+        # The join needs the server's request ids, and an LLM request's views pair by them: the load client's
+        # files (one root per request, and its markers) always keep theirs.
+        joining = filters.client is not None and not is_load_client(ref.service)
+        read = read_data_file(ref, request_ids=filters.sample_skew or joining or is_load_client(ref.service),
+                              use_threads=filters.read_threads)
     except UnreadableFile as exc:
         part.skipped[ref.path] = exc.reason
         return part
@@ -156,7 +159,8 @@ def map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, ru
 
     cols = span_columns(table, ts, dur, valid, request_ids_known)
     markers = marker_rows(cols)
-    map_llm(part.llm, cols, markers, "client" if is_load_client(ref.service) else "service", ref.run_id)
+    map_llm(part.llm, cols, markers, "client" if is_load_client(ref.service) else "service", ref.run_id,
+            table.column("request_id") if "request_id" in table.column_names else None)
     if markers is not None:  # token markers time the output; they are no stage of work
         keep = ~markers
         table, ts, dur, valid = table.filter(arrow_mask(keep)), ts[keep], dur[keep], valid[keep]

@@ -133,3 +133,31 @@ def test_ctrl_c_stops_the_server(tmp_path):
     assert list((run / "data").rglob("run.json"))
     server.wait(timeout=30) if server.is_running() else None
     assert not server.is_running()
+
+
+def test_demo_llm_streams_to_the_batching_engine_and_writes_the_llm_section(tmp_path):
+    proc = demo(tmp_path, "--llm", "--seconds", "5", "--rate", "1.5")
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    (run,) = (tmp_path / "runs").iterdir()
+    portrait = json.loads((run / "report" / "portrait.json").read_text())
+    llm = portrait["llm"]
+    sent = [r for r in spans_in(run / "client") if r["parent_id"] is None]
+    served = [r for r in spans_in(run / "data") if r["stage"] == "POST /v1/completions"]
+    # the client's view, joined to the engine's own spans of the same requests
+    assert llm["source"] == "client" and llm["requests"] == len(sent) > 0
+    assert portrait["requests"]["joined_requests"] == len(sent)
+    assert {r["request_id"] for r in sent} <= {r["request_id"] for r in served}
+    assert llm["tokens_out"]["total"] == sum(r["tokens_out"] for r in served if r["request_id"] in
+                                             {s["request_id"] for s in sent})
+    assert llm["ttft_ms"]["p50"] > 0 and llm["tpot_ms"]["p50"] > 0 and llm["goodput"]["derived"]
+    split = llm["ttft_split_ms"]  # the engine's phases, and what the client waited more, for the same requests
+    assert split["paired"] == len(sent) and split["outside_ms"] > 0
+    assert sum(split[k] for k in ("queue_ms", "prefill_ms", "rest_ms", "outside_ms")) == pytest.approx(
+        llm["ttft_ms"]["mean"], rel=1e-3)
+    assert not any(r["stage"] == "GET /metrics" for r in spans_in(run / "data"))  # its scrapes are no traffic
+    stages = {s["name"]: s for s in portrait["stages"]}
+    assert stages["decode"]["batch"]["max"] >= 1 and stages["prefill"]["queue_ms"] is not None
+    assert "LLM: " in out and "goodput: " in out
+    html = (run / "report" / "portrait.html").read_text(encoding="utf-8")
+    assert '<section id="llm"' in html and '"llm_goodput"' in html
