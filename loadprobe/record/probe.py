@@ -518,13 +518,20 @@ def record_span(stage: str, start_ns: int, end_ns: int, *, status: str = "ok", b
         if outer[1] > cur[1]:
             cur = outer
     extras = (batch, shape, engine, flops, bytes, queue_ns, tokens_in, tokens_out)
-    if extras == _NO_EXTRAS:
-        extras = None
     sid = next(_span_ids)
     try:
-        record = (int(start_ns), int(end_ns), sid, cur, stage_id(str(stage)), str(status), extras)
+        if type(start_ns) is not int or type(end_ns) is not int:
+            start_ns, end_ns = int(start_ns), int(end_ns)
+        if extras == _NO_EXTRAS and status == "ok":  # the plain form, as a @probe's (an LLM engine's markers)
+            record = (start_ns, end_ns, sid, cur, stage_id(stage if type(stage) is str else str(stage)))
+        else:
+            record = (start_ns, end_ns, sid, cur, stage_id(str(stage)), str(status),
+                      None if extras == _NO_EXTRAS else extras)
     except (TypeError, ValueError):
         buf.extract_errors += 1
         return None
-    _append(buf, record)
+    if len(buf.spans) < buf.limit:
+        buf.spans.append(record)
+    else:
+        _append(buf, record)  # reserve more room, or count the drop
     return sid
