@@ -34,7 +34,8 @@ For each client run it records:
   the run's window begins there; ``window_clean`` says whether that snapshot held exactly those two
   (otherwise the server figures include them, and ``server_whole`` always does);
 - the machine's busy CPU over the run (/proc/stat) less the client's, the server's and this script's:
-  "other CPU s", a check that nothing else was running (near zero when nothing else runs).
+  "other CPU s", a check that nothing else was running (near zero when nothing else runs). Before each
+  run it waits (up to --quiet-timeout) for 5 s in which the machine, less the server, is idle.
 
 It prints a Markdown table and writes ``DIR/results.json`` (every figure and the exact commands) and
 ``DIR/summary.md``. The run takes about (rounds x 2 x (requests / rate + 15 s)) + 1 minute.
@@ -129,6 +130,19 @@ def machine_busy_s() -> float:
     with open("/proc/stat") as f:
         ticks = [int(x) for x in f.readline().split()[1:]]
     return (sum(ticks[:8]) - ticks[3] - ticks[4]) / CLK_TCK  # less idle and iowait; guest time is in user
+
+
+def wait_quiet(server_pid: int, limit: float, *, cores: float = 0.15, window: float = 5.0) -> float | None:
+    """Wait until the machine, less the server, has been under ``cores`` busy for ``window`` seconds.
+
+    The seconds waited, or None when it was not quiet within ``limit`` seconds (the run goes ahead)."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        busy, server = machine_busy_s(), tree_cpu_s(server_pid)
+        time.sleep(window)
+        if (machine_busy_s() - busy - (tree_cpu_s(server_pid) - server)) / window < cores:
+            return time.monotonic() - started
+    return None
 
 
 def children_cpu_s(who=resource.RUSAGE_CHILDREN) -> float:
@@ -295,6 +309,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1, help="AIPerf's --random-seed")
     parser.add_argument("--pause", type=float, default=3.0, help="seconds of quiet between client runs")
+    parser.add_argument("--quiet-timeout", type=float, default=600,
+                        help="before each run, wait up to this many seconds for the machine to be idle "
+                             "(apart from the server)")
     parser.add_argument("--out", type=Path, default=Path("llm-client-bench"))
     parser.add_argument("--aiperf", type=Path, default=AIPERF_VENV / "bin" / "aiperf")
     args = parser.parse_args()
@@ -321,13 +338,14 @@ def main() -> None:
             order = ("aiperf", "loadprobe") if rnd % 2 else ("loadprobe", "aiperf")
             for name in order:
                 time.sleep(args.pause)
+                waited = wait_quiet(server.process.pid, args.quiet_timeout)
                 folder = out / f"round{rnd}-{name}"
                 shutil.rmtree(folder, ignore_errors=True)
                 folder.mkdir(parents=True)
                 print(f"round {rnd}: {name} ...", file=sys.stderr, flush=True)
                 run = (run_aiperf(args, server.url, model, folder, server.process.pid) if name == "aiperf"
                        else run_loadprobe(args, server.url, folder, server.process.pid))
-                runs.append({"round": rnd, "name": name, **run})
+                runs.append({"round": rnd, "name": name, "waited_for_quiet_s": waited, **run})
     summary = summarize(runs)
     table = markdown(runs)
     a, lp = summary["aiperf"], summary["loadprobe"]

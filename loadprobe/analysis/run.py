@@ -142,7 +142,12 @@ def samples_power(runs) -> bool:
     """Whether any run sampled a power source (NVML, RAPL or another besides psutil and the interpreter's
     CPU, per its run.json): only then is each span's time on its engine worth mapping for energy attribution."""
     return any(name not in ("psutil", "interpreter") and isinstance(state, dict) and state.get("available")
-               for run in runs for name, state in (run.info.get("samplers") or {}).items())
+               for run in runs for name, state in _mapping(run.info.get("samplers")).items())
+
+
+def _mapping(value) -> dict:
+    """A run.json object field as a dict: a damaged file may hold anything there."""
+    return value if isinstance(value, dict) else {}
 
 
 def _roofline_device(device: str | None, runs, catalog_files):
