@@ -71,8 +71,7 @@ def run_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 60.0
         from .samples.vision.images import inspection_jpegs
         from .samples.vision.model import ensure_models
     except ImportError as exc:
-        raise LoadprobeError(f"the demo needs the sample's dependencies ({exc.name} is missing): "
-                             "run pip install 'loadprobe[demo]'") from None
+        raise _missing(exc) from None
     from .load.client import run
 
     run_dir = _new_run_dir(Path(out))
@@ -118,8 +117,7 @@ def run_llm_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 
     try:
         import fastapi  # noqa: F401 - the sample's server needs it (and uvicorn)
     except ImportError as exc:
-        raise LoadprobeError(f"the demo needs the sample's dependencies ({exc.name} is missing): "
-                             "run pip install 'loadprobe[demo]'") from None
+        raise _missing(exc) from None
     from .load import openai
     from .load.client import run
     from .load.schedules import poisson
@@ -167,6 +165,11 @@ def run_llm_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+def _missing(exc: ImportError) -> LoadprobeError:
+    return LoadprobeError(f"the demo needs the sample's dependencies ({exc.name} is missing): "
+                          "run pip install 'loadprobe[demo]'")
 
 
 def analyse(data: Path, run_dir: Path, *, echo=print) -> dict[str, Path]:
