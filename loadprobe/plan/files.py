@@ -74,9 +74,12 @@ def pipeline_dict(plan, option=None) -> dict:
         "stages": stages,
         "routing": {"retry": {"budget_ratio": 0.1, "max_attempts": 2}, "shed": {"by": "priority"}},
         **({"host": _host(option.host)} if option.host is not None else {}),
-        **({"interpreter": {"processes": option.interpreter[0], "ms_per_request": _num(option.interpreter[1]),
+        # Significant digits, not decimals: a light service's few microseconds per request are its bound too
+        # (rounded to 0.0 they would be no bound, and pipeline.yaml refuses them). None measured: no bound.
+        **({"interpreter": {"processes": option.interpreter[0], "ms_per_request": float(f"{option.interpreter[1]:.4g}"),
                             "why": "the recorded processes' interpreter CPU, sampled, with the CPU work this plan keeps "
-                                   "on the host"}} if option.interpreter is not None else {}),
+                                   "on the host"}} if option.interpreter is not None and option.interpreter[1] > 0
+           else {}),
         "why": {"scenario": f"{plan.scenario}: {plan.scenario_why}",
                 "estimate": _estimate_text(option.estimate, plan.slo_p95_ms),
                 "routing": "retries only inside a 10% budget of requests (retries amplify overload); under "
