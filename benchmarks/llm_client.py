@@ -49,9 +49,9 @@ import argparse
 import json
 import os
 import platform
-import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -166,20 +166,24 @@ def measured(command: list[str], *, url: str, server_pid: int, log: Path, env=No
     with open(log, "wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         start = before
-        if preamble:
-            base = before.get("vllm:e2e_request_latency_seconds_count", 0.0)
-            while process.poll() is None:
-                sample = scrape(url)
-                if sample.get("vllm:e2e_request_latency_seconds_count", 0.0) - base >= preamble:
-                    start = sample
-                    break
-                time.sleep(0.02)
         try:
+            if preamble:
+                base = before.get("vllm:e2e_request_latency_seconds_count", 0.0)
+                while process.poll() is None:
+                    sample = scrape(url)
+                    if sample.get("vllm:e2e_request_latency_seconds_count", 0.0) - base >= preamble:
+                        start = sample
+                        break
+                    time.sleep(0.02)
             code = process.wait(timeout)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
             raise RuntimeError(f"{command[0]} ran past {timeout:.0f} s; see {log}") from None
+        except BaseException:  # interrupted: the client goes too
+            process.terminate()
+            process.wait()
+            raise
     wall, cpu = time.monotonic() - wall, children_cpu_s() - cpu
     busy, server_cpu = machine_busy_s() - busy, tree_cpu_s(server_pid) - server_cpu
     own = children_cpu_s(resource.RUSAGE_SELF) - own  # this script's /metrics polling
@@ -267,11 +271,12 @@ def markdown(runs: list[dict]) -> str:
     for run in runs:
         s = run["server"]
         extra = fmt(run["analyze"]["cpu_s"], 2) if "analyze" in run else "-"
+        other = fmt(run["other_cpu_s"], 2) + (" (!)" if run.get("disturbed") else "")
         lines.append(f"| {run['round']} | {run['name']} | {s['requests']} | {fmt(s['ttft_ms_mean'])} | "
                      f"{fmt(s['tpot_ms_mean'], 2)} | {fmt(s['e2e_ms_mean'])} | "
                      f"{'yes' if run['window_clean'] else 'no'} | {run['server_whole']['generation_tokens']:,} | "
                      f"{fmt(run['client_cpu_s'], 2)} | {extra} | {fmt(cpu_per_1k(run), 3)} | "
-                     f"{fmt(run['server_cpu_s'], 2)} | {fmt(run['other_cpu_s'], 2)}{' (!)' if run.get('disturbed') else ''} | "
+                     f"{fmt(run['server_cpu_s'], 2)} | {other} | "
                      f"{fmt(run['wall_s'])} |")
     return "\n".join(lines)
 
@@ -333,9 +338,20 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     model = vllm_cpu.make_model(vllm, out / "model")
     server = vllm_cpu.Server(vllm, model, workdir=out / "server")
+    runs: list[dict] = []
+    result = {"config": {k: v for k, v in vars(args).items() if k not in ("out",)} | {"out": str(out)},
+              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                          "cpu_model": next((line.split(":", 1)[1].strip() for line in
+                                             Path("/proc/cpuinfo").read_text().splitlines()
+                                             if line.startswith("model name")), None),
+                          "python": platform.python_version()},
+              "versions": {"vllm": version(vllm, "vllm-cpu") or vllm_cpu.VERSION,
+                           "aiperf": version(args.aiperf.parent / "python", "aiperf"),
+                           "loadprobe": version(Path(sys.executable), "loadprobe")},
+              "server_command": server.command, "complete": False, "runs": runs}
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that vLLM and a running client are stopped
     print(f"starting vLLM {vllm_cpu.VERSION} (CPU) ...", file=sys.stderr, flush=True)
     started = time.monotonic()
-    runs = []
     with server:
         print(f"vLLM up in {time.monotonic() - started:.0f} s at {server.url}", file=sys.stderr, flush=True)
         for _ in range(4):  # the first requests of a fresh engine are slow: neither client should pay for them
@@ -360,6 +376,7 @@ def main() -> None:
                     discarded.append({k: run[k] for k in ("other_cpu_s", "wall_s", "client_cpu_s", "server")})
                 runs.append({"round": rnd, "name": name, "waited_for_quiet_s": waited,
                              "disturbed": run["other_cpu_s"] > args.max_other_cpu, "discarded": discarded, **run})
+                (out / "results.json").write_text(json.dumps(result, indent=2, default=str))  # so far
     summary = summarize(runs)
     table = markdown(runs)
     a, lp = summary["aiperf"], summary["loadprobe"]
@@ -367,16 +384,7 @@ def main() -> None:
               f"loadprobe {lp['cpu_s_per_1k_tokens']:.3f} with analyze ({lp['cpu_s_per_1k_tokens_run_only']:.3f} "
               f"load alone): AIPerf uses {summary['cpu_ratio_aiperf_to_loadprobe']:.1f}x "
               f"({summary['cpu_ratio_aiperf_to_loadprobe_run_only']:.1f}x against load alone).\n")
-    result = {"config": {k: v for k, v in vars(args).items() if k not in ("out",)} | {"out": str(out)},
-              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                          "cpu_model": next((line.split(":", 1)[1].strip() for line in
-                                             Path("/proc/cpuinfo").read_text().splitlines()
-                                             if line.startswith("model name")), None),
-                          "python": platform.python_version()},
-              "versions": {"vllm": version(vllm, "vllm-cpu") or vllm_cpu.VERSION,
-                           "aiperf": version(args.aiperf.parent / "python", "aiperf"),
-                           "loadprobe": version(Path(sys.executable), "loadprobe")},
-              "server_command": server.command, "runs": runs, "summary": summary}
+    result |= {"complete": True, "summary": summary}
     (out / "results.json").write_text(json.dumps(result, indent=2, default=str))
     (out / "summary.md").write_text(table)
     print(table)
