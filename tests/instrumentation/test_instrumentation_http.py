@@ -230,36 +230,38 @@ def test_a_failing_route_callable_still_ends_the_request_span(recorder):
         start_response("200 OK", [])
         return [b"ok"]
 
-    async def asgi_app(scope, receive, send):
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"ok"})
-
     with serve_wsgi(LoadprobeWSGIMiddleware(app, route=lambda environ: 1 / 0)) as base:
         assert fetch(base, "/x") == (200, b"ok")
-    with serve_asgi(LoadprobeMiddleware(asgi_app, route=lambda scope: 1 / 0)) as base:
+    with serve_asgi(LoadprobeMiddleware(plain_asgi(), route=lambda scope: 1 / 0)) as base:
         assert fetch(base, "/y") == (200, b"ok")
     assert _probe._frame.get() == _probe.ROOT  # no request left open on this thread
     rows = stopped_spans(recorder)
     assert sorted((r["stage"], r["status"]) for r in requests_of(rows)) == [("GET", "ok"), ("GET", "ok")]
 
 
-def test_skipped_paths_are_not_recorded_and_the_app_can_annotate_its_request_span(recorder):
-    async def asgi_app(scope, receive, send):
+def plain_asgi(before=lambda scope: None):
+    """A bare ASGI app: its lifespan, then "ok" to every request, after ``before(scope)``."""
+
+    async def app(scope, receive, send):
         if scope["type"] == "lifespan":
             while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
+        before(scope)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    return app
+
+
+def test_skipped_paths_are_not_recorded_and_the_app_can_annotate_its_request_span(recorder):
+    def annotate(scope):
         span = scope.get("loadprobe.span")
         if span is not None:  # an LLM server knows its request's tokens only as it answers
             span.tokens_in, span.tokens_out = 12, 7
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"ok"})
+
+    asgi_app = plain_asgi(annotate)
 
     def wsgi_app(environ, start_response):
         if "loadprobe.span" in environ:
