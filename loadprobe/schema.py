@@ -27,7 +27,28 @@ minor only adds columns."""
 
 LOAD_CLIENT_SERVICE = "loadprobe-load"
 """The service name of ``loadprobe load --record``'s runs: one root span per request, under the
-x-request-id it sent. Analysis joins them to the server's spans of the same requests by that id."""
+x-request-id it sent. Analysis joins them to the server's spans of the same requests by that id, or by
+the trace id it sent with it (``trace_id_of``)."""
+
+_CLIENT_REQUEST_ID = re.compile(r"([0-9a-f]{8})-([0-9]{1,19})")
+
+
+def trace_id_of(request_id: str) -> str | None:
+    """The W3C trace id ``loadprobe load`` sends (``traceparent``) with its request id ``"<run>-<n>"``: the
+    run's 8 hex digits, then ``n`` in 24, so a server that traces with OpenTelemetry -- and names its
+    request by its trace, as vLLM does -- pairs with the client by either id. None for other ids.
+
+    ``trace_id_of("1a2b3c4d-17")`` -> ``"1a2b3c4d000000000000000000000011"``
+    """
+    match = _CLIENT_REQUEST_ID.fullmatch(request_id)
+    if match is None or not 0 < int(match[2]) < 2**63:
+        return None
+    return client_trace_id(match[1], int(match[2]))
+
+
+def client_trace_id(run_id: str, n: int) -> str:
+    """The trace id of ``loadprobe load``'s request ``n`` in run ``run_id`` (8 hex digits)."""
+    return f"{run_id}{n:024x}"
 
 FIRST_TOKEN = "(first token)"
 """A marker span under an LLM request: from the request's start to its first output token, so that its

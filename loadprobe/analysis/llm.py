@@ -36,7 +36,7 @@ from .columns import SpanColumns, arrow_rows, sparse_filled
 from .histogram import Histogram, latency_cdf
 from .timeline import bucket_seconds
 from ..portrait import Goodput, Llm, LlmLatency, TokenCounts, TokenRate, TokenSeries, TtftSplit
-from ..schema import FIRST_TOKEN, LAST_TOKEN, MARKERS, TOKEN
+from ..schema import FIRST_TOKEN, LAST_TOKEN, MARKERS, TOKEN, trace_id_of
 
 PHASES = ("queue", "prefill")  # the spans a request's time to first token splits into, where the engine records them
 VIEWS = ("client", "service")  # the load client's requests, or the service's own (engine probes, OpenTelemetry)
@@ -234,7 +234,8 @@ def _lookup(span_ids: np.ndarray, arrays: list | None, reduce, row: int = 1) -> 
 
 def _ttft_split(service: _Requests | None, client: _Requests | None) -> TtftSplit | None:
     """The engine's TTFT split into queue, prefill and the rest; with the load client's requests of the
-    same run, how much longer the client waited for the same first tokens (paired by request id). When
+    same run, how much longer the client waited for the same first tokens (paired by request id, or the
+    trace id the client sent). When
     they pair, the split covers the paired requests only, so that the client's mean TTFT over them is
     queue + prefill + rest + outside."""
     if service is None:
@@ -244,6 +245,9 @@ def _ttft_split(service: _Requests | None, client: _Requests | None) -> TtftSpli
     if client is not None and client.ids is not None and service.ids is not None:
         client_ttft = {rid: t for rid, t, has in zip(client.ids, (client.first - client.start).tolist(),
                                                      client.with_first.tolist()) if has and rid is not None}
+        # a server traced with OpenTelemetry names the request by the trace id the client sent with it
+        client_ttft.update({trace_id_of(rid): t for rid, t in client_ttft.items()})
+        client_ttft.pop(None, None)
         both = np.array([rid in client_ttft for rid in service.ids], dtype=bool) & timed
         if both.any():
             timed = both

@@ -3,7 +3,8 @@
 ``loadprobe load --record`` writes one root span per request under the x-request-id it sent
 (service ``schema.LOAD_CLIENT_SERVICE``); a server recorded with loadprobe records that id on its
 request span (the ASGI/WSGI middlewares, ``request(id=...)``). Analysed together, the two are one
-request seen from two sides. The client's files are small (one span per request), so a pre-pass
+request seen from two sides (paired by that id, or by the trace id the client sent with it:
+``ClientRequests.find``). The client's files are small (one span per request), so a pre-pass
 (``client_requests``) reads the request ids, durations and stages of its root spans once; the map
 step then hands every server file to ``join_client`` before its kernel runs. A server root span
 whose request id the client saw gets a parent outside its file -- the client's span, which lives
@@ -22,6 +23,7 @@ Usage::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +34,7 @@ from .dataset import file_refs
 from .kernel_numpy import NS_PER_S, count_values, sum_by
 from .partials import Partial
 from .reading import UnreadableFile, read_data_file
-from ..schema import LOAD_CLIENT_SERVICE
+from ..schema import LOAD_CLIENT_SERVICE, trace_id_of
 
 _NULL = -(2**62)  # a null dur_ns, told from a negative one (as map_step decodes it)
 
@@ -55,6 +57,22 @@ class ClientRequests:
     @property
     def count(self) -> int:
         return len(self.ids)
+
+    @cached_property
+    def _keys(self) -> pa.Array:
+        """Each request's id, then the trace id the client sent with it (the id again where it sent none)."""
+        ids = self.ids.to_pylist()
+        return pa.concat_arrays([self.ids, pa.array([trace_id_of(rid) or rid for rid in ids], pa.string())])
+
+    def find(self, ids) -> np.ndarray:
+        """For each of ``ids`` (request ids a server recorded), the index of the client request it names --
+        by the x-request-id the client sent, or by its trace id (``schema.trace_id_of``: a server traced
+        with OpenTelemetry names a request by its trace) -- or -1."""
+        import pyarrow.compute as pc  # here, not at import: it costs ~30 ms
+
+        seen = pc.index_in(ids.cast(pa.string()), value_set=self._keys)
+        where = with_fill(seen.chunks if isinstance(seen, pa.ChunkedArray) else [seen], len(ids), -1, np.int32)
+        return np.where(where >= 0, where % max(self.count, 1), -1)
 
 
 @dataclass
@@ -104,16 +122,12 @@ def join_client(part: Partial, table: pa.Table, cols: SpanColumns, client: Clien
     """``cols`` of a server file with its request roots that the client saw moved inside the client's
     requests (a parent outside the file), and their time taken off the client spans' self time in
     ``part``; None when the file holds no such root."""
-    import pyarrow.compute as pc  # here, not at import: it costs ~30 ms
-
     roots = (cols.parent == 0) & (cols.has_request if cols.has_request is not None else
                                   np.full(len(cols.ts), bool(cols.request_ids_known)))
     rows = np.flatnonzero(roots)
     if rows.size == 0 or cols.has_request is None:
         return cols, None
-    seen = pc.index_in(table.column("request_id").take(arrow_rows(rows)).cast(pa.string()), value_set=client.ids)
-    chunks = seen.chunks if isinstance(seen, pa.ChunkedArray) else [seen]
-    where = with_fill(chunks, len(rows), -1, np.int32)
+    where = client.find(table.column("request_id").take(arrow_rows(rows)))
     found = where >= 0
     if not found.any():
         return cols, None

@@ -34,7 +34,7 @@ import numpy as np
 from .._errors import LoadprobeError
 from ..record.probe import record_span
 from ..schema import FIRST_TOKEN, TOKEN
-from .connections import Pool, Request, Target, http_target, os_reason
+from .connections import Pool, Request, Target, http_target, os_reason, traceparent_line
 from .report import LoadReport, load_report
 from .schedules import DEFAULT_DURATION_S, check_positive, check_requests
 from .timers import in_precise_loop
@@ -136,7 +136,9 @@ class _Runner:
 
     def issue(self, intended_ns: int) -> None:
         self.issued += 1
-        request = Request(self.issued, f"{self.run_id}-{self.issued}", intended_ns)
+        n = self.issued
+        request = Request(n, f"{self.run_id}-{n}", intended_ns,
+                          traceparent_line(self.run_id, n) if self.pool.target.traced else b"")
         self.outstanding += 1
         request.timer = self.loop.call_at(self.loop.time() + self.timeout, self._expire, request)
         self.pool.submit(request)

@@ -24,8 +24,9 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from .._errors import LoadprobeError
+from ..schema import client_trace_id
 
-__all__ = ["Connection", "Pool", "Request", "Target", "http_target", "os_reason"]
+__all__ = ["Connection", "Pool", "Request", "Target", "http_target", "os_reason", "traceparent_line"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Target:
     head_only: bool  # a HEAD request: responses describe a body they do not carry
     body_of: Callable[[int], bytes] | None = None  # request n's body, made as it is sent (``tails`` unused)
     stream: Callable | None = None  # makes a reader fed each 2xx answer's body as it arrives (openai.StreamReader)
+    traced: bool = True  # each request carries a W3C traceparent (``Request.trace``); False when a header gave one
 
     def tail(self, n: int) -> bytes:
         """What follows request ``n``'s id: Content-Length, the end of the headers, its body."""
@@ -88,7 +90,15 @@ def http_target(url: str, method: str, headers: list[str] | tuple = (), body=b""
     except UnicodeEncodeError:
         raise LoadprobeError(f"URL {url!r} or a --header holds characters HTTP headers cannot carry; "
                              "percent-encode the URL (e.g. %C3%A9) and keep headers to Latin-1") from None
-    return Target(url, parts.hostname, port, head, tails, method.upper() == "HEAD", body_of, stream)
+    return Target(url, parts.hostname, port, head, tails, method.upper() == "HEAD", body_of, stream,
+                  traced="traceparent" not in names)
+
+
+def traceparent_line(run_id: str, n: int) -> bytes:
+    """The traceparent header line of request ``n`` of run ``run_id``: its trace id names the request
+    (``schema.client_trace_id``), its parent span id is ``n``, sampled -- so that a server tracing with
+    OpenTelemetry records it, under an id the analysis pairs with the client's x-request-id."""
+    return b"\r\ntraceparent: 00-%s-%016x-01" % (client_trace_id(run_id, n).encode(), n)
 
 
 def _as_bytes(body) -> bytes:
@@ -103,11 +113,12 @@ def os_reason(exc: OSError) -> str:
 class Request:
     """One request's life: due, written, answered or failed."""
 
-    __slots__ = ("number", "rid", "intended_ns", "sent_ns", "timer", "conn", "done", "stream")
+    __slots__ = ("number", "rid", "trace", "intended_ns", "sent_ns", "timer", "conn", "done", "stream")
 
-    def __init__(self, number: int, rid: str, intended_ns: int) -> None:
+    def __init__(self, number: int, rid: str, intended_ns: int, trace: bytes = b"") -> None:
         self.number = number
         self.rid = rid
+        self.trace = trace  # header lines after the x-request-id: its traceparent (``traceparent_line``)
         self.intended_ns = intended_ns
         self.sent_ns = 0
         self.timer = None
@@ -145,7 +156,7 @@ class Connection(asyncio.Protocol):
         self.request = request
         self.state, self.body_bytes = _HEAD, 0
         target = self.pool.target
-        data = b"".join((target.head, request.rid.encode(), target.tail(request.number)))
+        data = b"".join((target.head, request.rid.encode(), request.trace, target.tail(request.number)))
         request.sent_ns = perf_counter_ns()
         self.transport.write(data)
 

@@ -205,3 +205,47 @@ def test_a_load_client_sharing_no_request_id_is_a_service_of_its_own(both_sides,
     counts = {p.parent.name: json.loads(p.read_text())["requests"]["count"]
               for p in (tmp_path / "out").glob("*/portrait.json")}
     assert counts == {"batch": 5, "loadprobe-load": REQUESTS}
+
+
+@pytest.mark.timeout(300)
+def test_a_server_traced_with_opentelemetry_pairs_with_the_client_by_the_trace_id_it_sent(tmp_path):
+    """A server that records no x-request-id, only OpenTelemetry spans in the trace the client's
+    ``traceparent`` started (as vLLM does): its requests are the client's, counted once."""
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    from loadprobe.record.otlp_import import import_otlp
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "traced", "host.name": "h1"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+
+    def app(environ, start_response):
+        context = TraceContextTextMapPropagator().extract({"traceparent": environ.get("HTTP_TRACEPARENT", "")})
+        with tracer.start_as_current_span("POST /infer", context=context, kind=trace.SpanKind.SERVER):
+            with tracer.start_as_current_span("work"):
+                time.sleep(0.003)
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+        return [b"ok"]
+
+    with serve_wsgi(app) as base:
+        done = _cli("load", base + "/infer", "--rate", 200, "--requests", REQUESTS, "--record", tmp_path / "client")
+    assert done.returncode == 0, done.stderr
+    spans = exporter.get_finished_spans()
+    (tmp_path / "traces.jsonl").write_text(encode_spans(spans).to_json() + "\n")
+    import_otlp(tmp_path / "traces.jsonl", tmp_path / "server")
+
+    portrait = loadprobe.analyze([tmp_path / "client", tmp_path / "server"])
+    assert portrait.requests.count == REQUESTS and portrait.requests.joined_requests == REQUESTS
+    assert portrait.stage("client").share == pytest.approx(1.0)
+    assert portrait.stage("work").count == REQUESTS and 0 < portrait.stage("work").share < 1
+    # ... and a folder of both sides holds one service to portray, the client joined to it
+    from loadprobe.analysis.run import services
+
+    assert services([tmp_path]) == ["traced"]

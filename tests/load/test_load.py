@@ -261,6 +261,26 @@ def test_every_request_arrives_once_with_its_id_and_every_framing_is_parsed(serv
     assert set(report.latency_ms) == {"p50", "p90", "p99", "p999", "max"}
 
 
+def test_each_request_carries_a_w3c_traceparent_named_after_its_id_unless_a_header_gives_one(server):
+    from opentelemetry.trace import get_current_span
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    from loadprobe.schema import trace_id_of
+
+    load.run(server.url + "/ok", load.constant(400, requests=20))
+    assert len(server.seen) == 20
+    for rid, *_, headers in server.seen:
+        # as an OpenTelemetry-instrumented server reads it: a remote, sampled parent in the trace named by the id
+        context = get_current_span(TraceContextTextMapPropagator().extract(headers)).get_span_context()
+        assert context.is_valid and context.is_remote and context.trace_flags.sampled
+        assert f"{context.trace_id:032x}" == trace_id_of(rid)
+        assert context.span_id == int(rid.rsplit("-", 1)[1])
+    server.seen.clear()
+    load.run(server.url + "/ok", load.constant(400, requests=5), headers=["traceparent: 00-" + "ab" * 16 + "-" +
+                                                                         "cd" * 8 + "-00"])
+    assert {h["traceparent"] for *_, h in server.seen} == {"00-" + "ab" * 16 + "-" + "cd" * 8 + "-00"}
+
+
 def test_a_stalling_server_shows_growing_latency_while_sends_stay_on_schedule(server, tmp_path):
     # Capacity 1 / 20 ms = 50 req/s, offered 300 req/s: the backlog grows with every request.
     # (Sending takes 0.2 s, serving 1.2 s: wide margins against a busy machine's hiccups.)
