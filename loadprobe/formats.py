@@ -142,7 +142,7 @@ DATA = Format("data format", "1.0", "tag")
 RUN = Format("run.json format", "1.0", "tag", kind="run")
 """run.json's ``schema`` field."""
 
-PORTRAIT = Format("portrait format", "1.9", "text")
+PORTRAIT = Format("portrait format", "1.10", "text")
 """portrait.json's ``version`` field."""
 
 PLANS = Format("plans.json format", "1.0", "text")

@@ -230,6 +230,33 @@ class TokenSeries:
 
 
 @dataclass
+class EngineLevel:
+    mean: float  # time-weighted, over the engine's requests' window (spans) or the LLM requests' (scraped)
+    peak: float  # the highest reading, or the most at once
+    source: str  # "scraped": the engine's own metric (--scrape); "spans": counted from its requests' phases
+
+
+@dataclass
+class EngineSeries:
+    """The engine's running and waiting requests over time, counted from its spans (display)."""
+
+    start: int  # epoch seconds of the first bucket
+    bucket_s: int
+    running: list[float]  # mean sequences running in each bucket
+    waiting: list[float] | None
+
+
+@dataclass
+class EngineLoad:
+    """The engine's running batch, its queue and its KV cache, over the LLM requests' window (1.10)."""
+
+    running: EngineLevel | None  # sequences scheduled: in prefill or decode (the running batch)
+    waiting: EngineLevel | None  # requests waiting to be scheduled
+    kv_cache_pct: EngineLevel | None  # of its KV cache in use (scraped only)
+    series: EngineSeries | None = None  # from the spans, where not scraped (scraped series are in the timeline)
+
+
+@dataclass
 class Llm:
     source: str  # "client": loadprobe load --openai's view; "service": the engine's own spans or OpenTelemetry
     requests: int  # request spans that carry tokens_out
@@ -250,6 +277,7 @@ class Llm:
     tokens_series: TokenSeries | None = None
     lengths: list[tuple[int, int, int]] | None = None
     ttft_split_ms: TtftSplit | None = None
+    engine: EngineLoad | None = None  # (1.10)
 
 
 @dataclass

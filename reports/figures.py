@@ -18,7 +18,7 @@ import html
 import math
 from datetime import datetime
 
-from loadprobe.analysis.timeline import engine_series
+from loadprobe.analysis.timeline import ENGINE_REQUESTS, engine_series
 
 MAX_POINTS = 2_000  # per trace, for display
 MAX_STAGES = 12  # traces per chart; the rest are summed or left to the tables
@@ -291,7 +291,7 @@ def batch_fits(portrait) -> dict | None:
 _ROWS = (("utilisation (%)", lambda s: s.metric == "util_pct" and s.device != "memory", 1.0),
          ("memory (GB)", lambda s: s.metric in ("used_bytes", "mem_used_bytes"), 1e-9),
          ("power (W)", lambda s: s.metric == "power_w", 1.0),
-         ("engine requests", lambda s: engine_series(s.device, s.metric) == "requests", 1.0),
+         ("engine requests", lambda s: engine_series(s.device, s.metric) in ENGINE_REQUESTS, 1.0),
          ("KV cache (%)", lambda s: engine_series(s.device, s.metric) == "kv_cache", 100.0))
 
 

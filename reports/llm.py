@@ -34,12 +34,29 @@ def llm_reading(llm) -> str:
         parts.append(f"in the engine, a first token waited {ms(split.queue_ms)} ms to be scheduled, "
                      f"{ms(split.prefill_ms)} ms in prefill and {ms(split.rest_ms)} ms elsewhere"
                      + (f", and the client {ms(split.outside_ms)} ms more" if split.outside_ms is not None else ""))
+    if llm.engine is not None:
+        parts.append("the engine " + engine_load(llm.engine))
     g = llm.goodput
     if g is not None:
         targets = f"TTFT ≤ {ms(g.ttft_ms)} ms" + (f" and TPOT ≤ {ms(g.tpot_ms)} ms" if g.tpot_ms is not None else "")
         given = " (targets not given: twice the recorded medians)" if g.derived else ""
         parts.append(f"goodput {pct(g.share, 1)} within {targets}{given}")
     return "; ".join(parts) + "."
+
+
+def engine_load(engine) -> str:
+    """``llm.engine`` in words: "ran 4.2 sequences at once on average (peak 8), 1.3 waiting (peak 6), ..."."""
+    said = []
+    for level, what in ((engine.running, "sequences at once on average"), (engine.waiting, "waiting"),
+                        (engine.kv_cache_pct, "KV cache in use")):
+        if level is not None:
+            value, peak = (f"{num(level.mean)}%", f"{num(level.peak)}%") if level is engine.kv_cache_pct else \
+                (num(level.mean), num(level.peak))
+            said.append(f"{value} {what} (peak {peak})")
+    source = {level.source for level in (engine.running, engine.waiting, engine.kv_cache_pct) if level is not None}
+    where = "its scraped metrics" if source == {"scraped"} else "its requests' spans" if source == {"spans"} else \
+        "its metrics and spans"
+    return "ran " + ", ".join(said) + f", from {where}"
 
 
 def llm_table(llm) -> dict:
@@ -127,17 +144,21 @@ def _lengths(llm) -> dict | None:
 
 
 def _engine(portrait) -> dict | None:
-    """The engine's running and waiting requests and its KV-cache use, where its metrics were scraped."""
-    tl = portrait.timeline
-    series = [s for s in (tl.device_series if tl else []) if engine_series(s.device, s.metric)]
-    if not series:
+    """The engine's running and waiting requests and its KV-cache use: its scraped metrics, else as counted
+    from its spans (``llm.engine.series``)."""
+    tl, counted = portrait.timeline, portrait.llm.engine.series if portrait.llm.engine is not None else None
+    lines = [(s.metric.split("{")[0], tl.start, tl.bucket_s, s.values, engine_series(s.device, s.metric) == "kv_cache")
+             for s in (tl.device_series if tl else []) if engine_series(s.device, s.metric)]
+    if not lines and counted is not None:
+        lines = [(f"{name} (from spans)", counted.start, counted.bucket_s, values, False)
+                 for name, values in (("running", counted.running), ("waiting", counted.waiting)) if values is not None]
+    if not lines:
         return None
     data = []
-    for i, s in enumerate(series):
-        kv = engine_series(s.device, s.metric) == "kv_cache"
-        factor, values = thin([None if v is None else (100 * v if kv else v) for v in s.values])
-        data.append({"type": "scatter", "mode": "lines", "name": text(s.metric.split("{")[0]) + (" (%)" if kv else ""),
-                     "x0": tl.start * 1000, "dx": factor * tl.bucket_s * 1000, "y": values,
+    for i, (name, start_s, bucket_s, values, kv) in enumerate(lines):
+        factor, values = thin([None if v is None else (100 * v if kv else v) for v in values])
+        data.append({"type": "scatter", "mode": "lines", "name": text(name) + (" (%)" if kv else ""),
+                     "x0": start_s * 1000, "dx": factor * bucket_s * 1000, "y": values,
                      "yaxis": "y2" if kv else "y", "line": {"color": PALETTE[i % len(PALETTE)], "width": 2},
                      "hovertemplate": "%{fullData.name}: %{y:.3g}<extra></extra>"})
     return figure(data, xaxis=axis("time (UTC)", type="date"), yaxis=axis("requests", rangemode="tozero"),

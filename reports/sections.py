@@ -116,7 +116,8 @@ def _llm(p, figures) -> dict:
                         "(circles: the targets held to)"),
         ("llm_tokens", "Output and prompt tokens per second over time"),
         ("llm_lengths", "Requests by prompt and output length (power-of-two bins; area: requests)"),
-        ("llm_engine", "The engine's running and waiting requests and its KV-cache use, as scraped"),
+        ("llm_engine", "The engine's running and waiting requests and its KV-cache use: its scraped metrics, else "
+                       "counted from its spans (mean per bucket)"),
         ("llm_phases", "Time in prefill and in decode, per engine")], tables=[llm_table(p.llm)])
 
 

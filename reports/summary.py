@@ -9,6 +9,7 @@ Usage::
 from __future__ import annotations
 
 from .._table import text_table
+from .llm import engine_load
 from .units import ms as _ms, pct as _pct
 
 
@@ -92,6 +93,8 @@ def llm_lines(llm) -> list[str]:
              for label, r in (("output", llm.output_tokens_per_s), ("prompt", llm.input_tokens_per_s)) if r is not None]
     if tokens:
         out.append("tokens: " + "; ".join(tokens) + ("; " + ", ".join(rates) if rates else ""))
+    if llm.engine is not None:
+        out.append("engine: " + engine_load(llm.engine))
     g = llm.goodput
     if g is not None:
         targets = f"TTFT <= {_ms(g.ttft_ms)} ms" + (f" and TPOT <= {_ms(g.tpot_ms)} ms" if g.tpot_ms is not None else "")

@@ -18,7 +18,7 @@ from .conftest import REPO
 def test_each_format_writes_the_spelling_its_files_have_always_had():
     assert DATA.tag("spans") == "spans/1.0" and DATA.tag("samples") == "samples/1.0"
     assert RUN.value == "run/1.0"
-    assert PORTRAIT.value == "1.9"
+    assert PORTRAIT.value == "1.10"
     assert PLANS.value == "1.0" and SIMULATION.value == "1.0" and CATALOG.value == "1.0" and VERIFY.value == "1.0"
     assert PIPELINE.value == 1 and ALIGN.value == 1 and CAPTURE.value == 1
     assert len(set(formats.FORMATS)) == len(formats.FORMATS) == 10
@@ -67,7 +67,7 @@ def test_a_damaged_version_is_unreadable_and_refuse_newer_lets_it_through(fmt, f
 
 @pytest.mark.parametrize("fmt, found, shown, ours", [
     (DATA, "spans/2.0", "2.0", "1.0"), (RUN, "run/9.0", "9.0", "1.0"), (RUN, "2", "2", "1.0"),
-    (PORTRAIT, "2.0", "2.0", "1.9"), (PLANS, "3.1", "3.1", "1.0"), (PIPELINE, 2, "2", "1"),
+    (PORTRAIT, "2.0", "2.0", "1.10"), (PLANS, "3.1", "3.1", "1.0"), (PIPELINE, 2, "2", "1"),
     (ALIGN, 2, "2", "1"), (DATA, "spans/99999999999999999999", "99999999999999999999", "1.0"),
 ])
 def test_a_newer_major_is_refused_in_one_line_naming_the_file_and_the_fix(fmt, found, shown, ours):

@@ -105,7 +105,7 @@ def build_portrait(part: Partial, runs: list, *, inputs: list, device=None, prec
         roofline_roofs=roofs(device, precision),
         timeline=build_timeline(part),
         energy=energy,
-        llm=build_llm(part.llm, slo_ttft_ms, slo_tpot_ms),
+        llm=build_llm(part.llm, slo_ttft_ms, slo_tpot_ms, part.samples),
     )
     portrait.bottlenecks = find_bottlenecks(portrait)
     return portrait

@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .columns import SpanColumns, arrow_rows, sparse_filled
+from .engine_load import build_engine
 from .histogram import Histogram, latency_cdf
-from .timeline import bucket_seconds
+from .timeline import in_buckets, points_per_second, spread_per_second
 from ..portrait import Goodput, Llm, LlmLatency, TokenCounts, TokenRate, TokenSeries, TtftSplit
 from ..schema import FIRST_TOKEN, LAST_TOKEN, MARKERS, TOKEN, trace_id_of
 
@@ -149,9 +150,11 @@ class _Requests:
         return (self.last[d] - self.first[d]) / (self.tokens_out[d] - 1)
 
 
-def build_llm(llm: LlmPartial, ttft_ms: float | None = None, tpot_ms: float | None = None) -> Llm | None:
+def build_llm(llm: LlmPartial, ttft_ms: float | None = None, tpot_ms: float | None = None,
+              samples: dict | None = None) -> Llm | None:
     """The ``llm`` section (None without LLM requests): from the load client's view when it recorded LLM
-    requests, else the service's. ``ttft_ms``/``tpot_ms``: the goodput targets (derived when not given)."""
+    requests, else the service's. ``ttft_ms``/``tpot_ms``: the goodput targets (derived when not given);
+    ``samples``: the merged device samples, where a scraped engine's gauges are (``engine_load``)."""
     joined = {view: _joined(llm, view) for view in VIEWS}
     found = [view for view in VIEWS if joined[view] is not None]
     if not found:
@@ -160,7 +163,8 @@ def build_llm(llm: LlmPartial, ttft_ms: float | None = None, tpot_ms: float | No
     requests = joined[view]
     split = _ttft_split(joined["service"], joined["client"])
     ttft, tpot = requests.ttft_ns(), requests.tpot_ns()
-    window_ns = int((requests.start + requests.dur).max() - requests.start.min())
+    since_ns, until_ns = int(requests.start.min()), int((requests.start + requests.dur).max())
+    window_ns = until_ns - since_ns
     itl = llm.itl.get(view)
     itl = itl if itl is not None and itl.total else None
     output, prompt = _per_second(requests, window_ns)
@@ -179,9 +183,10 @@ def build_llm(llm: LlmPartial, ttft_ms: float | None = None, tpot_ms: float | No
         ttft_cdf=_cdf(ttft),
         tpot_cdf=_cdf(tpot),
         itl_cdf=latency_cdf(itl) if itl is not None else None,
-        tokens_series=_series(int(requests.start.min()), output, prompt),
+        tokens_series=_series(since_ns, output, prompt),
         lengths=_lengths(requests.tokens_in, requests.tokens_out),
         ttft_split_ms=split,
+        engine=build_engine(samples or {}, joined["service"], since_ns, until_ns),
     )
 
 
@@ -300,11 +305,11 @@ def _per_second(r: _Requests, window_ns: int) -> tuple[np.ndarray, np.ndarray]:
     spread_from = np.where(f, r.first, r.start)[known]
     spread_to = np.where(f, r.last, r.start + r.dur)[known]
     spread = np.where(f, r.tokens_out - 1, r.tokens_out)[known].astype(np.float64)
-    output = _spread(spread_from - origin, np.maximum(spread_to, spread_from) - origin, spread, seconds)
-    output += _points(r.first[f] - origin, np.ones(int(f.sum())), seconds)
+    output = spread_per_second(spread_from - origin, np.maximum(spread_to, spread_from) - origin, spread, seconds)
+    output += points_per_second(r.first[f] - origin, np.ones(int(f.sum())), seconds)
     read = r.tokens_in >= 0
-    prompt = _points(np.where(r.with_first, r.first, r.start)[read] - origin, r.tokens_in[read].astype(np.float64),
-                     seconds)
+    prompt = points_per_second(np.where(r.with_first, r.first, r.start)[read] - origin,
+                               r.tokens_in[read].astype(np.float64), seconds)
     return output, prompt
 
 
@@ -316,15 +321,9 @@ def _rate(tokens: np.ndarray, per_second: np.ndarray, window_ns: int) -> TokenRa
 
 
 def _series(origin_ns: int, output: np.ndarray, prompt: np.ndarray) -> TokenSeries:
-    """Tokens per second over time, in buckets few enough to draw (the timeline's ladder of widths)."""
-    first = origin_ns // 1_000_000_000
-    step = bucket_seconds(first, first + len(output) - 1, 2)
-    shift = first % step  # buckets start on multiples of their width, as the timeline's do
-    padded = [np.concatenate([np.zeros(shift), x]) for x in (output, prompt)]
-    buckets = -(-len(padded[0]) // step)
-    sums = [np.pad(x, (0, buckets * step - len(x))).reshape(buckets, step).sum(axis=1) / step for x in padded]
-    return TokenSeries(start=first - shift, bucket_s=step, output_per_s=[round(float(v), 6) for v in sums[0]],
-                       input_per_s=[round(float(v), 6) for v in sums[1]])
+    """Tokens per second over time, in buckets few enough to draw."""
+    start, step, (out, read) = in_buckets(origin_ns, [output, prompt])
+    return TokenSeries(start=start, bucket_s=step, output_per_s=out, input_per_s=read)
 
 
 def _cdf(values_ns: np.ndarray) -> list | None:
@@ -345,34 +344,6 @@ def _lengths(tokens_in: np.ndarray, tokens_out: np.ndarray) -> list | None:
            for x in (tokens_in, tokens_out)]
     pairs, counts = np.unique(np.stack(low, axis=1), axis=0, return_counts=True)
     return [[int(a), int(b), int(n)] for (a, b), n in zip(pairs, counts)]
-
-
-def _points(at_ns: np.ndarray, amounts: np.ndarray, seconds: int) -> np.ndarray:
-    index = np.clip(at_ns // 1_000_000_000, 0, seconds - 1).astype(np.int64)
-    return np.bincount(index, weights=amounts, minlength=seconds)[:seconds]
-
-
-def _spread(a_ns: np.ndarray, b_ns: np.ndarray, amounts: np.ndarray, seconds: int) -> np.ndarray:
-    """Per second of ``seconds``, the amounts each spread evenly over [a, b] (a point where a == b).
-
-    The running total F(t) = sum over intervals of rate * clip(t - a, 0, b - a) is piecewise linear,
-    its slope rising by each rate at a and falling at b: cumulative sums over the sorted breakpoints
-    give F at every second's edge in O((n + seconds) log n)."""
-    point = b_ns <= a_ns
-    out = _points(a_ns[point], amounts[point], seconds)
-    a, b, amount = a_ns[~point], b_ns[~point], amounts[~point]
-    if len(a) == 0:
-        return out
-    rate = amount / (b - a)
-    times = np.concatenate([a, b]).astype(np.float64)
-    slopes = np.concatenate([rate, -rate])
-    order = np.argsort(times, kind="stable")
-    times, slopes = times[order], slopes[order]
-    slope_sum, intercept_sum = np.cumsum(slopes), np.cumsum(slopes * times)
-    edges = np.arange(seconds + 1, dtype=np.float64) * 1e9
-    k = np.searchsorted(times, edges, side="right") - 1
-    total = np.where(k >= 0, slope_sum[np.maximum(k, 0)] * edges - intercept_sum[np.maximum(k, 0)], 0.0)
-    return out + np.diff(total)
 
 
 def _goodput(r: _Requests, ttft_ms: float | None, tpot_ms: float | None, window_ns: int) -> Goodput | None:

@@ -24,23 +24,23 @@ from ..portrait import DeviceSeries, StageSeries, Timeline
 MAX_POINTS = 2_000  # per series
 MAX_TOTAL_POINTS = 200_000  # over all series: a fleet's many hosts get coarser buckets
 METRICS = ("util_pct", "used_bytes", "mem_used_bytes", "power_w")  # what the report charts
-ENGINE_REQUESTS = frozenset({"num_requests_running", "num_requests_waiting", "num_requests_swapped",
-                             "requests_processing", "requests_deferred"})
-ENGINE_KV_CACHE = frozenset({"kv_cache_usage_perc", "gpu_cache_usage_perc", "cpu_cache_usage_perc",
-                             "kv_cache_usage_ratio"})
+ENGINE_SERIES = {
+    "num_requests_running": "running", "requests_processing": "running",
+    "num_requests_waiting": "waiting", "requests_deferred": "waiting", "num_requests_swapped": "swapped",
+    "kv_cache_usage_perc": "kv_cache", "gpu_cache_usage_perc": "kv_cache", "cpu_cache_usage_perc": "kv_cache",
+    "kv_cache_usage_ratio": "kv_cache"}
 """Scraped series (``--scrape``) the report charts beside the devices, by the name after the engine's
-prefix (``vllm:``, ``llamacpp:``): its running and waiting requests, and its KV-cache use (a fraction)."""
+prefix (``vllm:``, ``llamacpp:``): its running, waiting and swapped requests, and its KV-cache use (a
+fraction, whatever the name says)."""
+ENGINE_REQUESTS = ("running", "waiting", "swapped")
 
 
 def engine_series(device: str, metric: str) -> str | None:
-    """``"requests"`` or ``"kv_cache"`` for a scraped engine series the report charts, else None:
-    ``("scrape:h:8000", 'vllm:num_requests_running{model_name="m"}')`` -> ``"requests"``."""
+    """What a scraped engine series counts -- ``"running"``, ``"waiting"``, ``"swapped"`` (requests) or
+    ``"kv_cache"`` -- else None: ``("scrape:h:8000", 'vllm:num_requests_running{model_name="m"}')`` -> ``"running"``."""
     if not device.startswith("scrape:"):
         return None
-    name = metric.split("{", 1)[0].rsplit(":", 1)[-1]  # ...:per_s and other derived series end otherwise
-    if name in ENGINE_REQUESTS:
-        return "requests"
-    return "kv_cache" if name in ENGINE_KV_CACHE else None
+    return ENGINE_SERIES.get(metric.split("{", 1)[0].rsplit(":", 1)[-1])  # ...:per_s and other derived series end otherwise
 _LADDER = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 
@@ -87,6 +87,47 @@ def build_timeline(part) -> Timeline | None:
         busy_share = [_display(t / (step * 1e9)) for t in total.tolist()]
         out.stage_series.append(StageSeries(stage=str(stage), busy=busy_share))
     return out
+
+
+def points_per_second(at_ns: np.ndarray, amounts: np.ndarray, seconds: int) -> np.ndarray:
+    """Per second of ``seconds`` from 0, the amounts at times ``at_ns`` (clipped into the range)."""
+    index = np.clip(at_ns // 1_000_000_000, 0, seconds - 1).astype(np.int64)
+    return np.bincount(index, weights=amounts, minlength=seconds)[:seconds]
+
+
+def spread_per_second(a_ns: np.ndarray, b_ns: np.ndarray, amounts: np.ndarray, seconds: int) -> np.ndarray:
+    """Per second of ``seconds``, the amounts each spread evenly over [a, b] (a point where a == b).
+
+    The running total F(t) = sum over intervals of rate * clip(t - a, 0, b - a) is piecewise linear,
+    its slope rising by each rate at a and falling at b: cumulative sums over the sorted breakpoints
+    give F at every second's edge in O((n + seconds) log n)."""
+    point = b_ns <= a_ns
+    out = points_per_second(a_ns[point], amounts[point], seconds)
+    a, b, amount = a_ns[~point], b_ns[~point], amounts[~point]
+    if len(a) == 0:
+        return out
+    rate = amount / (b - a)
+    times = np.concatenate([a, b]).astype(np.float64)
+    slopes = np.concatenate([rate, -rate])
+    order = np.argsort(times, kind="stable")
+    times, slopes = times[order], slopes[order]
+    slope_sum, intercept_sum = np.cumsum(slopes), np.cumsum(slopes * times)
+    edges = np.arange(seconds + 1, dtype=np.float64) * 1e9
+    k = np.searchsorted(times, edges, side="right") - 1
+    total = np.where(k >= 0, slope_sum[np.maximum(k, 0)] * edges - intercept_sum[np.maximum(k, 0)], 0.0)
+    return out + np.diff(total)
+
+
+def in_buckets(origin_ns: int, per_second: list) -> tuple[int, int, list]:
+    """Per-second arrays from ``origin_ns`` as display buckets: (epoch second of the first bucket, its width,
+    each array's bucket means to 6 decimals). Widths from the ladder, buckets on multiples of their width."""
+    first = origin_ns // 1_000_000_000
+    step = bucket_seconds(first, first + len(per_second[0]) - 1, len(per_second))
+    shift = first % step
+    padded = [np.concatenate([np.zeros(shift), x]) for x in per_second]
+    buckets = -(-len(padded[0]) // step)
+    means = [np.pad(x, (0, buckets * step - len(x))).reshape(buckets, step).sum(axis=1) / step for x in padded]
+    return first - shift, step, [[round(float(v), 6) for v in m] for m in means]
 
 
 def _display(value: float) -> float:

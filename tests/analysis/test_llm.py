@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loadprobe
-from loadprobe.analysis.llm import _spread
+from loadprobe.analysis.timeline import spread_per_second as _spread
 from loadprobe.record.probe import record_span
-from loadprobe.schema import FIRST_TOKEN, SPANS, TOKEN
+from loadprobe.schema import FIRST_TOKEN, LAST_TOKEN, SPANS, TOKEN
 
 MS = 1_000_000
 
@@ -109,3 +109,76 @@ def test_spreading_keeps_every_token_and_each_second_holds_its_share(intervals):
             overlap = max(0, min(hi, (s + 1) * 1_000 * MS) - max(lo, s * 1_000 * MS))
             expected[s] += n * overlap / (hi - lo)
     assert out == pytest.approx(expected, abs=1e-6)
+
+
+def _engine_requests(folder, requests, sources=(), hold_s: float = 0.0, markers: bool = True) -> None:
+    """An engine's own spans: per request (start, waited, prefill, last output) in ms from now -- the request
+    span, its prefill (its queue time the wait for a slot), the first token at the prefill's end, the last
+    (``markers``: the first and last token markers)."""
+    import time
+    from time import perf_counter_ns
+
+    loadprobe.start(str(folder), service="llm-engine", sample_devices=False, sample_interpreter=False,
+                    more_sources=list(sources), sample_interval_s=0.1)
+    t0 = perf_counter_ns()
+    time.sleep(hold_s)  # scraped meanwhile
+    for i, (start, waited, prefill, last) in enumerate(requests):
+        start, admitted = t0 + start * MS, t0 + (start + waited) * MS
+        first = admitted + prefill * MS
+        root = record_span("generate", start, t0 + last * MS, request_id=f"r{i}", tokens_in=8, tokens_out=5)
+        record_span("prefill", admitted, first, request_id=f"r{i}", parent=root, queue_ns=waited * MS)
+        if markers:
+            record_span(FIRST_TOKEN, start, first, request_id=f"r{i}", parent=root)
+            record_span(LAST_TOKEN, first, t0 + last * MS, request_id=f"r{i}", parent=root)
+    loadprobe.stop()
+
+
+def test_the_engine_s_running_batch_and_queue_are_counted_from_its_spans(tmp_path):
+    # running (prefill start -> last output): [0, 100], [50, 150], [100, 200] ms; waiting: [10, 50], [20, 100]
+    _engine_requests(tmp_path, [(0, 0, 50, 100), (10, 40, 50, 150), (20, 80, 50, 200)])
+    engine = loadprobe.analyze([tmp_path]).llm.engine
+    assert (engine.running.source, engine.waiting.source, engine.kv_cache_pct) == ("spans", "spans", None)
+    assert engine.running.mean == pytest.approx(300 / 200) and engine.running.peak == 2  # one ends as one starts
+    assert engine.waiting.mean == pytest.approx((0 + 40 + 80) / 200) and engine.waiting.peak == 2
+    # the series for the report: everything within one second, its mean over that second
+    assert engine.series.bucket_s == 1 and sum(engine.series.running) == pytest.approx(0.3)
+    assert sum(engine.series.waiting) == pytest.approx(0.12)
+
+
+@pytest.mark.timeout(60)
+def test_the_engine_s_scraped_gauges_are_its_load_summed_over_its_endpoints(tmp_path):
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from loadprobe.record.scrape import ScrapeSource
+    from tests.record.test_scrape import free_port
+
+    servers, urls = [], []
+    for running, waiting, kv in ((3, 1, 0.25), (2, 0, 0.75)):  # two engines (vLLM's names)
+        registry = prometheus_client.CollectorRegistry()
+        for name, value in (("num_requests_running", running), ("num_requests_waiting", waiting),
+                            ("kv_cache_usage_perc", kv)):
+            prometheus_client.Gauge(f"vllm:{name}", name, ["model_name"], registry=registry).labels("m").set(value)
+        port = free_port()
+        servers.append(prometheus_client.start_http_server(port, addr="127.0.0.1", registry=registry))
+        urls.append(f"http://127.0.0.1:{port}/metrics")
+    try:
+        # no first token timed: the spans cannot tell when a request ran, the gauges can
+        _engine_requests(tmp_path / "untimed", [(0, 5, 50, 1_500)], [ScrapeSource(url, 0.1) for url in urls],
+                         hold_s=1.6, markers=False)
+        _engine_requests(tmp_path / "timed", [(0, 500, 100, 1_500)], [ScrapeSource(url, 0.1) for url in urls],
+                         hold_s=1.6)
+    finally:
+        for server, thread in servers:
+            server.shutdown()
+            server.server_close()
+            thread.join(5)
+    engine = loadprobe.analyze([tmp_path / "untimed"]).llm.engine
+    assert (engine.running.mean, engine.running.peak, engine.running.source) == (5, 5, "scraped")
+    assert (engine.waiting.mean, engine.waiting.peak) == (1, 1)
+    assert (engine.kv_cache_pct.mean, engine.kv_cache_pct.peak) == (pytest.approx(50), pytest.approx(50))
+    assert engine.series is None  # the scraped series are drawn from the timeline
+    # where the engine's spans time its requests, they count its running and waiting requests (exact, where
+    # readings are samples); the KV cache, which no span shows, still comes from its gauges
+    engine = loadprobe.analyze([tmp_path / "timed"]).llm.engine
+    assert (engine.running.source, engine.waiting.source, engine.kv_cache_pct.source) == ("spans", "spans", "scraped")
+    assert engine.running.mean == pytest.approx(1_000 / 1_500) and engine.waiting.mean == pytest.approx(500 / 1_500)
+    assert engine.kv_cache_pct.mean == pytest.approx(50) and engine.series is not None

@@ -12,6 +12,8 @@ import time
 import psutil
 import pytest
 
+import loadprobe
+
 pytest.importorskip("fastapi")
 pytest.importorskip("onnxruntime")
 
@@ -158,6 +160,12 @@ def test_demo_llm_streams_to_the_batching_engine_and_writes_the_llm_section(tmp_
     assert not any(r["stage"] == "GET /metrics" for r in spans_in(run / "data"))  # its scrapes are no traffic
     stages = {s["name"]: s for s in portrait["stages"]}
     assert stages["decode"]["batch"]["max"] >= 1 and stages["prefill"]["queue_ms"] is not None
-    assert "LLM: " in out and "goodput: " in out
+    # the engine's load: counted from its own spans, its KV cache from its scraped gauges
+    engine = llm["engine"]
+    assert engine["running"]["source"] == "spans" and 0 < engine["running"]["mean"] <= engine["running"]["peak"] <= 8
+    assert engine["kv_cache_pct"]["source"] == "scraped" and 0 <= engine["kv_cache_pct"]["peak"] <= 100
+    alone = loadprobe.analyze([run / "data"]).llm.engine.running  # the engine's side alone: the same count
+    assert (alone.mean, alone.peak) == (pytest.approx(engine["running"]["mean"]), engine["running"]["peak"])
+    assert "LLM: " in out and "goodput: " in out and "engine: ran " in out
     html = (run / "report" / "portrait.html").read_text(encoding="utf-8")
     assert '<section id="llm"' in html and '"llm_goodput"' in html

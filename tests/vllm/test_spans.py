@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import pytest
 
@@ -29,22 +30,21 @@ def _histogram(page: str, family: str) -> tuple[float, float]:
             sum(v for name, _, v in samples if name == family + "_count"))
 
 
-def test_vllm_spans_received_live_give_its_ttft_and_e2e(vllm_engine, tmp_path):
-    tap = vllm_engine.tap
+@contextmanager
+def _recorded(engine, folder, requests: int):
+    """``loadprobe record --otlp --scrape`` receiving the engine's spans (through its tap) and reading its
+    metrics into ``folder`` while the block runs, until ``requests`` request spans have arrived."""
+    tap = engine.tap
     record = subprocess.Popen([sys.executable, "-m", "loadprobe", "record", "--otlp", "127.0.0.1:0", "--service",
-                               "vllm", "--scrape", vllm_engine.url + "/metrics", "--every", "0.5", "--no-devices",
-                               "-o", str(tmp_path / "data")], stderr=subprocess.PIPE, text=True)
+                               "vllm", "--scrape", engine.url + "/metrics", "--every", "0.5", "--no-devices",
+                               "-o", str(folder)], stderr=subprocess.PIPE, text=True)
     try:
         line = record.stderr.readline()
         tap.clear()
         tap.forward_to = line.split(" at ", 1)[1].split(" -> ")[0]
-        before = _histogram(vllm_engine.metrics(), "vllm:time_to_first_token_seconds")
-        prompts = [("the quick brown fox " * (1 + i % 5), 8 + 4 * (i % 4)) for i in range(REQUESTS)]
-        with ThreadPoolExecutor(3) as pool:  # a few at once: the engine batches them
-            answers = list(pool.map(lambda p: vllm_engine.complete(p[0], max_tokens=p[1]), prompts))
-        after = _histogram(vllm_engine.metrics(), "vllm:time_to_first_token_seconds")
+        yield tap
         deadline = time.monotonic() + 60
-        while len(tap.spans("llm_request")) < REQUESTS and time.monotonic() < deadline:
+        while len(tap.spans("llm_request")) < requests and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(1.5)  # a scrape or two after the last request
         record.send_signal(signal.SIGTERM)
@@ -54,6 +54,15 @@ def test_vllm_spans_received_live_give_its_ttft_and_e2e(vllm_engine, tmp_path):
         if record.poll() is None:
             record.kill()
     assert record.returncode == 0, err
+
+
+def test_vllm_spans_received_live_give_its_ttft_and_e2e(vllm_engine, tmp_path):
+    with _recorded(vllm_engine, tmp_path / "data", REQUESTS) as tap:
+        before = _histogram(vllm_engine.metrics(), "vllm:time_to_first_token_seconds")
+        prompts = [("the quick brown fox " * (1 + i % 5), 8 + 4 * (i % 4)) for i in range(REQUESTS)]
+        with ThreadPoolExecutor(3) as pool:  # a few at once: the engine batches them
+            answers = list(pool.map(lambda p: vllm_engine.complete(p[0], max_tokens=p[1]), prompts))
+        after = _histogram(vllm_engine.metrics(), "vllm:time_to_first_token_seconds")
     sent = tap.spans("llm_request")
     assert len(sent) == REQUESTS and set(tap.answers) == {200}
     assert after[1] - before[1] == REQUESTS
@@ -89,3 +98,29 @@ def test_vllm_spans_received_live_give_its_ttft_and_e2e(vllm_engine, tmp_path):
     assert portrait.llm.tokens_out.total == sum(a["usage"]["completion_tokens"] for a in answers)
     scraped = {m.metric.split("{")[0] for m in portrait.devices.metrics if m.device.startswith("scrape:")}
     assert {"vllm:num_requests_running", "vllm:kv_cache_usage_perc"} <= scraped
+
+    # the engine's load, counted from its spans (3 at a time at most); its KV cache from the scraped gauge
+    engine = portrait.llm.engine
+    assert engine.running.source == "spans" and 0 < engine.running.mean <= engine.running.peak <= 3
+    assert engine.kv_cache_pct.source == "scraped" and 0 <= engine.kv_cache_pct.mean <= engine.kv_cache_pct.peak <= 100
+
+
+def test_the_load_client_pairs_with_vllm_s_spans_by_the_trace_it_sent(vllm_engine, tmp_path):
+    """vLLM records no request header, but continues the trace of the client's ``traceparent``: analysed
+    together, each request counts once and the client's TTFT splits into vLLM's phases and the rest."""
+    from loadprobe.load import client, openai, schedules
+
+    n = 12
+    workload = openai.prepare(vllm_engine.url, openai.lengths("--prompt-tokens", "32:64", n, seed=2),
+                              openai.lengths("--output-tokens", "16", n), timeout=120)
+    with _recorded(vllm_engine, tmp_path / "server", n):
+        report = client.run(workload.url, schedules.constant(4, requests=n), openai=workload,
+                            record=str(tmp_path / "client"), timeout=120)
+    assert report.succeeded == n
+    portrait = loadprobe.analyze([tmp_path / "client", tmp_path / "server"])
+    assert portrait.requests.count == n and portrait.requests.joined_requests == n  # once each, not twice
+    llm, split = portrait.llm, portrait.llm.ttft_split_ms
+    assert (llm.source, llm.requests, split.paired) == ("client", n, n)
+    assert split.outside_ms > 0  # vLLM's TTFT starts when its front end took the request; the client's before
+    assert split.queue_ms + split.prefill_ms + split.rest_ms + split.outside_ms == pytest.approx(llm.ttft_ms.mean,
+                                                                                                rel=1e-6)
