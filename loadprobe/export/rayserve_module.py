@@ -98,6 +98,22 @@ class StageFailed(Exception):
         return type(self), (self.stage, self.engine, self.kind, self.message)
 
 
+class _Sent:
+    """What the ingress sees of a stage's deployments (a loadprobe.route.policy.QueueView): the requests
+    it has sent them beyond what their replicas run at once. Whether they take one more, Ray Serve
+    says only on sending (BackPressureError): the ingress then asks the rules (StageRules.overflowed)."""
+
+    def __init__(self, capacity):
+        self.in_flight, self.capacity = 0, capacity
+
+    @property
+    def waiting(self):
+        return self.in_flight - self.capacity
+
+    def admits(self, priority):
+        return True
+
+
 class _Stage:
     """One stage on one engine: its executor, called the Router's way."""
 
@@ -133,7 +149,7 @@ class {cls}:
         self.handles = stages                      # {{stage: {{engine: DeploymentHandle}}}}
         self.config = loads(PLAN, "pipeline.yaml")
         self.rules = PipelineRules(self.config, window_s=self.config.window_s, clock=time.monotonic)
-        self.in_flight = {{stage.name: 0 for stage in self.config.stages}}
+        self.queues = {{stage.name: _Sent(CAPACITY[stage.name]) for stage in self.config.stages}}
 
     async def submit(self, payload):
         """The last stage's result for ``payload``; or Rejected, StageTimeout or StageFailed."""
@@ -176,38 +192,27 @@ class {cls}:
                     raise
 
     async def _attempt(self, rules, payload):
-        # The Router's steering (loadprobe.route.policy.StageRules.steer), with the queue the
-        # ingress can see: what it has sent to the stage beyond what the replicas run at once.
-        stage, cap, breaker = rules.config, rules.cap, rules.breaker
-        if cap is not None:
-            cap.note_request()
-        if breaker is not None and not breaker.allow():
-            if cap is None or not cap.try_move():
-                raise Rejected("breaker_open", stage.name, stage.engine)
+        # Every decision is loadprobe's Router's own (loadprobe.route.policy.StageRules): where the
+        # attempt goes, what a full deployment means, what the breaker hears.
+        stage, queue = rules.config, self.queues[rules.config.name]
+        action, reason = rules.steer(queue, 0)
+        if action == "run":
+            queue.in_flight += 1
+            try:
+                result = await self._call(rules, stage.engine, payload)
+            except BackPressureError:               # the deployment's queue is full
+                action, reason = rules.overflowed()
+            except (StageTimeout, StageFailed):
+                rules.record(False)
+                raise
+            else:
+                rules.record(True)
+                return result
+            finally:
+                queue.in_flight -= 1
+        if action == "move":
             return await self._moved(rules, payload)
-        waiting = self.in_flight[stage.name] - CAPACITY[stage.name]
-        if cap is not None and rules.queue_len_over is not None and waiting > rules.queue_len_over:
-            if cap.try_move():
-                rules.release()
-                return await self._moved(rules, payload)
-            if rules.otherwise == "reject":
-                rules.release()
-                raise Rejected("failover_cap", stage.name, stage.engine)
-        self.in_flight[stage.name] += 1
-        try:
-            result = await self._call(rules, stage.engine, payload)
-        except BackPressureError:                   # the deployment's queue is full
-            rules.release()
-            if cap is not None and cap.try_move():
-                return await self._moved(rules, payload)
-            raise Rejected("failover_cap" if cap is not None else "queue_full", stage.name, stage.engine) from None
-        except (StageTimeout, StageFailed):
-            rules.record(False)
-            raise
-        finally:
-            self.in_flight[stage.name] -= 1
-        rules.record(True)
-        return result
+        raise Rejected(reason, stage.name, stage.engine)
 
     async def _moved(self, rules, payload):
         # One hop: a request moved to the fallback engine runs there or fails, never moves again.

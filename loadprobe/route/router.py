@@ -47,7 +47,7 @@ from ..pipeline.config import PipelineConfig, StageConfig
 from ..pipeline.files import load as load_pipeline
 from .errors import Rejected
 from .lanes import EngineLanes, Lane
-from .policy import PipelineRules, StageRules
+from .policy import LaneQueue, PipelineRules, StageRules
 
 __all__ = ["Router"]
 
@@ -78,6 +78,9 @@ class _Stage:
     failovers: int = 0
     retries: int = 0
     routed: int = 0  # requests sent to the fallback for their shape or precision (not capped)
+
+    def __post_init__(self) -> None:
+        self.queue = LaneQueue(self.engine, self.lane)  # what steering sees of the engine
 
 
 class Router:
@@ -297,7 +300,7 @@ class Router:
 
     async def _attempt(self, stage: _Stage, payload: Any, priority: int) -> Any:
         rules, engine, lane = stage.rules, stage.engine, stage.lane
-        action, reason = rules.steer(engine, lane, priority)
+        action, reason = rules.steer(stage.queue, priority)
         if action == "reject":
             raise engine.reject(reason, lane)
         if action == "move":
@@ -397,7 +400,7 @@ class Router:
             "abandoned_at_close": abandoned,  # sync executor calls still running when the router closed
             "late_results": late,  # results of those that came afterwards, dropped
             "rejects": rejects,
-            "retries": {"allowed": self._rules.budget.retries_total, "denied": self._rules.budget.denied_total}
+            "retries": {"allowed": self._rules.budget.taken_total, "denied": self._rules.budget.denied_total}
             if self._rules.budget else {"allowed": sum(s["retries"] for s in stages.values()), "denied": 0},
         }
         if self.canary is not None:

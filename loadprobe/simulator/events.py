@@ -41,7 +41,7 @@ from array import array
 from collections.abc import Mapping, Sequence
 
 from ..pipeline.config import EngineConfig, PipelineConfig, StageConfig
-from ..route.policy import Admission, Lane, PipelineRules, Slots, StageRules, last_deadline
+from ..route.policy import Admission, Lane, LaneQueue, PipelineRules, Slots, StageRules, last_deadline
 from .servicetimes import ServiceTime
 
 __all__ = ["SAMPLES", "Simulation", "stream"]
@@ -101,6 +101,7 @@ class _Stage:
         self.name = rules.name
         self.rules = rules
         self.lane, self.fallback_lane = lane, fallback_lane
+        self.queue = LaneQueue(lane.engine, lane)  # what steering sees of the engine
         self.entered = self.failovers = self.retries = self.timeouts = self.errors = 0
         self.error_rate = 0.0
         self.error_stream: random.Random | None = None  # its executors' errors, when error_rate > 0
@@ -230,7 +231,7 @@ class Simulation:
         priority = self.priorities[request] if self.priorities is not None else 0
         if rules.plain:  # steer() would say "run"
             return self._run(lane, request, index, priority, True)
-        action, reason = rules.steer(lane.engine, lane, priority)
+        action, reason = rules.steer(stage.queue, priority)
         if action == "reject":
             return self._reject(request, reason)
         if action == "move":

@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from loadprobe.route.canary import CanarySplit
-from loadprobe.route.policy import (Admission, Breaker, BreakerState, FailoverCap, RetryBudget, SlidingWindow,
-                                    admission)
+from loadprobe.route.policy import (Admission, Breaker, BreakerState, FailoverCap, LaneQueue, RetryBudget,
+                                    SlidingWindow, admission)
 
 
 class Clock:
@@ -41,7 +41,7 @@ def test_failover_cap_never_passes_its_ratio():
     moved = 0
     for i in range(1000):
         cap.note_request()
-        if cap.try_move():  # every request asks: only 30% may go
+        if cap.try_take():  # every request asks: only 30% may go
             moved += 1
         assert moved <= 0.3 * (i + 1)
     assert moved == 300
@@ -51,9 +51,9 @@ def test_failover_cap_never_passes_its_ratio():
     cap.note_request()
     cap.note_request()
     cap.note_request()
-    assert cap.share() == 0 and cap.try_move() is False  # 1 of 3 would be 33%
+    assert cap.share() == 0 and cap.try_take() is False  # 1 of 3 would be 33%
     cap.note_request()
-    assert cap.try_move() is True  # 1 of 4
+    assert cap.try_take() is True  # 1 of 4
 
 
 def test_failover_cap_is_counted_once_across_threads():
@@ -64,7 +64,7 @@ def test_failover_cap_is_counted_once_across_threads():
         n = 0
         for _ in range(5000):
             cap.note_request()
-            n += cap.try_move()
+            n += cap.try_take()
         moved.append(n)
 
     threads = [threading.Thread(target=worker) for _ in range(8)]
@@ -72,7 +72,7 @@ def test_failover_cap_is_counted_once_across_threads():
         t.start()
     for t in threads:
         t.join()
-    assert sum(moved) == cap.moved_total <= 0.25 * 8 * 5000
+    assert sum(moved) == cap.taken_total <= 0.25 * 8 * 5000
     assert sum(moved) >= 0.25 * 8 * 5000 - 8  # and the cap is used, not starved
 
 
@@ -120,12 +120,12 @@ def test_retry_budget_bounds_retries_by_requests():
     allowed = 0
     for _ in range(200):
         budget.note_request()
-        allowed += budget.try_retry()
-        allowed += budget.try_retry()  # every request would retry twice
-    assert allowed == 20 == budget.retries_total
+        allowed += budget.try_take()
+        allowed += budget.try_take()  # every request would retry twice
+    assert allowed == 20 == budget.taken_total
     assert budget.denied_total == 400 - 20
     clock.now += 11
-    assert not budget.try_retry()  # a new window with no requests has no budget
+    assert not budget.try_take()  # a new window with no requests has no budget
 
 
 def test_admission_sheds_only_for_a_strictly_higher_priority():
@@ -262,17 +262,18 @@ def test_stage_rules_move_within_the_cap_and_fall_back_to_queueing():
     config = pipeline.loads(PLAN)
     rules = PipelineRules(config, window_s=10, clock=clock)
     slots, batched, single, _ = engine_model()
+    queue = LaneQueue(slots, batched)
     stage = rules.stages[0]
     assert not stage.plain and rules.stages[1].plain and rules.shed_by == "priority"
-    assert stage.steer(slots, batched, 0) == ("run", None)  # 1 of 1 would be moved: over 50%
+    assert stage.steer(queue, 0) == ("run", None)  # 1 of 1 would be moved: over 50%
     slots.enqueue(batched, Item(0, 0.0))
     slots.enqueue(batched, Item(0, 0.0))  # 2 waiting: past queue_len_over 1
-    assert stage.steer(slots, batched, 0) == ("move", None)  # 1 of 2 moved
-    assert stage.steer(slots, batched, 0) == ("run", None)  # past the cap: otherwise queue
+    assert stage.steer(queue, 0) == ("move", None)  # 1 of 2 moved
+    assert stage.steer(queue, 0) == ("run", None)  # past the cap: otherwise queue
     slots.enqueue(batched, Item(1, 0.0))  # the queue is full: nowhere to wait
-    assert stage.steer(slots, batched, 0) == ("move", None)  # 2 of 4
-    assert stage.steer(slots, batched, 0) == ("reject", "failover_cap")
-    assert stage.cap.moved_total == 2
+    assert stage.steer(queue, 0) == ("move", None)  # 2 of 4
+    assert stage.steer(queue, 0) == ("reject", "failover_cap")
+    assert stage.cap.taken_total == 2
 
 
 def test_stage_rules_breaker_retries_and_routing_by_shape_and_precision():
@@ -282,14 +283,15 @@ def test_stage_rules_breaker_retries_and_routing_by_shape_and_precision():
     clock = Clock()
     rules = PipelineRules(pipeline.loads(PLAN), window_s=10, clock=clock)
     slots, batched, single, _ = engine_model()
+    queue = LaneQueue(slots, batched)
     stage, head = rules.stages
     stage.record(ok=False)
     stage.record(ok=False)  # 2 of 2 failed: the breaker opens
     assert stage.breaker.state.value == "open"
-    assert stage.steer(slots, batched, 0) == ("reject", "breaker_open")  # 1 of 1 would be over 50%
-    assert stage.steer(slots, batched, 0) == ("move", None)
+    assert stage.steer(queue, 0) == ("reject", "breaker_open")  # 1 of 1 would be over 50%
+    assert stage.steer(queue, 0) == ("move", None)
     clock.now += 5
-    assert stage.steer(slots, batched, 0) == ("run", None)  # half-open: this one is the trial
+    assert stage.steer(queue, 0) == ("run", None)  # half-open: this one is the trial
     stage.release()  # it never ran: another may try
     assert stage.breaker.allow()
     head.record(ok=False)  # no breaker: nothing to tell

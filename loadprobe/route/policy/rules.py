@@ -11,23 +11,33 @@ Usage::
     rules = PipelineRules(config, window_s=10, clock=time.monotonic)
     rules.note_request()                             # every request, for the retry budget
     stage = rules.stages[0]
-    action, reason = stage.steer(slots, lane, priority)   # "run" | "move" (to the fallback) | "reject"
+    action, reason = stage.steer(queue, priority)   # "run" | "move" (to the fallback) | "reject"; queue: a QueueView
     stage.record(ok=False)                           # an attempt on the stage's own engine failed
     if stage.may_retry(attempt): ...                 # within retry.max_attempts and the budget
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .canary import CanarySplit
-from .scheduling import Admission, Lane, Slots
 from .windows import Breaker, Clock, FailoverCap, RetryBudget
 
 if TYPE_CHECKING:
     from ...pipeline.config import PipelineConfig, StageConfig
 
-__all__ = ["PRECISION_RANK", "PipelineRules", "StageRules"]
+__all__ = ["PRECISION_RANK", "PipelineRules", "QueueView", "StageRules"]
+
+class QueueView(Protocol):
+    """What steering needs of an engine's queue, whichever runtime keeps it: how many attempts wait
+    beyond what runs at once, and whether it takes one more of a priority (``scheduling.LaneQueue``
+    for the Router and the simulator; the Ray Serve ingress counts what it sent)."""
+
+    @property
+    def waiting(self) -> int: ...
+
+    def admits(self, priority: int) -> bool: ...
+
 
 #: Precisions, coarsest first: a stage runs a request only at its required precision or finer.
 PRECISION_RANK = {"int8": 0, "fp8": 1, "fp16": 2, "bf16": 2, "fp32": 3}
@@ -58,36 +68,44 @@ class StageRules:
         self.budget = budget
         self.plain = self.cap is None and self.breaker is None  # every attempt runs on the stage's own engine
 
-    def steer(self, slots: Slots, lane: Lane, priority: int) -> tuple[str, str | None]:
-        """Where one attempt goes: ``("run", None)`` on the stage's own engine (``slots``, ``lane``),
-        ``("move", None)`` to its fallback, or ``("reject", reason)``.
+    def steer(self, queue: QueueView, priority: int) -> tuple[str, str | None]:
+        """Where one attempt goes: ``("run", None)`` on the stage's own engine, ``("move", None)`` to its
+        fallback, or ``("reject", reason)``; ``queue``: what the runtime sees of the engine's queue.
 
         An open breaker moves the attempt within the failover cap, else rejects it
-        (``breaker_open``). With a fallback, an engine past ``queue_len_over`` or unable to admit
-        the attempt moves it within the cap; past the cap it is rejected (``failover_cap``) unless
-        ``otherwise`` is ``queue`` and the engine can still admit it. A breaker's half-open trial
-        is released whenever the attempt does not run.
+        (``breaker_open``). With a fallback, an engine that cannot admit the attempt overflows
+        (``overflowed``); one past ``queue_len_over`` moves it within the cap, and past the cap
+        rejects it (``failover_cap``) unless ``otherwise`` is ``queue``. A breaker's half-open
+        trial is released whenever the attempt does not run.
         """
         cap, breaker = self.cap, self.breaker
         if cap is not None:
             cap.note_request()
         if breaker is not None and not breaker.allow():
-            if cap is None or not cap.try_move():
+            if cap is None or not cap.try_take():
                 return "reject", "breaker_open"
             return "move", None
         if cap is not None:
-            over = self.queue_len_over is not None and slots.waiting > self.queue_len_over
-            away = slots.admit(lane, priority) is Admission.REJECT
-            if over or away:
-                if cap.try_move():
-                    if breaker is not None:
-                        breaker.release()
+            if not queue.admits(priority):
+                return self.overflowed()
+            if self.queue_len_over is not None and queue.waiting > self.queue_len_over:
+                if cap.try_take():
+                    self.release()
                     return "move", None
-                if self.otherwise == "reject" or away:
-                    if breaker is not None:
-                        breaker.release()
+                if self.otherwise == "reject":
+                    self.release()
                     return "reject", "failover_cap"
         return "run", None
+
+    def overflowed(self) -> tuple[str, str | None]:
+        """The stage's own engine cannot take an attempt steered to it (its queue is full): ``("move", None)``
+        within the failover cap, else ``("reject", "failover_cap")`` -- ``"queue_full"`` without a fallback.
+        Asked by ``steer`` when the queue says so before, and by runtimes that learn it only on sending
+        (Ray Serve's back-pressure)."""
+        self.release()
+        if self.cap is None:
+            return "reject", "queue_full"
+        return ("move", None) if self.cap.try_take() else ("reject", "failover_cap")
 
     def record(self, ok: bool) -> None:
         """An attempt that ran on the stage's own engine ended: ``ok=False`` for an error or a timeout."""
@@ -102,7 +120,7 @@ class StageRules:
     def may_retry(self, attempt: int) -> bool:
         """After attempt number ``attempt`` failed (an error or a timeout; a rejection is never retried):
         whether another is allowed, within ``max_attempts`` and the retry budget (which counts it)."""
-        return attempt < self.max_attempts and (self.budget is None or self.budget.try_retry())
+        return attempt < self.max_attempts and (self.budget is None or self.budget.try_take())
 
     def fits(self, shape: Any, precision: str | None) -> bool:
         """Whether the stage's own engine takes a request of this shape and precision requirement.

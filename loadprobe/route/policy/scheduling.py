@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ...pipeline.config import EngineConfig, StageConfig
 
-__all__ = ["Admission", "Lane", "Slots", "admission", "last_deadline"]
+__all__ = ["Admission", "Lane", "LaneQueue", "Slots", "admission", "last_deadline"]
 
 
 class Admission(str, enum.Enum):
@@ -91,6 +91,23 @@ class Lane:
             for queue in queues.values():
                 return queue[0].enqueued
         return min(queue[0].enqueued for queue in queues.values())
+
+
+class LaneQueue:
+    """What steering sees of one lane's engine (``rules.QueueView``): the items waiting on the engine, and
+    whether it admits one more for the lane. Made once per lane: ``rules.steer(lane_queue, priority)``."""
+
+    __slots__ = ("slots", "lane")
+
+    def __init__(self, slots: Slots, lane: Lane) -> None:
+        self.slots, self.lane = slots, lane
+
+    @property
+    def waiting(self) -> int:
+        return self.slots.waiting
+
+    def admits(self, priority: int) -> bool:
+        return self.slots.admit(self.lane, priority) is not Admission.REJECT
 
 
 class Slots:

@@ -1,4 +1,4 @@
-"""The rules that count over a sliding window: the failover cap, the breaker, the retry budget.
+"""The rules that count over a sliding window: the failover cap and the retry budget (one ``RatioBudget``), the breaker.
 
 Each is told what happened and when (through the ``clock`` it was given) and answers yes or
 no; every threshold comes from the pipeline's config, the objects only keep counts. They are
@@ -6,18 +6,18 @@ thread-safe: one instance per stage (or per router) is shared by every task and 
 
 Usage::
 
-    cap = FailoverCap(max_ratio=0.3, window_s=10)
+    cap = FailoverCap(ratio=0.3, window_s=10)   # a RatioBudget, as RetryBudget is
     cap.note_request()                 # every request of the stage
-    if overloaded and cap.try_move():  # True while moved <= 30% of the window's requests
+    if overloaded and cap.try_take():  # True while moved <= 30% of the window's requests
         ...
 
     breaker = Breaker(error_rate_over=0.5, window_s=10, min_requests=20, open_s=5)
     if breaker.allow():                # False while open; one trial at a time when half-open
         breaker.record(ok=True)        # ... or breaker.release() if the trial never ran
 
-    budget = RetryBudget(budget_ratio=0.1, window_s=10)
+    budget = RetryBudget(ratio=0.1, window_s=10)
     budget.note_request()
-    if budget.try_retry(): ...         # retries stay within 10% of the window's requests
+    if budget.try_take(): ...          # retries stay within 10% of the window's requests
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["BUCKETS_PER_WINDOW", "Breaker", "BreakerState", "Clock", "FailoverCap", "RetryBudget", "SlidingWindow"]
+__all__ = ["BUCKETS_PER_WINDOW", "Breaker", "BreakerState", "Clock", "FailoverCap", "RatioBudget", "RetryBudget",
+           "SlidingWindow"]
 
 Clock = Callable[[], float]
 
@@ -82,43 +83,54 @@ class SlidingWindow:
         self._totals[:] = [0.0] * len(self._totals)
 
 
-class FailoverCap:
-    """At most ``max_ratio`` of a stage's requests move to its fallback, over a sliding window.
+class RatioBudget:
+    """At most ``ratio`` x the requests of a sliding window may take something extra, counting it.
 
-    One instance per stage, shared by every task and thread of the service: the check and
-    the count happen under one lock, so concurrent callers can never together pass the cap.
-    A move is allowed only if, counting it, moved <= max_ratio x requests in the window.
+    One rule for two budgets: the failover cap (a stage's requests moved to its fallback, one
+    instance per stage) and the retry budget (retries, service-wide, one per pipeline). Extra
+    work is allowed only if, counting it, taken <= ratio x requests in the window -- retries and
+    moves multiply load exactly when an engine is failing. Thread-safe: the check and the count
+    happen under one lock, so concurrent callers can never together pass the ratio.
     """
 
-    _REQUESTS, _MOVED = 0, 1
+    _REQUESTS, _TAKEN = 0, 1
 
-    def __init__(self, max_ratio: float, window_s: float, clock: Clock = time.monotonic) -> None:
-        self.max_ratio = max_ratio
+    def __init__(self, ratio: float, window_s: float, clock: Clock = time.monotonic) -> None:
+        self.ratio = ratio
         self.window_s = window_s
         self._window = SlidingWindow(window_s, 2, clock)
         self._lock = threading.Lock()
-        self.moved_total = 0
+        self.taken_total = 0
+        self.denied_total = 0
 
     def note_request(self) -> None:
-        """Count one request of the stage (moved or not)."""
+        """Count one request (whether it takes anything or not)."""
         with self._lock:
             self._window.add(self._REQUESTS)
 
-    def try_move(self) -> bool:
-        """Whether one more request may move now; if so it is counted as moved."""
+    def try_take(self) -> bool:
+        """Whether one more move (or retry) fits now; if so it is counted."""
         with self._lock:
-            requests, moved = self._window.totals()
-            if moved + 1 > self.max_ratio * requests:
+            requests, taken = self._window.totals()
+            if taken + 1 > self.ratio * requests:
+                self.denied_total += 1
                 return False
-            self._window.add(self._MOVED)
-            self.moved_total += 1
+            self._window.add(self._TAKEN)
+            self.taken_total += 1
             return True
 
     def share(self) -> float:
-        """Moved / requests over the current window (0 when there were none)."""
+        """Taken / requests over the current window (0 when there were none)."""
         with self._lock:
-            requests, moved = self._window.totals()
-        return moved / requests if requests else 0.0
+            requests, taken = self._window.totals()
+        return taken / requests if requests else 0.0
+
+
+FailoverCap = RatioBudget
+"""A stage's failover cap: ``RatioBudget(fallback.max_ratio, ...)``; ``try_take()`` moves one request."""
+
+RetryBudget = RatioBudget
+"""The pipeline's retry budget: ``RatioBudget(retry.budget_ratio, ...)``; ``try_take()`` allows one retry."""
 
 
 class BreakerState(str, enum.Enum):
@@ -209,36 +221,3 @@ class Breaker:
         self._opened_at = self._clock()
         self._trial = False
         self.opened_count += 1
-
-
-class RetryBudget:
-    """Retries, service-wide, stay within ``budget_ratio`` of the requests of a sliding window.
-
-    Retries multiply load exactly when a service is failing, so a retry is allowed only if,
-    counting it, retries <= budget_ratio x requests in the window. Thread-safe; one per router.
-    """
-
-    _REQUESTS, _RETRIES = 0, 1
-
-    def __init__(self, budget_ratio: float, window_s: float, clock: Clock = time.monotonic) -> None:
-        self.budget_ratio = budget_ratio
-        self.window_s = window_s
-        self._window = SlidingWindow(window_s, 2, clock)
-        self._lock = threading.Lock()
-        self.retries_total = 0
-        self.denied_total = 0
-
-    def note_request(self) -> None:
-        with self._lock:
-            self._window.add(self._REQUESTS)
-
-    def try_retry(self) -> bool:
-        """Whether one more retry fits the budget now; if so it is counted."""
-        with self._lock:
-            requests, retries = self._window.totals()
-            if retries + 1 > self.budget_ratio * requests:
-                self.denied_total += 1
-                return False
-            self._window.add(self._RETRIES)
-            self.retries_total += 1
-            return True

@@ -258,7 +258,7 @@ def build(config, arrivals_s, priorities, service_times, *, seed, window_s, erro
         stage_i[index, S_QUEUE_OVER] = r.queue_len_over if r.queue_len_over is not None else -1
         stage_i[index, S_OTHERWISE_REJECT] = r.otherwise == "reject"
         stage_i[index, S_CAP] = window(r.cap) if r.cap is not None else -1
-        stage_f[index, S_MAX_RATIO] = r.cap.max_ratio if r.cap is not None else 0.0
+        stage_f[index, S_MAX_RATIO] = r.cap.ratio if r.cap is not None else 0.0
         stage_i[index, S_BREAKER] = window(r.breaker) if r.breaker is not None else -1
         if r.breaker is not None:
             b = r.breaker
@@ -273,7 +273,7 @@ def build(config, arrivals_s, priorities, service_times, *, seed, window_s, erro
     g_i = np.zeros(G_FIELDS, dtype=np.int64)
     g_f = np.zeros(4)
     g_i[G_BUDGET] = window(rules.budget) if rules.budget is not None else -1
-    g_f[G_BUDGET_RATIO] = rules.budget.budget_ratio if rules.budget is not None else 0.0
+    g_f[G_BUDGET_RATIO] = rules.budget.ratio if rules.budget is not None else 0.0
     g_i[G_SHED_BY_PRIORITY] = rules.shed_by == "priority"
     g_i[G_STOPPABLE] = executors == "async"
     g_i[G_OUTSIDE_STREAM] = streams.add(outside, 1, stream(seed, "outside"), need=max_batch,

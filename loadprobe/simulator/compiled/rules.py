@@ -22,15 +22,15 @@ import math
 from numba.types import boolean, float64, int64
 
 from .layout import (BREAKER_OPEN, BUCKETS, CLOSED, E_WAITING, FAILOVER_CAP, G_BUDGET, G_BUDGET_RATIO, G_NOW,
-                     HALF_OPEN, L_ENGINE, MOVE, OPEN, REJECT, RUN, S_BREAKER, S_BREAKER_STATE, S_CAP, S_ERROR_RATE_OVER,
-                     S_MAX_ATTEMPTS, S_MAX_RATIO, S_MIN_REQUESTS, S_OPEN_S, S_OPENED, S_OPENED_AT, S_OTHERWISE_REJECT,
-                     S_QUEUE_OVER, S_TRIAL, W_OTHER, W_REQUESTS, jit_helper)
+                     HALF_OPEN, L_ENGINE, MOVE, OPEN, QUEUE_FULL, REJECT, RUN, S_BREAKER, S_BREAKER_STATE, S_CAP,
+                     S_ERROR_RATE_OVER, S_MAX_ATTEMPTS, S_MAX_RATIO, S_MIN_REQUESTS, S_OPEN_S, S_OPENED, S_OPENED_AT,
+                     S_OTHERWISE_REJECT, S_QUEUE_OVER, S_TRIAL, W_OTHER, W_REQUESTS, jit_helper)
 from .scheduling import admit
 
-__all__ = ["may_retry", "record", "release", "steer", "window_add"]
+__all__ = ["may_retry", "overflowed", "record", "release", "steer", "window_add"]
 
 
-# -- SlidingWindow, FailoverCap.try_move, RetryBudget.try_retry ----------------------------------------------
+# -- SlidingWindow, RatioBudget.try_take (the failover cap, the retry budget) -------------------------------
 
 @jit_helper(int64)
 def _advance(s, w):
@@ -58,7 +58,7 @@ def window_add(s, w, field):
 
 @jit_helper(int64, float64)
 def _within(s, w, ratio):
-    """FailoverCap.try_move / RetryBudget.try_retry: one more within ratio x requests? If so, count it."""
+    """RatioBudget.try_take: one more within ratio x requests? If so, count it."""
     _advance(s, w)
     if s.win_totals[w, W_OTHER] + 1 > ratio * s.win_totals[w, W_REQUESTS]:
         return False
@@ -139,6 +139,18 @@ def release(s, stage):
         s.stage_i[stage, S_TRIAL] = 0
 
 
+@jit_helper(int64)
+def overflowed(s, stage):
+    """StageRules.overflowed: the stage's own engine cannot take the attempt: MOVE within the cap, else REJECT."""
+    release(s, stage)
+    cap = s.stage_i[stage, S_CAP]
+    if cap < 0:
+        return REJECT, QUEUE_FULL
+    if _within(s, cap, s.stage_f[stage, S_MAX_RATIO]):
+        return MOVE, -1
+    return REJECT, FAILOVER_CAP
+
+
 @jit_helper(int64, int64, int64)
 def steer(s, stage, lane, priority):
     """StageRules.steer: (RUN | MOVE | REJECT, reason)."""
@@ -151,14 +163,14 @@ def steer(s, stage, lane, priority):
             return REJECT, BREAKER_OPEN
         return MOVE, -1
     if cap >= 0:
+        if admit(s, lane, priority) == REJECT:
+            return overflowed(s, stage)
         over_at = s.stage_i[stage, S_QUEUE_OVER]
-        over = over_at >= 0 and s.eng_i[s.lane_i[lane, L_ENGINE], E_WAITING] > over_at
-        away = admit(s, lane, priority) == REJECT
-        if over or away:
+        if over_at >= 0 and s.eng_i[s.lane_i[lane, L_ENGINE], E_WAITING] > over_at:
             if _within(s, cap, ratio):
                 release(s, stage)
                 return MOVE, -1
-            if s.stage_i[stage, S_OTHERWISE_REJECT] != 0 or away:
+            if s.stage_i[stage, S_OTHERWISE_REJECT] != 0:
                 release(s, stage)
                 return REJECT, FAILOVER_CAP
     return RUN, -1
