@@ -393,14 +393,6 @@ def test_many_stages_are_placed_by_coordinate_descent(tmp_path):
     assert hybrid.meets_slo
 
 
-def test_erlang_c_stays_finite_for_large_pools():
-    from loadprobe.estimate.queueing import erlang_c
-
-    assert 0 < erlang_c(800, 750) < 1
-    assert erlang_c(1, 0.5) == pytest.approx(0.5)
-    assert erlang_c(2, 1.0) == pytest.approx(1 / 3)
-
-
 def test_the_cpu_engine_is_sized_from_the_recorded_cores(tmp_path):
     import os
 
