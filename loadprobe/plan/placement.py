@@ -1,10 +1,10 @@
-"""Rules 1-5 and 8 of the planner: which engines can run a stage, at what precision, and where overflow goes.
+"""Rules 1-5 and 9 of the planner: which engines can run a stage, at what precision, and where overflow goes.
 
 Usage (``planner.recommend`` does this)::
 
     admissible, excluded = candidates(stage, profile, specs, ctx)   # [{spec, precision, batch, svc, ...}], {name: why}
     explain_engine(basis, stage, profile, pick, admissible, excluded)   # the engine decision in words
-    add_fallbacks(decisions, engines, specs, profiles, ctx)         # rule 8, on the chosen line-up
+    add_fallbacks(decisions, engines, specs, profiles, ctx)         # rule 9, on the chosen line-up
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ FAILOVER_CAP = 0.3  # the seeds: move at most ~30% of a backed-up engine's traff
 
 
 def candidates(stage, profile: StageProfile, specs, ctx: PlanContext) -> tuple[list, dict]:
-    """Every engine able to run the stage, with its batch, window and estimated time (rules 1-4, 6), and
+    """Every engine able to run the stage, with its batch, window and estimated time (rules 1-4, 7), and
     the engines excluded with why."""
     tensor = profile.flops_per_byte is not None or stage.shapes is not None
     budget = ctx.budget_ms(stage)
@@ -151,7 +151,7 @@ def explain_engine(basis: str, stage, profile, pick, admissible, excluded) -> st
 
 
 def add_fallbacks(decisions, engines, specs, profiles, ctx) -> None:
-    """Rule 8: a capped share of a backed-up accelerator stage goes to another engine that can run it."""
+    """Rule 9: a capped share of a backed-up accelerator stage goes to another engine that can run it."""
     calls = calls_per_request(ctx)
     work = {n: sum(calls.get(d.stage, 1.0) * d.service.mean_ms / 1000.0 / d.batch for d in decisions if d.engine == n)
             for n in engines}

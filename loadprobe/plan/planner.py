@@ -34,9 +34,9 @@ Alternatives -- every stage on one kind of engine where it can run there -- are 
 the same way, so the table compares like with like.
 
 ``recommend`` runs the steps; each lives in its own module: ``context`` (what the portrait
-says), ``placement`` (rules 1-5 and 8), ``sizing`` (rules 6-7), ``search`` (the hybrid's
+says), ``placement`` (rules 1-5 and 9), ``sizing`` (rules 7-8), ``search`` (rule 6: the hybrid's
 line-up), ``options`` (each option estimated, simulated, judged, priced), ``choice`` (the
-recommendation and the verdict); ``result`` holds what they make.
+recommendation and the verdict); ``result`` holds what they make. Rule numbers are docs/recommend.md's.
 """
 
 from __future__ import annotations

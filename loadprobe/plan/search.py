@@ -20,7 +20,8 @@ MAX_COMBINATIONS = 4096
 
 
 def search(choices, profiles, specs, ctx: PlanContext) -> tuple[list, str, bool]:
-    """The hybrid: the best assignment of stages to engines by ``choice.rank``'s rule, each sized (``lineup``).
+    """Rule 6, the hybrid: the best assignment of stages to engines by ``choice.rank``'s rule, each sized
+    (``lineup``).
 
     Every combination of each stage's admissible engines is sized and estimated when there are
     at most ``MAX_COMBINATIONS``; beyond, a coordinate descent from each stage's fastest engine

@@ -1,4 +1,4 @@
-"""Rules 6 and 7 of the planner: a stage's batch and window, its timeout and concurrency, each engine's limits.
+"""Rules 7 and 8 of the planner: a stage's batch and window, its timeout and concurrency, each engine's limits.
 
 Usage (``planner.recommend`` does this)::
 
@@ -37,7 +37,7 @@ MAX_CONCURRENCY = maximum("engine", "max_concurrency")
 
 
 def choose_batch(profile, spec, device, precision, budget, ctx, stage) -> tuple[int, float, ServiceTime, str]:
-    """Rule 6: the largest batch whose execution and gathering window fit the stage's budget.
+    """Rule 7: the largest batch whose execution and gathering window fit the stage's budget.
 
     Returns the batch, its window (ms), the execution time there and the reason in words.
     """
@@ -77,7 +77,7 @@ def choose_batch(profile, spec, device, precision, budget, ctx, stage) -> tuple[
 
 
 def make_decision(stage, profile, c, engine_why, budget, ctx) -> Decision:
-    """Rule 7: candidate ``c``'s placement as a Decision: timeout, concurrency and the reason for each."""
+    """Rule 8: candidate ``c``'s placement as a Decision: timeout, concurrency and the reason for each."""
     spec, svc, batch, window = c["spec"], c["svc"], c["batch"], c["window"]
     p99, p999 = svc.p99_ms, svc.distribution.quantile(0.999)
     # twice the p99, and never under the recorded tail: a timeout that kills executions the service
