@@ -138,3 +138,10 @@ def test_the_import_check_finds_the_service_in_the_current_folder_and_leaves_sys
     before = list(sys.path)
     done = export(VISION, "triton", tmp_path / "out", executors=["decode=mysteps_for_export:decode"])
     assert "decode" not in done.missing and sys.path == before
+
+
+def test_the_command_offers_exactly_the_targets_export_writes():
+    from loadprobe.cli import export as command
+    from loadprobe.export import TARGETS
+
+    assert command.TARGETS == TARGETS  # a copy, so that --help imports nothing more
