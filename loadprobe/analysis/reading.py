@@ -8,10 +8,10 @@ with a short reason instead of an exception deep inside a reader.
 
 Usage::
 
-    from loadprobe.analysis.reading import read_spans
+    from loadprobe.analysis.reading import span_files
 
     skipped = {}
-    for span_file in read_spans(["data/"], skipped=skipped):   # one file at a time
+    for span_file in span_files(["data/"], skipped=skipped):   # one file at a time
         print(span_file.run.run_id, span_file.path, span_file.table.num_rows)
     print(len(skipped), "file(s) skipped")                     # path -> reason
 
@@ -20,6 +20,7 @@ Usage::
 
 from __future__ import annotations
 
+import warnings
 from typing import Iterator, NamedTuple
 
 import pyarrow as pa
@@ -59,7 +60,7 @@ class UnreadableFile(Exception):
         self.path, self.reason = path, reason
 
 
-def read_spans(paths, *, service: str | None = None, host: str | None = None,
+def span_files(paths, *, service: str | None = None, host: str | None = None,
                skipped: dict | None = None) -> Iterator[SpanFile]:
     """Every readable spans file under ``paths`` (directories, files, globs or URIs, as
     ``loadprobe analyze`` takes them), run by run, one file at a time.
@@ -70,6 +71,13 @@ def read_spans(paths, *, service: str | None = None, host: str | None = None,
     (as iteration starts) when ``paths`` hold no loadprobe data.
     """
     return read_files(paths, "spans", service=service, host=host, skipped=skipped)
+
+
+def read_spans(paths, **options) -> Iterator[SpanFile]:
+    """Deprecated name of ``span_files`` (``loadprobe.read_spans`` is the DataFrame reader)."""
+    warnings.warn("loadprobe.analysis.reading.read_spans is now span_files (loadprobe.read_spans gives a DataFrame)",
+                  DeprecationWarning, stacklevel=2)
+    return span_files(paths, **options)
 
 
 def read_files(paths, kind: str, *, service: str | None = None, host: str | None = None,

@@ -154,10 +154,10 @@ def arrivals(source, *, preset: str | None = None, ts_col: str | None = None, ts
 def _recorded_arrivals(source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Start times of root spans, with their tokens in and out (-1: none), sorted by time; of request
     roots only, when the data has any (as analysis counts)."""
-    from ..analysis.reading import read_spans  # analysis's reader: Parquet and unfinished streams, version-checked
+    from ..analysis.reading import span_files  # analysis's reader: Parquet and unfinished streams, version-checked
 
     requests, roots = [], []
-    for span_file in read_spans([source]):  # bad files skipped, as analyze skips them
+    for span_file in span_files([source]):  # bad files skipped, as analyze skips them
         table = span_file.table
         is_root = ~table.column("parent_id").is_valid().to_numpy(zero_copy_only=False)
         has_id = table.column("request_id").is_valid().to_numpy(zero_copy_only=False)

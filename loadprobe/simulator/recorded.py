@@ -133,9 +133,9 @@ def read_self_times(data) -> Recorded:
     """
     from itertools import groupby
 
-    from ..analysis.reading import read_spans  # analysis's reader: Parquet and unfinished streams, version-checked
+    from ..analysis.reading import span_files  # analysis's reader: Parquet and unfinished streams, version-checked
 
-    span_files = read_spans(data if isinstance(data, (list, tuple)) else [data])  # bad files skipped, as by analyze
+    span_files = span_files(data if isinstance(data, (list, tuple)) else [data])  # bad files skipped, as by analyze
     groups: dict[tuple[str, str, int], list[np.ndarray]] = {}
     roots: dict[str, list[np.ndarray]] = {}
     spans: dict[str, int] = {}

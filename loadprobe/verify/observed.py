@@ -58,14 +58,14 @@ class Observed:
 def observe(config, data: list, *, plan: str = "the plan") -> Observed:
     """The recording of ``config``'s plan running; LoadprobeError when it holds no request of it, or ran a
     stage on an engine kind the plan does not place it on (``plan`` names the file in that message)."""
-    from ..analysis.reading import read_spans
+    from ..analysis.reading import span_files
     from ..simulator.recorded import column
 
     wanted = {s.name for s in config.stages}
     names = {"stage": "stage", "engine": "engine", "status": "status", "ts": "ts_ns", "dur": "dur_ns",
              "queue": "queue_ns", "span": "span_id", "parent": "parent_id", "batch": "batch"}
     columns: dict[str, list] = {k: [] for k in (*names, "run")}
-    for number, span_file in enumerate(read_spans(data)):
+    for number, span_file in enumerate(span_files(data)):
         for key, name in names.items():
             columns[key].append(column(span_file.table, name))
         columns["run"].append(np.full(span_file.table.num_rows, number, np.int64))

@@ -1,6 +1,6 @@
 """``loadprobe.analysis.reading``: the one reader of recorded files, and the readers built on it.
 
-``read_spans`` yields a recording's span files run by run and sets aside the files that cannot
+``span_files`` yields a recording's span files run by run and sets aside the files that cannot
 be used, with the reasons ``loadprobe analyze`` gives; load replay (``loadprobe.load.arrivals``)
 and the simulator's recorded service times read through it, so a damaged file costs them its
 spans, not the run.
@@ -19,7 +19,7 @@ import loadprobe
 import loadprobe.load
 from loadprobe._errors import LoadprobeError
 from loadprobe.analysis.dataset import discover, file_refs
-from loadprobe.analysis.reading import UnreadableFile, read_data_file, read_spans
+from loadprobe.analysis.reading import UnreadableFile, read_data_file, read_spans, span_files
 from loadprobe.simulator.recorded import read_self_times
 
 from ..support.synthetic_spans import generate as generate_spans
@@ -35,14 +35,14 @@ def recording(tmp_path) -> Path:
 
 def test_every_span_file_is_read_run_by_run(recording):
     runs, _ = discover([recording])
-    files = list(read_spans([recording]))
+    files = list(span_files([recording]))
     assert [f.path for f in files] == [path for run in runs for path in run.span_files]
     assert [f.run.run_id for f in files] == [run.run_id for run in runs for _ in run.span_files]
     assert sum(f.table.num_rows for f in files) == SPANS
     table = files[0].table
     assert table.schema.field("request_id").type == pa.string() and table.column("request_id").null_count == 0
     assert table.column("ts_ns").type == pa.int64()
-    only = list(read_spans([recording], host="infer-02"))
+    only = list(span_files([recording], host="infer-02"))
     assert only and {f.run.host for f in only} == {"infer-02"}
     assert sum(f.table.num_rows for f in only) == SPANS // 2
 
@@ -64,7 +64,7 @@ def test_files_that_cannot_be_used_are_skipped_with_analyzes_reasons(recording):
     truncated, mistyped, left = _damage(recording)
     (recording / "notes.txt").write_text("not data", encoding="utf-8")
     skipped: dict = {}
-    files = list(read_spans([recording], skipped=skipped))
+    files = list(span_files([recording], skipped=skipped))
     assert sum(f.table.num_rows for f in files) == left
     assert truncated not in {f.path for f in files} and mistyped not in {f.path for f in files}
     assert skipped[truncated] == "truncated or not a Parquet file"
@@ -90,4 +90,10 @@ def test_replay_and_the_simulator_read_the_spans_that_can_be_read(recording):
 def test_no_loadprobe_data_is_an_error(tmp_path):
     (tmp_path / "notes.txt").write_text("not data", encoding="utf-8")
     with pytest.raises(LoadprobeError, match="no loadprobe data found"):
-        list(read_spans([tmp_path]))
+        list(span_files([tmp_path]))
+
+
+def test_the_old_name_of_the_span_file_reader_still_reads_and_says_the_new_one(recording):
+    with pytest.warns(DeprecationWarning, match="now span_files"):
+        files = list(read_spans([recording]))
+    assert [f.path for f in files] == [f.path for f in span_files([recording])]
