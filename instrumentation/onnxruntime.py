@@ -29,8 +29,17 @@ from ._deps import require
 
 ort = require("onnxruntime", extra="onnxruntime")
 
-from .onnx_capture import capture  # noqa: E402 - layer outputs for loadprobe align (docs/align.md)
 from .onnx_cost import ModelCost, load_graph, model_cost  # noqa: E402 - needs onnx, after the runtime
+
+
+def __getattr__(name: str):
+    # ``capture`` (layer outputs for loadprobe align, docs/align.md) is offline work: its module, and
+    # the align package behind it, load when it is first asked for, not in the instrumented service.
+    if name == "capture":
+        from .onnx_capture import capture
+
+        return capture
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "TARGET_VERSIONS", "ModelCost", "capture", "instrument", "instrument_session", "model_cost", "provider_engine",

@@ -42,7 +42,9 @@ MOVED = {
     "loadprobe.timestamps": "loadprobe.record.timestamps",
     "loadprobe.dataset": "loadprobe.analysis.dataset",
     "loadprobe.partials": "loadprobe.analysis.partials",
-    "loadprobe.engines": "loadprobe.analysis.executors",
+    "loadprobe.engines": "loadprobe.analysis.parallel",
+    "loadprobe.analysis.executors": "loadprobe.analysis.parallel",  # "executors" are the user's callables elsewhere
+    "loadprobe.route.canary": "loadprobe.route.policy.canary",
     "loadprobe.finalize": "loadprobe.analysis.finalize",
     "loadprobe.traffic": "loadprobe.analysis.traffic",
     "loadprobe.timeline": "loadprobe.analysis.timeline",

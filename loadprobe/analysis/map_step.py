@@ -4,7 +4,7 @@ A file is read (``reading``), its rows filtered to the time window and its impos
 counted and left out, its columns decoded (``columns``), and aggregated by the kernel
 ``Filters.kernel`` names (``kernel_compiled`` or ``kernel_numpy``, resolved once by
 ``kernels``); device samples are summed per second here. Memory is bounded by one file plus
-the partial, whatever the dataset's size. ``executors`` runs this in threads, processes or
+the partial, whatever the dataset's size. ``parallel`` runs this in threads, processes or
 on Dask.
 
 Usage::

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 from .._errors import LoadprobeError
 from .dataset import describe_skipped, discover, file_refs, unwritten_error
-from .executors import run_map
+from .parallel import run_map
 from .finalize import build_portrait
 from .footers import hosts_may_share_request_ids
 from .kernels import resolve_kernel

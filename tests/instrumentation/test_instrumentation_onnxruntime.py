@@ -210,3 +210,13 @@ def test_a_missing_framework_names_the_extra_to_install(module, adapter):
     )
     assert result.returncode == 0, result.stderr
     assert "pip install 'loadprobe[onnxruntime]'" in result.stdout
+
+
+def test_the_adapter_loads_no_offline_capture_code_into_the_service():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "import sys; from loadprobe.instrumentation import onnxruntime as o; "
+                          "print('loadprobe.align' in sys.modules); o.capture; print('loadprobe.align' in sys.modules)"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["False", "True"], out.stderr  # align's capture loads when first asked for

@@ -6,8 +6,7 @@ import threading
 
 import pytest
 
-from loadprobe.route.canary import CanarySplit
-from loadprobe.route.policy import (Admission, Breaker, BreakerState, FailoverCap, LaneQueue, RetryBudget,
+from loadprobe.route.policy import (Admission, Breaker, BreakerState, CanarySplit, FailoverCap, LaneQueue, RetryBudget,
                                     SlidingWindow, admission)
 
 
