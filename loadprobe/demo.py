@@ -262,7 +262,7 @@ def _align(report: Path, echo) -> dict[str, Path]:
         return {}
     from .align.compare import align
     from .align.document import write_align
-    from .cli.align import render
+    from .align.document import render
 
     fp32, int8 = ensure_models()
     images = calibration_batch(16, seed=5)  # not the images the INT8 model was calibrated on (seed 11)

@@ -93,6 +93,15 @@ def test_no_module_imports_a_later_step():
     assert not wrong, "\n".join(sorted(wrong))
 
 
+def test_nothing_imports_the_command_line():
+    """The commands sit on top of every step (the demo included): what a command prints of a result
+    lives beside the result (``render()``), so no step needs the command line."""
+    wrong = [f"{name} imports {target}" for name, targets in GRAPH.items()
+             if not name.startswith("loadprobe.cli") and name != "loadprobe.__main__"
+             for target in targets if target == "loadprobe.cli" or target.startswith("loadprobe.cli.")]
+    assert not wrong, "\n".join(sorted(wrong))
+
+
 def test_no_import_cycles():
     index, low, stack, on_stack, cycles = {}, {}, [], set(), []
 

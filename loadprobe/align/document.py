@@ -4,6 +4,7 @@ Usage::
 
     write_align(doc, "align.json", overwrite=True)     # through a temporary file and a rename
     doc = read_align("align.json")                     # LoadprobeError names the file and the field
+    print(render(doc))                                 # the tables and the verdict, as the terminal shows them
     ev = load_evidence("align.json")                   # AlignEvidence: stage, decision, keep_fp16, figures
     check_stages({ev.stage: ev}, ["decode", "backbone"])
 
@@ -18,10 +19,11 @@ from pathlib import Path
 
 from .._errors import LoadprobeError
 from .._files import write_file
+from .._table import text_table
 from ..formats import ALIGN
 from .verdict import DECISIONS
 
-__all__ = ["FORMAT", "VERSION", "AlignEvidence", "check_stages", "evidence", "load_evidence", "read_align",
+__all__ = ["FORMAT", "VERSION", "AlignEvidence", "check_stages", "evidence", "load_evidence", "read_align", "render",
            "write_align"]
 
 FORMAT = "loadprobe-align"
@@ -119,3 +121,43 @@ def check_stages(evidence_by_stage: dict, stages) -> None:
         if stage not in names:
             raise LoadprobeError(f"{ev.source}: stage {stage!r} is not a stage of the portrait (its stages: "
                                  f"{', '.join(names) or 'none'}); run loadprobe align again with --stage NAME")
+
+
+MAX_ROWS = 30  # layers printed; a larger model shows the ones adding the most error
+
+
+def render(doc: dict) -> str:
+    """The per-layer table, the per-class table and the verdict, as the terminal shows them."""
+    layers = doc["layers"]
+    shown = layers
+    lines = [f"{doc['stage']}: {Path(doc['candidate']['path']).name} against {Path(doc['baseline']['path']).name}, "
+             f"{doc['samples']:,} samples, {len(layers)} layers compared"
+             + (f" ({len(doc['skipped_layers'])} in only one capture)" if doc["skipped_layers"] else ""), ""]
+    if len(layers) > MAX_ROWS:
+        top = {layer["name"] for layer in sorted(layers, key=lambda x: -x["growth"])[:MAX_ROWS]}
+        shown = [layer for layer in layers if layer["name"] in top]
+        lines.append(f"the {MAX_ROWS} layers adding the most error, in model order:")
+    rows = [[layer["name"], layer["op"] or "-", f"{layer['sqnr_db']:.1f}", f"{layer['cosine']:.5f}",
+             f"{layer['rel_l2']:.3g}", f"{layer['max_abs_error']:.3g}" + ("" if layer["exact"] else " (>=)"),
+             f"{100 * layer['error_share']:.1f}%", str(layer["rank"] or "-")] for layer in shown]
+    lines += text_table(["layer", "op", "SQNR dB", "cosine", "rel L2", "max abs err", "adds", "rank"], rows)
+    if doc["classes"]:
+        lines.append("")
+        head = ["class", "samples", "SQNR dB", "cosine"]
+        extra = [k for k in ("agreement", "accuracy_drop") if k in doc["classes"][0]]
+        head += [k.replace("_", " ") for k in extra]
+        rows = [[str(c["class"]), str(c["samples"]), f"{c['sqnr_db']:.1f}", f"{c['cosine']:.5f}",
+                 *[f"{100 * c[k]:.1f}%" for k in extra]] for c in doc["classes"]]
+        lines += text_table(head, rows)
+    out = doc["output"]
+    lines += ["", f"output {out['layer']}: SQNR {out['sqnr_db']:.1f} dB, cosine {out['cosine']:.5f}, "
+                  f"rel L2 {out['rel_l2']:.3g}"]
+    if doc["recovery"]:
+        lines.append("estimated with the layers adding the most error kept in FP16:")
+    for step in doc["recovery"]:
+        lines.append(f"  {', '.join(step['keep_layers'])} (nodes {', '.join(step['keep_fp16'])}): "
+                     f"{step['output']['sqnr_db']:.1f} dB, cosine {step['output']['cosine']:.5f}")
+    v = doc["verdict"]
+    lines += ["", f"verdict: {v['text']}" + (f" -- keep_fp16: {', '.join(v['keep_fp16'])}" if v["keep_fp16"] else ""),
+              v["why"]]
+    return "\n".join(lines)

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import click
 
-from .._table import text_table
+from ..align.document import render
 
-MAX_ROWS = 30  # layers printed; a larger model shows the ones adding the most error
 
 
 @click.command()
@@ -71,43 +70,6 @@ def align(baseline, candidate, labels, stage, output, kept, min_cosine, min_sqnr
     else:
         click.echo(render(doc))
     click.echo(f"\nalign: {out}", err=True)
-
-
-def render(doc: dict) -> str:
-    """The per-layer table, the per-class table and the verdict, as the terminal shows them."""
-    layers = doc["layers"]
-    shown = layers
-    lines = [f"{doc['stage']}: {Path(doc['candidate']['path']).name} against {Path(doc['baseline']['path']).name}, "
-             f"{doc['samples']:,} samples, {len(layers)} layers compared"
-             + (f" ({len(doc['skipped_layers'])} in only one capture)" if doc["skipped_layers"] else ""), ""]
-    if len(layers) > MAX_ROWS:
-        top = {layer["name"] for layer in sorted(layers, key=lambda x: -x["growth"])[:MAX_ROWS]}
-        shown = [layer for layer in layers if layer["name"] in top]
-        lines.append(f"the {MAX_ROWS} layers adding the most error, in model order:")
-    rows = [[layer["name"], layer["op"] or "-", f"{layer['sqnr_db']:.1f}", f"{layer['cosine']:.5f}",
-             f"{layer['rel_l2']:.3g}", f"{layer['max_abs_error']:.3g}" + ("" if layer["exact"] else " (>=)"),
-             f"{100 * layer['error_share']:.1f}%", str(layer["rank"] or "-")] for layer in shown]
-    lines += text_table(["layer", "op", "SQNR dB", "cosine", "rel L2", "max abs err", "adds", "rank"], rows)
-    if doc["classes"]:
-        lines.append("")
-        head = ["class", "samples", "SQNR dB", "cosine"]
-        extra = [k for k in ("agreement", "accuracy_drop") if k in doc["classes"][0]]
-        head += [k.replace("_", " ") for k in extra]
-        rows = [[str(c["class"]), str(c["samples"]), f"{c['sqnr_db']:.1f}", f"{c['cosine']:.5f}",
-                 *[f"{100 * c[k]:.1f}%" for k in extra]] for c in doc["classes"]]
-        lines += text_table(head, rows)
-    out = doc["output"]
-    lines += ["", f"output {out['layer']}: SQNR {out['sqnr_db']:.1f} dB, cosine {out['cosine']:.5f}, "
-                  f"rel L2 {out['rel_l2']:.3g}"]
-    if doc["recovery"]:
-        lines.append("estimated with the layers adding the most error kept in FP16:")
-    for step in doc["recovery"]:
-        lines.append(f"  {', '.join(step['keep_layers'])} (nodes {', '.join(step['keep_fp16'])}): "
-                     f"{step['output']['sqnr_db']:.1f} dB, cosine {step['output']['cosine']:.5f}")
-    v = doc["verdict"]
-    lines += ["", f"verdict: {v['text']}" + (f" -- keep_fp16: {', '.join(v['keep_fp16'])}" if v["keep_fp16"] else ""),
-              v["why"]]
-    return "\n".join(lines)
 
 
 def _printable(text: str) -> bool:
