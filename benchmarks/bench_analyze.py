@@ -115,7 +115,7 @@ def run_loadprobe(data: str, engine: str, workers: int, src: str, kernel: str = 
 
     compiled = kernel != "numpy" and kernels.kernel_available()
     return {"compute_s": compute, "pcts": pcts, "per_minute": {k: v for k, v in per_minute.items() if v},
-            "kernel": "compiled" if compiled else "numpy", "portrait_sha256": digest,
+            "kernel": "c" if compiled else "numpy", "portrait_sha256": digest,
             "batch": batch, "rows": saved["data_quality"]["rows"], "portrait_bytes": portrait_bytes,
             "stages": len(saved["stages"]), "bottlenecks": [b["kind"] for b in saved["bottlenecks"]]}
 

@@ -1,12 +1,12 @@
 """The compiled kernel's C library (``_mapkernel.c``), called through ctypes.
 
-``kernel_compiled`` aggregates a file's spans with :func:`aggregate` here when the library
+``kernel_c`` aggregates a file's spans with :func:`aggregate` here when the library
 was built at install (setup.py; it needs a C compiler, and is skipped without one): the same
 figures as ``kernel_numpy``, exact integers throughout, in a join, one pass over the rows and
 a short pass per optional column instead of dozens of numpy passes plus a sort and a gather
 per column. The float sums (batch fits, FLOPs, bytes, inter-arrival gaps) are added in
 numpy's pairwise order, so they round as numpy's do; at import :data:`FLOAT_SUMS_AS_NUMPY`
-checks that against the installed numpy, and where it fails ``kernel_compiled`` sums the
+checks that against the installed numpy, and where it fails ``kernel_c`` sums the
 rows gathered here with numpy instead. tests/analysis/test_analyze_fast.py checks that both
 kernels give identical partials and portraits.
 
@@ -14,7 +14,7 @@ Loading is an ``import`` plus a ``dlopen`` (about a millisecond), and each call 
 GIL, so threads map files in parallel. Importing this module raises ImportError when the
 library is missing or was built for another histogram layout; ``kernels`` then chooses numpy.
 
-Usage (internal; ``kernels.compiled_library()`` loads it, ``kernel_compiled`` calls it)::
+Usage (internal; ``kernels.c_library()`` loads it, ``kernel_c`` calls it)::
 
     from loadprobe.analysis import ckernel
     out = ckernel.aggregate(columns, n_stage=..., ...)   # columns: columns.SpanColumns
@@ -155,7 +155,7 @@ def gap_sums(times: np.ndarray) -> tuple[float, float]:
 def _sums_as_numpy() -> bool:
     """Whether the kernel's float sums equal this numpy's, bit for bit (checked once, at import,
     on every regime of numpy's pairwise summation). Should a numpy ever add in another order,
-    ``kernel_compiled`` computes the float sums with numpy instead, and partials stay identical."""
+    ``kernel_c`` computes the float sums with numpy instead, and partials stay identical."""
     times = np.cumsum(np.arange(1, 1200, dtype=np.int64) ** 3 % 1_000_003 + 17)
     for n in (2, 9, 17, 129, 137, 1031, len(times)):
         gaps = np.diff(times[:n]) / 1e9

@@ -1,7 +1,7 @@
 """Arrow columns as numpy arrays, straight from Arrow's buffers: what the kernels aggregate.
 
 ``span_columns`` decodes a spans table into a ``SpanColumns``, the typed interface between
-reading a file and aggregating it (``kernel_numpy``, ``kernel_compiled``): fixed-width
+reading a file and aggregating it (``kernel_numpy``, ``kernel_c``): fixed-width
 columns as arrays with nulls filled, text columns as dictionary codes and their names, and the
 mostly-null optional columns as ``Sparse`` values plus Arrow's validity bitmap, uncopied.
 numpy views come from ``np.frombuffer``: pyarrow's own ``to_numpy`` imports pandas when it is
@@ -22,10 +22,10 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from .kernels import compiled_library
+from .kernels import c_library
 from .memory import scratch
 
-_COMPILED = compiled_library()  # chosen once, at import: its null fill, or None for numpy's
+_COMPILED = c_library()  # chosen once, at import: its null fill, or None for numpy's
 
 
 class Sparse(NamedTuple):

@@ -3,7 +3,7 @@
 Every figure a partial holds of a file's spans: per-stage latency histograms, self time
 (children joined to parents within the file), statuses, shapes, engines, queue times,
 tokens, batch sizes and fits, FLOPs and bytes, busy time per second, request counts,
-arrivals and their gaps. ``kernel_compiled`` computes the same in C and must equal this to
+arrivals and their gaps. ``kernel_c`` computes the same in C and must equal this to
 the last bit; the grouping and float-sum helpers here are shared with it.
 
 Usage::
@@ -171,7 +171,7 @@ def _integer_figures(part: Partial, c: SpanColumns, has_request: np.ndarray, ref
 def batch_and_float_sums(part: Partial, c: SpanColumns, grouped: Grouped | None = None) -> None:
     """Batch sizes and the float sums (batch fit, FLOPs, bytes) per stage, over the few rows that
     carry them. ``grouped``: those rows as the compiled kernel gathered them, when numpy is to
-    add them (``kernel_compiled``); None: found here."""
+    add them (``kernel_c``); None: found here."""
     names = c.stage_names
     stage, valid, dur = c.stage, c.valid, c.dur
 

@@ -2,7 +2,7 @@
 
 A file is read (``reading``), its rows filtered to the time window and its impossible spans
 counted and left out, its columns decoded (``columns``), and aggregated by the kernel
-``Filters.kernel`` names (``kernel_compiled`` or ``kernel_numpy``, resolved once by
+``Filters.kernel`` names (``kernel_c`` or ``kernel_numpy``, resolved once by
 ``kernels``); device samples are summed per second here. Memory is bounded by one file plus
 the partial, whatever the dataset's size. ``parallel`` runs this in threads, processes or
 on Dask.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from . import kernel_compiled, kernel_numpy
+from . import kernel_c, kernel_numpy
 from .columns import (arrow_mask, arrow_rows, booleans, dictionary_codes, float_column, int_column, span_columns,
                       validity)
 from .dataset import FileRef
@@ -35,21 +35,21 @@ from .requestjoin import ClientRequests, is_load_client, join_client
 
 SKEW_SAMPLE_SUFFIX = "00"  # requests whose id ends so are sampled for the cross-host clock check
 _NULL_DURATION = -(2**62)  # what a null dur_ns decodes as, before it is told from a negative one
-_KERNELS = {"compiled": kernel_compiled, "numpy": kernel_numpy}  # Filters.kernel -> its module
+_KERNELS = {"c": kernel_c, "numpy": kernel_numpy}  # Filters.kernel -> its module
 
 
 @dataclass(frozen=True)
 class Filters:
     """What the map step keeps: a time window in epoch ns, and whether to sample request ids
     for the cross-host clock check (only worth reading them when there are several hosts).
-    ``kernel`` ("auto", "compiled" or "numpy") is resolved as the Filters are made
+    ``kernel`` ("auto", "c" or "numpy") is resolved as the Filters are made
     (``kernels.resolve_kernel``): every file mapped with them is aggregated by that kernel."""
 
     since_ns: int | None = None
     until_ns: int | None = None
     sample_skew: bool = True
     read_threads: bool = False  # let Arrow decode columns in parallel (when one process maps alone)
-    kernel: str = "auto"  # "auto": compiled (C) when built, else numpy; "compiled"; "numpy"
+    kernel: str = "auto"  # "auto": C when built, else numpy; "c"; "numpy"
     energy: bool = True  # map each span's time on its engine (energy.py); analyze: only when power was sampled
     client: ClientRequests | None = None  # the load client's requests, joined to the server's (requestjoin.py)
 

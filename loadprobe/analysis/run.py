@@ -60,7 +60,7 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
     when the catalog knows it); ``catalog`` adds device files. ``engine``: "inprocess",
     "process" (``workers`` processes) or "dask" (a local cluster, or ``scheduler``).
     ``kernel``: how each file is aggregated: "auto" (the compiled C kernel when it was built at
-    install, else numpy), "compiled" or "numpy"; all give identical portraits.
+    install, else numpy), "c" or "numpy"; all give identical portraits.
     ``slo_ttft_ms`` and ``slo_tpot_ms``: the targets of an LLM service's goodput (``portrait.llm``);
     twice the recorded medians where not given.
     """

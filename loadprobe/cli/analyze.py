@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..analysis.kernels import KERNELS  # the names only: stdlib, no numpy or pyarrow
+from ..analysis.kernels import KERNELS, OLD_NAMES  # the names only: stdlib, no numpy or pyarrow
 
 
 @click.command()
@@ -32,9 +32,9 @@ from ..analysis.kernels import KERNELS  # the names only: stdlib, no numpy or py
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes (--engine process) or Dask workers of a local cluster.")
 @click.option("--scheduler", help="Address of a running Dask scheduler (--engine dask).")
-@click.option("--kernel", type=click.Choice(KERNELS), default="auto", show_default=True,
-              help="Per-file aggregation: the C kernel built at install (compiled), numpy, or the C kernel "
-                   "when it was built (auto). All give the same portrait.")
+@click.option("--kernel", type=click.Choice(KERNELS + tuple(OLD_NAMES)), default="auto", show_default=True,
+              help="Per-file aggregation: the C kernel built at install (c), numpy, or the C kernel "
+                   "when it was built (auto). All give the same portrait. ('compiled': the old name of c.)")
 @click.option("--slo-ttft-ms", type=click.FloatRange(min=0, min_open=True),
               help="LLM goodput: the time-to-first-token target [default: twice the recorded median].")
 @click.option("--slo-tpot-ms", type=click.FloatRange(min=0, min_open=True),

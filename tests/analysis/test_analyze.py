@@ -404,11 +404,11 @@ def test_a_crashed_runs_unfinished_stream_is_analysed_without_touching_it(tmp_pa
     assert _digest(tmp_path) == before  # analysis reads the stream, it does not finish it
 
 
-@pytest.mark.parametrize("kernel", ["numpy", "compiled"])
+@pytest.mark.parametrize("kernel", ["numpy", "c"])
 def test_nested_stages_are_ordered_from_the_request_start(tmp_path, kernel):
     import time as _time
 
-    if kernel == "compiled" and not kernel_available():
+    if kernel == "c" and not kernel_available():
         pytest.skip("the C map kernel was not built here")
     out = tmp_path / "data"
     loadprobe.start(out, service="nest", sample_devices=False)
@@ -429,9 +429,9 @@ def test_nested_stages_are_ordered_from_the_request_start(tmp_path, kernel):
     assert offsets["conv"] >= 3.5  # from the request's start, not from model's
 
 
-@pytest.mark.parametrize("kernel", ["numpy", "compiled"])
+@pytest.mark.parametrize("kernel", ["numpy", "c"])
 def test_queue_time_a_stage_records_is_not_its_parents_own_time(tmp_path, kernel):
-    if kernel == "compiled" and not kernel_available():
+    if kernel == "c" and not kernel_available():
         pytest.skip("the C map kernel was not built here")
     base = 1_800_000_000 * 10**9
     rows = []

@@ -1,4 +1,4 @@
-"""The compiled kernel (``loadprobe/analysis/_mapkernel.c`` through ``ckernel.py``) against the numpy reference kernel.
+"""The C kernel (``loadprobe/analysis/_mapkernel.c`` through ``ckernel.py``) against the numpy reference kernel.
 
 Both must give identical partials (every count, sum, histogram bucket and float, in the same
 key order) and so identical portraits, on data that exercises every branch: nested spans,
@@ -24,7 +24,7 @@ import pytest
 
 import loadprobe
 from loadprobe._errors import LoadprobeError
-from loadprobe.analysis import columns, footers, kernel_compiled, kernel_numpy, kernels, map_step
+from loadprobe.analysis import columns, footers, kernel_c, kernel_numpy, kernels, map_step
 from loadprobe.analysis.dataset import discover, file_refs
 from loadprobe.analysis.finalize import build_portrait
 from loadprobe.analysis.histogram import HIGHEST_TRACKABLE, Histogram
@@ -158,7 +158,7 @@ def _comparable(portrait) -> dict:
 
 def _map_both(ref, **filters):
     slow = map_file(ref, Filters(kernel="numpy", **filters))
-    fast = map_file(ref, Filters(kernel="compiled", **filters))
+    fast = map_file(ref, Filters(kernel="c", **filters))
     return slow, fast
 
 
@@ -168,7 +168,7 @@ def test_every_file_maps_to_the_same_partial(varied, sample_skew):
     windows = {r.run_id: (r.info["started_ns"], r.info["stopped_ns"]) for r in runs if "started_ns" in r.info}
     for ref in file_refs(runs):
         slow = map_file(ref, Filters(kernel="numpy", sample_skew=sample_skew), windows.get(ref.run_id))
-        fast = map_file(ref, Filters(kernel="compiled", sample_skew=sample_skew), windows.get(ref.run_id))
+        fast = map_file(ref, Filters(kernel="c", sample_skew=sample_skew), windows.get(ref.run_id))
         assert slow.rows > 0 and not slow.skipped
         assert _norm(fast) == _norm(slow), ref.path
 
@@ -176,7 +176,7 @@ def test_every_file_maps_to_the_same_partial(varied, sample_skew):
 def test_the_data_exercises_every_branch(varied):
     runs, _ = discover([varied])
     windows = {r.run_id: (r.info["started_ns"], r.info["stopped_ns"]) for r in runs if "started_ns" in r.info}
-    part = merge(map_file(r, Filters(kernel="compiled"), windows.get(r.run_id)) for r in file_refs(runs))
+    part = merge(map_file(r, Filters(kernel="c"), windows.get(r.run_id)) for r in file_refs(runs))
     assert part.null_durations and part.unjoined_children and part.out_of_window
     assert {"request", "pre", "model", "kernel", "post", "background"} <= set(part.stages)
     model, post = part.stage("model"), part.stage("post")
@@ -200,13 +200,13 @@ def test_time_filters_give_the_same_partials(varied):
 def test_portraits_are_identical_whatever_the_kernel_and_engine(varied):
     numpy_path = _comparable(loadprobe.analyze([varied], kernel="numpy"))
     assert numpy_path["data_quality"]["clock_warnings"]  # the run whose spans fall outside its window
-    assert _comparable(loadprobe.analyze([varied], kernel="compiled")) == numpy_path
-    assert _comparable(loadprobe.analyze([varied], kernel="compiled", engine="process", workers=2)) == numpy_path
+    assert _comparable(loadprobe.analyze([varied], kernel="c")) == numpy_path
+    assert _comparable(loadprobe.analyze([varied], kernel="c", engine="process", workers=2)) == numpy_path
     since = BASE_NS + 15 * 10**8  # within the requests: the filter cuts some, not all
     filtered = _comparable(loadprobe.analyze([varied], kernel="numpy", since=since / 1e9, host="h[12]"))
     assert filtered["data_quality"]["rows_filtered"] > 0 and filtered["stages"]
-    assert _comparable(loadprobe.analyze([varied], kernel="compiled", since=since / 1e9, host="h[12]")) == filtered
-    for kernel in ("numpy", "compiled"):  # past every span: an error naming the window, whatever the kernel
+    assert _comparable(loadprobe.analyze([varied], kernel="c", since=since / 1e9, host="h[12]")) == filtered
+    for kernel in ("numpy", "c"):  # past every span: an error naming the window, whatever the kernel
         with pytest.raises(LoadprobeError, match="no span lies within --since"):
             loadprobe.analyze([varied], kernel=kernel, since=(BASE_NS + 10 * 10**9) / 1e9)
 
@@ -218,13 +218,13 @@ def test_the_numpy_path_is_taken_when_per_file_tables_would_be_too_large(varied,
     calls = []
     original = kernel_numpy.aggregate
     monkeypatch.setattr(kernel_numpy, "aggregate", lambda *a: calls.append(1) or original(*a))
-    monkeypatch.setattr(kernel_compiled, "_DENSE_CELLS", 10)
-    assert [_norm(map_file(r, Filters(kernel="compiled"))) for r in refs] == reference
+    monkeypatch.setattr(kernel_c, "_DENSE_CELLS", 10)
+    assert [_norm(map_file(r, Filters(kernel="c"))) for r in refs] == reference
     assert len(calls) == len(refs)
-    monkeypatch.setattr(kernel_compiled, "_DENSE_CELLS", 1 << 23)
-    monkeypatch.setattr(kernel_compiled, "_DENSE_IDS", 0)  # the sort join everywhere
+    monkeypatch.setattr(kernel_c, "_DENSE_CELLS", 1 << 23)
+    monkeypatch.setattr(kernel_c, "_DENSE_IDS", 0)  # the sort join everywhere
     calls.clear()
-    assert [_norm(map_file(r, Filters(kernel="compiled"))) for r in refs] == reference
+    assert [_norm(map_file(r, Filters(kernel="c"))) for r in refs] == reference
     assert not calls
 
 
@@ -308,14 +308,14 @@ def test_optional_columns_in_long_null_runs_at_any_bit_offset():
         sliced = table.slice(offset)
         assert sliced.column("queue_ns").chunk(0).offset == offset
         parts = {}
-        for kernel in ("numpy", "compiled"):
+        for kernel in ("numpy", "c"):
             parts[kernel] = Partial()
             map_step.map_spans(parts[kernel], sliced, ref, Filters(kernel=kernel), None)
-        model = parts["compiled"].stage("model")
+        model = parts["c"].stage("model")
         rows = [r for r in sliced.select(["stage", "batch", "queue_ns"]).to_pylist() if r["stage"] == "model"]
         assert model.batch == Counter(r["batch"] for r in rows if r["batch"] is not None), offset
         assert model.queue.total == sum(1 for r in rows if r["queue_ns"] is not None and r["queue_ns"] >= 0), offset
-        assert _norm(parts["compiled"]) == _norm(parts["numpy"]), offset
+        assert _norm(parts["c"]) == _norm(parts["numpy"]), offset
 
 
 def test_a_recorded_service_gives_identical_portraits(tmp_path):
@@ -323,7 +323,7 @@ def test_a_recorded_service_gives_identical_portraits(tmp_path):
 
     record_pipeline(tmp_path, requests=300)
     a = _comparable(loadprobe.analyze([tmp_path], kernel="numpy"))
-    b = _comparable(loadprobe.analyze([tmp_path], kernel="compiled"))
+    b = _comparable(loadprobe.analyze([tmp_path], kernel="c"))
     assert a == b and a["requests"]["count"] == 300
 
 
@@ -333,7 +333,7 @@ def test_the_benchmark_dataset_gives_identical_portraits(tmp_path):
     assert len({r.host for r in runs}) == 2
     assert not footers.hosts_may_share_request_ids(file_refs(runs))  # "<run>-<n>" ids: each host its own range
     a = _comparable(loadprobe.analyze([tmp_path], kernel="numpy"))
-    b = _comparable(loadprobe.analyze([tmp_path], kernel="compiled"))
+    b = _comparable(loadprobe.analyze([tmp_path], kernel="c"))
     assert a == b and a["requests"]["count"] == 10_000
     # Skipping the ids changes nothing: with them decoded and sampled, the same portrait.
     part = merge(map_file(r, Filters(sample_skew=True)) for r in file_refs(runs))
@@ -384,16 +384,18 @@ def test_kernel_names_are_checked(varied):
 
 def test_the_kernel_is_chosen_once_as_the_filters_are_made():
     # Every file mapped with these Filters, in this process or a worker, uses the kernel named here.
-    assert Filters().kernel == Filters(kernel="auto").kernel == Filters(kernel="compiled").kernel == "compiled"
+    assert Filters().kernel == Filters(kernel="auto").kernel == Filters(kernel="c").kernel == "c"
     assert Filters(kernel="numpy").kernel == "numpy"
-    with pytest.raises(LoadprobeError, match="kernel 'fortran' is not one of auto, compiled, numpy"):
+    with pytest.warns(DeprecationWarning, match="kernel 'compiled' is now 'c'"):
+        assert Filters(kernel="compiled").kernel == Filters(kernel="c").kernel  # the old name still works
+    with pytest.raises(LoadprobeError, match="kernel 'fortran' is not one of auto, c, numpy"):
         Filters(kernel="fortran")
     filters = Filters(since_ns=5, kernel="numpy")
     assert pickle.loads(pickle.dumps(filters)) == filters  # as process and Dask workers receive them
     assert dataclasses.replace(filters, read_threads=True).kernel == "numpy"
 
 
-def test_compiled_float_sums_round_exactly_as_numpy_s():
+def test_c_float_sums_round_exactly_as_numpy_s():
     # Partials must not depend on which path mapped a file: the kernel adds floats in numpy's
     # pairwise order (8 accumulators, blocks of 128, halves beyond), checked at every regime.
     from loadprobe.analysis import ckernel as _mapkernel
@@ -417,13 +419,13 @@ def test_float_sums_fall_back_to_numpy_when_the_kernel_would_add_otherwise(varie
     original, seen = kernel_numpy.batch_and_float_sums, []
     monkeypatch.setattr(kernel_numpy, "batch_and_float_sums",
                         lambda part, c, grouped=None: seen.append(grouped) or original(part, c, grouped))
-    assert [_norm(map_file(r, Filters(kernel="compiled"))) for r in refs] == reference
+    assert [_norm(map_file(r, Filters(kernel="c"))) for r in refs] == reference
     assert seen and all(isinstance(g, Grouped) for g in seen)  # grouped by the kernel, summed by numpy
 
 
-def test_compiled_null_fill_is_an_exact_copy():
+def test_c_null_fill_is_an_exact_copy():
     rng = np.random.default_rng(11)
-    assert kernels.compiled_library() is not None
+    assert kernels.c_library() is not None
     for _ in range(40):
         n = int(rng.integers(1, 300))
         values = rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64, endpoint=True)
@@ -455,16 +457,16 @@ def test_without_the_c_kernel_the_numpy_path_gives_the_same_portrait(varied):
             "d = p.to_dict(); d.pop('generated_at'); print(json.dumps(d))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout) == json.loads(json.dumps(_comparable(loadprobe.analyze([varied], kernel="compiled"))))
-    failed = subprocess.run([sys.executable, "-c", code.replace("analyze([", "analyze(kernel='compiled', paths=[")],
+    assert json.loads(done.stdout) == json.loads(json.dumps(_comparable(loadprobe.analyze([varied], kernel="c"))))
+    failed = subprocess.run([sys.executable, "-c", code.replace("analyze([", "analyze(kernel='c', paths=[")],
                             capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert failed.returncode != 0 and "kernel 'compiled' needs loadprobe's C kernel" in failed.stderr
+    assert failed.returncode != 0 and "kernel 'c' needs loadprobe's C kernel" in failed.stderr
 
 
-def test_auto_uses_the_compiled_kernel_whatever_the_size(varied, monkeypatch):
+def test_auto_uses_the_c_kernel_whatever_the_size(varied, monkeypatch):
     compiled = []
-    original = kernel_compiled.aggregate
-    monkeypatch.setattr(kernel_compiled, "aggregate", lambda *a: compiled.append(1) or original(*a))
+    original = kernel_c.aggregate
+    monkeypatch.setattr(kernel_c, "aggregate", lambda *a: compiled.append(1) or original(*a))
     assert _comparable(loadprobe.analyze([varied])) == _comparable(loadprobe.analyze([varied], kernel="numpy"))
     assert compiled
 
@@ -498,7 +500,7 @@ def test_a_thread_s_reused_join_table_never_joins_to_another_file(tmp_path):
     second = table(list(range(1, 201, 2)), [None if i % 4 == 1 else i - 1 for i in range(1, 201, 2)])
     write_run(tmp_path, "h1", "1-a", [first, second])
     refs = file_refs(discover([tmp_path])[0])
-    for kernel in ("numpy", "compiled", "compiled"):  # twice: the second pass starts with a used table
+    for kernel in ("numpy", "c", "c"):  # twice: the second pass starts with a used table
         parts = [map_file(ref, Filters(kernel=kernel)) for ref in refs]
         assert parts[1].unjoined_children == 50
         if kernel == "numpy":

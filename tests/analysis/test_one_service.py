@@ -110,7 +110,7 @@ def test_the_join_gives_one_portrait_on_every_kernel_and_engine(both_sides):
 
     reference = figures(kernel="numpy")
     if kernel_available():
-        assert figures(kernel="compiled") == reference
+        assert figures(kernel="c") == reference
     assert figures(kernel="numpy", engine="process", workers=2) == reference
     try:
         import dask.distributed  # noqa: F401

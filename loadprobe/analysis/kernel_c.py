@@ -6,7 +6,7 @@ a short pass per optional column, off the GIL. Here the kernel's per-stage array
 partial's counters and histograms. A file whose per-file tables would be too large for the
 kernel's dense layout (or that has 2**31 rows) is handed to ``kernel_numpy`` whole.
 
-Usage (``map_step`` calls it when ``Filters.kernel`` is "compiled")::
+Usage (``map_step`` calls it when ``Filters.kernel`` is "c")::
 
     aggregate(part, cols, ref, run_window)   # cols: columns.SpanColumns of one file
 """
@@ -23,10 +23,10 @@ from .columns import SpanColumns
 from .dataset import FileRef
 from .histogram import Histogram
 from .kernel_numpy import NS_PER_S, RUN_WINDOW_SLACK_NS, Grouped, StageRows, count_values, record_gaps
-from .kernels import compiled_library
+from .kernels import c_library
 from .partials import Partial, add_counts, pick
 
-_C = compiled_library()  # the ckernel module, loaded once at import; None where it was not built
+_C = c_library()  # the ckernel module, loaded once at import; None where it was not built
 _DENSE_CELLS = 1 << 23  # largest per-file table (stages x seconds, stages x shapes) the compiled path allocates
 _DENSE_IDS = 4  # the compiled join's id table may be this many times the row count (plus 2**20)
 
@@ -45,7 +45,7 @@ def aggregate(part: Partial, cols: SpanColumns, ref: FileRef, run_window) -> Non
     """Add every figure of one file's spans to ``part``; ``run_window``: the run's (start, stop) or None."""
     k = _C
     # None in a worker whose library does not load (a Dask worker on another machine, resolved
-    # "compiled" on the client): numpy maps the file there, to the same partial.
+    # "c" on the client): numpy maps the file there, to the same partial.
     done = None if k is None else _integer_figures(k, part, cols, ref, run_window)
     if done is None:
         kernel_numpy.aggregate(part, cols, ref, run_window)
