@@ -37,7 +37,7 @@ import numpy as np
 
 from ._errors import LoadprobeError
 from ._files import inside, write_file
-from .plan.simulation import STRESS
+from .plan.targets import STRESS
 
 SERVICE = "vision"
 BURST_AT, BURST_S, BURST_X = 0.62, 0.08, 2.5  # burst start and length (fractions of the run), rate multiple

@@ -4,7 +4,7 @@ Usage (``planner.recommend`` and ``search`` do this)::
 
     recommended, alternatives = select(options)           # the one rule below
     ranked = rank(options)                                 # best first, by the same rule
-    name, why = name_scenario(portrait, constraints, profiles, slo_ms)   # "online-api", "offline-bulk", ...
+    name, why = name_scenario(portrait, targets, profiles)   # "online-api", "offline-bulk", ...
     verdict(recommended, alternatives, slo_ms)            # one paragraph comparing them
 
 The rule, written once here: feasibility first (``Option.tier``: the SLO at the sizing rate,
@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import math
 
-from .constraints import Constraints
+from .targets import Targets
 from .options import ranking_cost
 from .result import Option
 
@@ -125,8 +125,9 @@ def _fmt_w(w) -> str:
     return "unknown" if w is None else f"{w:.0f} W"
 
 
-def name_scenario(portrait, constraints: Constraints, profiles, slo) -> tuple[str, str]:
+def name_scenario(portrait, targets: Targets, profiles) -> tuple[str, str]:
     """The four dimensions -> online API, offline bulk, edge/power-bound, LLM split, or mixed."""
+    slo, budget_w = targets.p95_ms, targets.power_budget_w
     traffic, req = portrait.traffic, portrait.requests
     batch_means = [p.batch_mean for p in profiles if p.batch_mean]
     batch = max(batch_means) if batch_means else 1.0
@@ -135,7 +136,7 @@ def name_scenario(portrait, constraints: Constraints, profiles, slo) -> tuple[st
              f"peak {traffic.peak_rps:.3g} req/s (mean {traffic.mean_rps:.3g}, peak/mean "
              f"{traffic.peak_to_mean or 0:.3g})" if traffic else "no traffic series",
              f"largest mean batch {batch:.3g}",
-             f"power budget {constraints.power_budget_w:g} W" if constraints.power_budget_w else "no power budget"]
+             f"power budget {budget_w:g} W" if budget_w else "no power budget"]
     found = []
     names = {p.name.lower() for p in profiles}
     intensities = [p.flops_per_byte for p in profiles if p.flops_per_byte]
@@ -144,8 +145,8 @@ def name_scenario(portrait, constraints: Constraints, profiles, slo) -> tuple[st
         found.append(("llm-prefill-decode-split", "prefill is compute-heavy and decode bandwidth-bound "
                       f"({max(intensities):.3g} vs {min(intensities):.3g} FLOP/byte)" if intensities else
                       "prefill and decode stages"))
-    if constraints.power_budget_w is not None and constraints.power_budget_w <= 150:
-        found.append(("edge-power-bound", f"a {constraints.power_budget_w:g} W power budget"))
+    if budget_w is not None and budget_w <= 150:
+        found.append(("edge-power-bound", f"a {budget_w:g} W power budget"))
     if (slo is None or slo >= 1000) and batch >= 8:
         found.append(("offline-bulk", f"large batches ({batch:.3g}) and a loose latency target"))
     elif slo is not None and slo < 1000:

@@ -38,14 +38,14 @@ def resample(profiles: list, ctx, *, draws: int = RESAMPLES, seed: int = 0) -> l
     """``draws`` (profiles, ctx) pairs with each stage's quantiles and (for a recorded peak) the rate redrawn."""
     rng = random.Random(seed)
     bucket = ctx.portrait.traffic.bucket_s if ctx.portrait.traffic is not None else None
-    peak_count = ctx.rate * bucket if bucket and not ctx.constraints.min_rps else None
+    peak_count = ctx.rate * bucket if bucket and not ctx.targets.rate_given else None
     out = []
     for _ in range(draws):
         drawn = [_redraw(p, stage.count, rng) for p, stage in zip(profiles, ctx.stages)]
         rate = ctx.rate
         if peak_count and peak_count >= 1:
             rate = max(1.0, _poisson(peak_count, rng)) / bucket
-        out.append((drawn, replace(ctx, rate=rate)))
+        out.append((drawn, replace(ctx, targets=replace(ctx.targets, rate_rps=rate))))
     return out
 
 

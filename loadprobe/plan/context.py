@@ -2,8 +2,8 @@
 
 Usage::
 
-    ctx = PlanContext(portrait, constraints, catalog, rate=300, slo_ms=200, cpu_cores=cpu_cores(portrait),
-                      stages=plan_stages(portrait))
+    ctx = PlanContext(portrait, constraints, catalog, targets=targets.resolve(portrait, constraints),
+                      cpu_cores=cpu_cores(portrait), stages=plan_stages(portrait))
     ctx.budget_ms(stage)                       # the stage's share of the SLO
     calls_per_request(ctx)["decode"]           # executions per request (an LLM's decode: once per token)
     host_cpu_capacity(portrait)                # (req/s the recorded host's CPU alone carries, how)
@@ -15,8 +15,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .constraints import Constraints, EngineSpec
+from .targets import Targets
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog
+    from ..estimate.hostpower import HostCpuPower
+    from ..estimate.servicetime import StageProfile
+    from ..portrait import Portrait, Stage
 from ..estimate.distribution import Distribution
 from ..estimate.servicetime import DEFAULT_DEVICE
 from ..schema import engine_kind
@@ -34,21 +42,30 @@ recording this busy timed its CPU stages with waits for a core in them (``cpu_co
 
 @dataclass
 class PlanContext:
-    """One planning run's inputs and the figures every step reads: the sizing rate, the SLO, the host's cores."""
+    """One planning run's inputs and the figures every step reads: its targets, the host's cores, the stages."""
 
-    portrait: object
+    portrait: Portrait
     constraints: Constraints
-    catalog: object
-    rate: float
-    slo_ms: float | None
-    cpu_cores: tuple[int, str]
-    stages: list
+    catalog: Catalog | None
+    targets: Targets  # resolved once (``targets.resolve``); a resampled draw carries its own rate
+    cpu_cores: tuple[int, str]  # (cores, how known)
+    stages: list[Stage]  # the portrait's stages a plan places, in request order (``plan_stages``)
     cpu_load_pct: float | None = None  # the host at the sizing rate, every stage where recorded (``host_load_pct``)
-    host_power: object = None  # estimate.hostpower.HostCpuPower: the host CPU's maximum power and its basis
-    draws: list = None  # confidence.resample: the resampled (profiles, ctx) pairs the decisions are checked on
+    host_power: HostCpuPower | None = None  # the host CPU's maximum power and its basis
+    draws: list[tuple[list[StageProfile], PlanContext]] | None = None  # confidence.resample: the draws checked on
     host: HostWork | None = None  # the host CPU's work outside the stages, per request (``host_work``)
     interpreter: Interpreter | None = None  # a Python service's interpreter lock (``interpreter``)
     contention: Contention | None = None  # a saturated recording's waits for a core (``cpu_contention``)
+
+    @property
+    def rate(self) -> float:
+        """The sizing rate (``targets.rate_rps``)."""
+        return self.targets.rate_rps
+
+    @property
+    def slo_ms(self) -> float | None:
+        """The p95 target (``targets.p95_ms``)."""
+        return self.targets.p95_ms
 
     def budget_ms(self, stage) -> float | None:
         """A stage's share of the SLO: the SLO times its share of request time (at least 5% of it)."""

@@ -5,7 +5,7 @@ the report and the simulator read it with.
 
 Usage::
 
-    config = to_pipeline(plan)                 # a validated PipelineConfig
+    config = plan.to_pipeline()                # a validated PipelineConfig (to_pipeline(option, ...) for any option)
     json.dumps(plan_dict(plan))                # plans.json
     print(render(plan))                        # the table ``loadprobe recommend`` prints
 """
@@ -23,15 +23,9 @@ ESTIMATE_LABEL = ("simulated estimate: each plan's pipeline replayed by loadprob
                   "M/M/c model")
 
 
-def pipeline_dict(plan, option=None) -> dict:
-    """An option (default: the recommended one) in pipeline.yaml v1 form, every decision's why included."""
-    option = option or plan.recommended
-    slo = {}
-    if plan.constraints.slo_p95_ms or plan.slo_p95_ms:
-        slo["p95_ms"] = _num(plan.constraints.slo_p95_ms or plan.slo_p95_ms)
-    if plan.constraints.slo_p99_ms:
-        slo["p99_ms"] = _num(plan.constraints.slo_p99_ms)
-    slo["min_rps"] = _num(plan.rate_rps)
+def pipeline_dict(option, *, service: str, targets, why: dict | None = None) -> dict:
+    """An option in pipeline.yaml v1 form, every decision's why included: the service's, under ``targets``
+    (``targets.Targets``: the file's slo); ``why``: the plan's scenario and verdict (``plan_why``)."""
     engines = {}
     for name, e in option.engines.items():
         entry = {"kind": e["kind"]}
@@ -68,8 +62,8 @@ def pipeline_dict(plan, option=None) -> dict:
         stages.append(stage)
     return {
         "version": PIPELINE.value,
-        "service": to_name(plan.service, "service"),
-        "slo": slo,
+        "service": to_name(service, "service"),
+        "slo": targets.slo_section(),
         "engines": engines,
         "stages": stages,
         "routing": {"retry": {"budget_ratio": 0.1, "max_attempts": 2}, "shed": {"by": "priority"}},
@@ -80,13 +74,17 @@ def pipeline_dict(plan, option=None) -> dict:
                             "why": "the recorded processes' interpreter CPU, sampled, with the CPU work this plan keeps "
                                    "on the host"}} if option.interpreter is not None and option.interpreter[1] > 0
            else {}),
-        "why": {"scenario": f"{plan.scenario}: {plan.scenario_why}",
-                "estimate": _estimate_text(option.estimate, plan.slo_p95_ms),
+        "why": {**(why or {}), "estimate": _estimate_text(option.estimate, targets.p95_ms),
                 "routing": "retries only inside a 10% budget of requests (retries amplify overload); under "
-                           "overload the lowest priority is shed first",
-                "verdict": plan.verdict if option is plan.recommended else f"alternative {option.name!r} to the "
-                           f"recommended {plan.recommended.name!r}"},
+                           "overload the lowest priority is shed first"},
     }
+
+
+def plan_why(plan, option) -> dict:
+    """pipeline.yaml's ``why`` of one of ``plan``'s options: the scenario, and the verdict or what it is instead."""
+    return {"scenario": f"{plan.scenario}: {plan.scenario_why}",
+            "verdict": plan.verdict if option is plan.recommended else f"alternative {option.name!r} to the "
+                       f"recommended {plan.recommended.name!r}"}
 
 
 def _host(host) -> dict:
@@ -98,15 +96,14 @@ def _host(host) -> dict:
             "recorded": work.root, "why": work.how}
 
 
-def to_pipeline(plan, option=None):
-    """An option (default: the recommended one) as a PipelineConfig, validated against the pipeline.yaml schema."""
+def to_pipeline(option, *, service: str, targets, why: dict | None = None):
+    """An option as a PipelineConfig (``pipeline_dict``), validated against the pipeline.yaml schema."""
     import yaml
 
     from ..pipeline.files import loads
 
-    option = option or plan.recommended
-    return loads(yaml.safe_dump(pipeline_dict(plan, option), sort_keys=False, allow_unicode=True),
-                 source=f"{option.name} plan")
+    return loads(yaml.safe_dump(pipeline_dict(option, service=service, targets=targets, why=why), sort_keys=False,
+                                allow_unicode=True), source=f"{option.name} plan")
 
 
 def plan_dict(plan) -> dict:
@@ -193,7 +190,8 @@ def _option(plan, o) -> dict:
         "stages": [{**{k: v for k, v in _plain(d).items() if k != "service"},
                     "service_time_ms": _plain(d.service)} for d in o.decisions],
         # what ``loadprobe simulate plans.json`` runs: the option as a pipeline.yaml would hold it
-        "pipeline": pipeline_dict(plan, o) if o.feasible and o.decisions else None,
+        "pipeline": (pipeline_dict(o, service=plan.service, targets=plan.targets, why=plan_why(plan, o))
+                     if o.feasible and o.decisions else None),
         "tuning": o.tuning,
     }
 

@@ -24,7 +24,7 @@ from dataclasses import replace
 from .context import PlanContext
 from ..estimate.queueing import INTERPRETER
 from .options import assemble
-from .simulation import STRESS
+from .targets import STRESS
 from .sizing import make_decision
 
 __all__ = ["MAX_ROUNDS", "SIZING_UTIL", "describe", "size"]

@@ -16,8 +16,9 @@ from dataclasses import asdict
 from .context import PlanContext, calls_per_request, delay_ms, service_name
 from .placement import add_fallbacks
 from ..estimate.queueing import EngineCapacity, Placement, estimate
-from .result import Option, Plan
-from .simulation import FAILED_SHARE_OK, FAILOVER_RATIOS, STRESS, WINDOW_FACTORS, OptionCheck, tune
+from .result import Option
+from .simulation import FAILED_SHARE_OK, FAILOVER_RATIOS, WINDOW_FACTORS, OptionCheck, tune
+from .targets import STRESS
 from .sizing import MAX_WINDOW_MS, cover_stage_p95, engine_limits, known_power
 from ..simulator.servicetimes import HOST_STAGE
 
@@ -46,7 +47,7 @@ def assemble(name: str, decisions: list, specs, profiles, ctx: PlanContext, note
         python = ctx.interpreter.for_plan(sum(p.calls * p.load_ms / max(1, p.batch) for p in placements
                                               if engines[p.engine]["kind"] == "cpu"))
     est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=delay, interpreter=python)
-    stress = estimate(placements, capacities, rate=ctx.rate * STRESS, unattributed_ms=delay, interpreter=python)
+    stress = estimate(placements, capacities, rate=ctx.targets.stress_rps, unattributed_ms=delay, interpreter=python)
     unknown = [n for n, e in engines.items() if e["power_w"] is None and e.get("measured_w") is None]
     notes = list(notes)
     if host is not None:
@@ -93,8 +94,8 @@ def host_engine(engines: dict, ctx: PlanContext) -> str | None:
 
 def option_check(option: Option, ctx: PlanContext, profiles) -> OptionCheck:
     """The option as a pipeline the simulator can replay (``simulation.OptionCheck``)."""
-    stub = Plan(service_name(ctx.portrait), "", "", ctx.constraints, ctx.rate, ctx.slo_ms, option, [], "")
-    return OptionCheck(stub, option, {p.name: p for p in profiles}, calls_per_request(ctx), delay_ms(ctx))
+    return OptionCheck(service_name(ctx.portrait), ctx.targets, option, {p.name: p for p in profiles},
+                       calls_per_request(ctx), delay_ms(ctx))
 
 
 def simulate_option(option: Option, ctx: PlanContext, profiles) -> None:
@@ -110,17 +111,17 @@ def simulate_option(option: Option, ctx: PlanContext, profiles) -> None:
     analytic, analytic_stress = option.estimate, option.stress
     check = option_check(option, ctx, profiles)
     option.estimate = check.estimate(analytic, ctx.rate)
-    option.stress = check.estimate(analytic_stress, ctx.rate * STRESS)
+    option.stress = check.estimate(analytic_stress, ctx.targets.stress_rps)
     # Timeouts cover the queueing the simulation found, at the rate and at the stress rate. Fewer
     # timeouts mean fewer retries and a different tail, so the cover is checked again, a few times.
     for _ in range(COVER_ROUNDS):
         raised = cover_stage_p95(option.decisions, option.estimate, ctx)
-        raised = cover_stage_p95(option.decisions, option.stress, ctx, rate=ctx.rate * STRESS) or raised
+        raised = cover_stage_p95(option.decisions, option.stress, ctx, rate=ctx.targets.stress_rps) or raised
         if not raised:
             break
         check = option_check(option, ctx, profiles)  # a fresh pipeline: the checked one holds the old timeouts
         option.estimate = check.estimate(analytic, ctx.rate)
-        option.stress = check.estimate(analytic_stress, ctx.rate * STRESS)
+        option.stress = check.estimate(analytic_stress, ctx.targets.stress_rps)
     judge(option, ctx)
 
 
@@ -129,7 +130,7 @@ def tune_option(option: Option, ctx: PlanContext, profiles) -> None:
     if not option.feasible or option.estimate is None or option.estimate.p95_ms is None:
         return
     check = option_check(option, ctx, profiles)
-    trials, best, (at, over) = tune(check, ctx.rate, ctx.slo_ms, ctx.constraints.slo_p99_ms)
+    trials, best, (at, over) = tune(check, ctx.rate, ctx.slo_ms, ctx.targets.p99_ms)
     option.tuning = trials
     if len(trials) == 1:
         return
@@ -137,7 +138,7 @@ def tune_option(option: Option, ctx: PlanContext, profiles) -> None:
              f"{'/'.join(f'{f:g}' for f in WINDOW_FACTORS)}"
              + (", failover caps as planned/" + "/".join(f"{r:.0%}" for r in FAILOVER_RATIOS if r is not None)
                 if any(d.fallback for d in option.decisions) else "")
-             + f") at {ctx.rate:.3g} and {ctx.rate * STRESS:.3g} req/s; kept the one that meets the targets with the "
+             + f") at {ctx.rate:.3g} and {ctx.targets.stress_rps:.3g} req/s; kept the one that meets the targets with the "
              f"fewest failed requests at {STRESS:g}x, then the lowest p95 there, then the planned settings")
     for d in option.decisions:
         if d.batch > 1 and best["window_factor"] != 1.0:
@@ -147,7 +148,7 @@ def tune_option(option: Option, ctx: PlanContext, profiles) -> None:
             d.fallback["max_ratio"] = best["failover_max_ratio"]
             d.why["fallback"] = f"{d.why.get('fallback', '')}; cap set to {best['failover_max_ratio']:.0%}, {tried}"
     option.estimate = check.estimate(option.estimate, ctx.rate, result=at)
-    option.stress = check.estimate(option.stress, ctx.rate * STRESS, result=over)
+    option.stress = check.estimate(option.stress, ctx.targets.stress_rps, result=over)
     judge(option, ctx)
 
 
@@ -176,10 +177,10 @@ def judge(option: Option, ctx: PlanContext) -> None:
             miss(2, f"misses the p95 SLO: {est.p95_ms:.3g} ms > {ctx.slo_ms:.3g} ms at {ctx.rate:.3g} req/s")
         if est.failed_share is not None and est.failed_share > FAILED_SHARE_OK:
             miss(2, f"rejects or times out {est.failed_share:.1%} of requests at {ctx.rate:.3g} req/s (simulated)")
-        p99_target = ctx.constraints.slo_p99_ms
+        p99_target = ctx.targets.p99_ms
         if p99_target is not None and est.p99_ms is not None and est.p99_ms > p99_target:
             miss(2, f"misses the p99 target: {est.p99_ms:.3g} ms > {p99_target:g} ms")
-        peak = ctx.rate * STRESS
+        peak = ctx.targets.stress_rps
         # the queueing model's capacity bounds what a finite simulation can show: at or past it, queues grow
         if stress is None or stress.p95_ms is None or stress.max_rps <= peak:
             capacity = f"capacity {stress.max_rps:.3g} req/s, {stress.bottleneck} saturates" if stress else "no estimate"
@@ -187,7 +188,7 @@ def judge(option: Option, ctx: PlanContext) -> None:
         elif stress.failed_share is not None and stress.failed_share > FAILED_SHARE_OK:
             miss(1, f"fails {stress.failed_share:.1%} of requests at {STRESS:g}x the rate ({peak:.3g} req/s, simulated), "
                     f"more than the {FAILED_SHARE_OK:.0%} allowed")
-    budget = ctx.constraints.power_budget_w
+    budget = ctx.targets.power_budget_w
     if budget and option.power_unknown:
         miss(3, f"the {budget:g} W power budget cannot be checked: no maximum power for "
                 f"{', '.join(option.power_unknown)}" + ("; give --cpu-power-w" if "cpu" in option.power_unknown else ""))

@@ -54,15 +54,13 @@ from .options import simulate_option, tune_option
 from .placement import candidates, explain_engine
 from .result import Decision, Option, Plan  # noqa: F401 - importable from here, as they always were
 from .search import search
+from .targets import resolve
 from ..estimate.servicetime import StageProfile
 
 __all__ = ["Decision", "Option", "PLAN_KINDS", "Plan", "host_cpu_capacity", "recommend"]
 
 PLAN_KINDS = {"hybrid": None, "all-gpu": "gpu", "all-npu": "npu", "all-cpu": "cpu"}
 RESIZES = 3  # a simulation that finds a sized option short of its targets grows it again, at most this often
-RECORDED_SLO_SLACK = 0.10
-"""Without --slo-p95-ms the target is the recorded p95 plus this share: a replay of the recording agrees with
-it to about this much (loadprobe verify's tolerance), so the plan that keeps everything as recorded meets it."""
 
 
 def recommend(portrait, constraints: Constraints | None = None, *, catalog=None, cpu_cores: int | None = None,
@@ -82,15 +80,7 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
 
         check_stages(constraints.align, [s.name for s in stages])
     _check_stage_names(constraints, [s.name for s in stages])
-    rate = constraints.min_rps or (portrait.traffic.peak_rps if portrait.traffic else None)
-    if not rate:
-        raise LoadprobeError("the portrait has no request rate; give --min-rps")
-    if rate_why is None:
-        rate_why = ("the rate asked for (--min-rps)" if constraints.min_rps else
-                    f"the recorded peak (per {portrait.traffic.bucket_s:g} s); give --min-rps to plan for another rate")
-    req = portrait.requests
-    recorded_p95 = req.latency_ms.p95 if req is not None and req.latency_ms else None
-    slo = constraints.slo_p95_ms or (recorded_p95 * (1 + RECORDED_SLO_SLACK) if recorded_p95 else None)
+    targets = resolve(portrait, constraints, rate_why)
     recorded = catalog.find(portrait.roofline_device)
     profiles = [StageProfile.of(s, recorded_device=recorded if recorded is not None
                                 and recorded.kind == recorded_kind(s) else None) for s in stages]
@@ -99,8 +89,8 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
         profiles = [p.scaled(contention.scale) if p.kind == "cpu" else p for p in profiles]
     cores = (cpu_cores, f"{cpu_cores} cores (given)") if cpu_cores else recorded_cpu_cores(portrait)
     python = interpreter(portrait)
-    ctx = PlanContext(portrait, constraints, catalog, rate, slo, cores, stages,
-                      host_load_pct(portrait, rate, cores[0] * next((s.count for s in constraints.engines
+    ctx = PlanContext(portrait, constraints, catalog, targets, cores, stages,
+                      host_load_pct(portrait, targets.rate_rps, cores[0] * next((s.count for s in constraints.engines
                                                                        if s.kind == "cpu"), 1), python),
                       host_cpu_power(portrait, catalog, cpu_power_w=constraints.cpu_power_w), host=host_work(portrait),
                       interpreter=python, contention=contention)
@@ -113,9 +103,9 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
     tune_option(recommended, ctx, profiles)
     for option in options:
         option.intervals = intervals(option, ctx.draws, rebuild=lambda p, c, o=option: _redrawn(o, p, c, ctx, profiles))
-    scenario, why = name_scenario(portrait, constraints, profiles, slo)
-    return Plan(service_name(portrait), scenario, why, constraints, rate, slo, recommended, alternatives,
-                verdict(recommended, alternatives, slo), rate_why)
+    scenario, why = name_scenario(portrait, targets, profiles)
+    return Plan(service_name(portrait), scenario, why, constraints, targets, recommended, alternatives,
+                verdict(recommended, alternatives, targets.p95_ms))
 
 
 def _check_stage_names(constraints: Constraints, names: list) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .constraints import Constraints
+from .targets import Targets
 from ..estimate.queueing import Estimate
 from ..estimate.servicetime import ServiceTime
 
@@ -76,17 +77,30 @@ class Plan:
     scenario: str
     scenario_why: str
     constraints: Constraints
-    rate_rps: float
-    slo_p95_ms: float | None
+    targets: Targets  # resolved once by the planner: the sizing rate, the latency targets, the power budget
     recommended: Option
     alternatives: list
     verdict: str  # how the recommendation compares with the alternatives, in one paragraph
-    rate_why: str = ""  # where the sizing rate comes from
 
-    def to_pipeline(self):
-        from .files import to_pipeline
+    @property
+    def rate_rps(self) -> float:
+        return self.targets.rate_rps
 
-        return to_pipeline(self)
+    @property
+    def rate_why(self) -> str:
+        """Where the sizing rate comes from."""
+        return self.targets.rate_why
+
+    @property
+    def slo_p95_ms(self) -> float | None:
+        return self.targets.p95_ms
+
+    def to_pipeline(self, option: Option | None = None):
+        """An option (default: the recommended one) as a validated PipelineConfig."""
+        from .files import plan_why, to_pipeline
+
+        option = option or self.recommended
+        return to_pipeline(option, service=self.service, targets=self.targets, why=plan_why(self, option))
 
     def to_dict(self) -> dict:
         from .files import plan_dict

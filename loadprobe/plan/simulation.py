@@ -2,7 +2,7 @@
 
 Usage (``planner.recommend`` does this)::
 
-    check = OptionCheck(plan_stub, option, profiles, calls, delay_ms=0.2)
+    check = OptionCheck("svc", targets, option, profiles, calls, delay_ms=0.2)
     est = check.estimate(rate=300)                   # an Estimate whose figures are simulated
     trials, best = tune(check, rate=300, slo_ms=200) # what it tried, and the settings it keeps
 
@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ..estimate.queueing import Estimate
+from .targets import STRESS
 
 SIM_REQUESTS = 3000
 """Arrivals per simulation: p95 within a few percent at this count, and fast enough to run a dozen."""
@@ -40,15 +41,14 @@ FAILED_SHARE_OK = 0.01
 """A plan that rejects or times out more than this share of requests does not meet its targets."""
 WINDOW_FACTORS = (0.5, 1.0, 2.0)
 FAILOVER_RATIOS = (None, 0.1, 0.3)  # None: each stage's cap as planned
-STRESS = 1.5
-"""The stress test: every option is also estimated and simulated at this multiple of the sizing rate."""
 
 
 @dataclass
 class OptionCheck:
     """One option as a pipeline, ready to simulate at any rate."""
 
-    plan: object  # a result.Plan whose recommended option is the one checked
+    service: str
+    targets: object  # targets.Targets: the pipeline's slo
     option: object
     profiles: dict  # stage name -> StageProfile
     calls: dict  # stage name -> executions per request
@@ -62,7 +62,7 @@ class OptionCheck:
         samplers, the estimate's per-stage figures), the file by plan names (pipeline.names)."""
         from .files import to_pipeline
 
-        config = to_pipeline(self.plan, self.option)
+        config = to_pipeline(self.option, service=self.service, targets=self.targets)
         engines = {name: replace(e, max_concurrency=max(1, int(self.option.engines[name]["servers"])))
                    for name, e in config.engines.items()}
         stages = tuple(replace(s, name=s.recorded_name, recorded=None) for s in config.stages)

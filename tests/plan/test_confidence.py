@@ -34,11 +34,13 @@ def test_the_same_workload_recorded_three_times_gives_one_plan(tmp_path):
 def test_resampling_is_seeded_and_moves_the_figures_by_their_sampling_error(tmp_path):
     from loadprobe.estimate.servicetime import StageProfile
     from loadprobe.plan.context import PlanContext, plan_stages
+    from loadprobe.plan.targets import Targets
 
     portrait = record(tmp_path, VISION, requests=40, jitter=0.3)
     stages = plan_stages(portrait)
     profiles = [StageProfile.of(s) for s in stages]
-    ctx = PlanContext(portrait, Constraints.parse(), None, 50.0, 100.0, (4, "given"), stages)
+    targets = Targets(rate_rps=50.0, rate_why="the recorded peak", rate_given=False, p95_ms=100.0, p95_why="given")
+    ctx = PlanContext(portrait, Constraints.parse(), None, targets, (4, "given"), stages)
     one, two = resample(profiles, ctx), resample(profiles, ctx)
     assert [[p.p95_ms for p in d] for d, _ in one] == [[p.p95_ms for p in d] for d, _ in two]
     spread = {round(d[1].p50_ms / profiles[1].p50_ms, 6) for d, _ in one}
