@@ -43,12 +43,12 @@ def main() -> None:
 
 def _constraints(plan) -> str:
     c = plan.constraints
-    parts = ["--engines " + ",".join(s.kind + (f":{s.device}" if s.device else "") for s in c.engines),
-             f"--min-rps {c.min_rps:g}", f"--slo-p95-ms {c.slo_p95_ms:g}"]
-    if c.power_budget_w:
-        parts.append(f"--power-budget-w {c.power_budget_w:g}")
-    parts.append(f"--precision {c.precision}")
-    parts += [f"--changes-often {s}" for s in sorted(c.changes_often)]
+    parts = ["--engines " + ",".join(s.kind + (f":{s.device}" if s.device else "") for s in c.lineup.engines),
+             f"--min-rps {c.asked.min_rps:g}", f"--slo-p95-ms {c.asked.slo_p95_ms:g}"]
+    if c.asked.power_budget_w:
+        parts.append(f"--power-budget-w {c.asked.power_budget_w:g}")
+    parts.append(f"--precision {c.lineup.precision}")
+    parts += [f"--changes-often {s}" for s in sorted(c.lineup.changes_often)]
     return " ".join(parts)
 
 

@@ -4,7 +4,8 @@ Usage::
 
     c = Constraints.parse(engines="cpu,gpu:nvidia-l4x2,npu:ascend-310p", slo_p95_ms=200,
                           precision=["int8-ok", "head=fp16-only"])
-    c.engines[1]          # EngineSpec(kind="gpu", device="nvidia-l4", count=1, name="gpu0", max_count=2)
+    c.lineup.engines[1]   # EngineSpec(kind="gpu", device="nvidia-l4", count=1, name="gpu0", max_count=2)
+    c.asked.slo_p95_ms    # 200; the parts: lineup, asked (targets), pricing, evidence
     c.precision_for("backbone")   # "int8-ok"
     Constraints.parse(align=["align.json"])     # a stage's precision from loadprobe align's verdict
 
@@ -53,35 +54,72 @@ class EngineSpec:
         return self.max_count if self.max_count is not None else self.count
 
 
-@dataclass(frozen=True)
-class Constraints:
+@dataclass(frozen=True, kw_only=True)
+class LineUp:
+    """The engines a plan may use, and what may run where."""
+
     engines: tuple[EngineSpec, ...]
+    precision: str = "fp16-only"  # the policy of every stage not named in precision_by_stage
+    precision_by_stage: dict = field(default_factory=dict)
+    changes_often: frozenset = frozenset()  # stages whose model is replaced often (kept off NPUs)
+    cpu_power_w: float | None = None  # the host CPU's maximum power, when the user knows it (--cpu-power-w)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Asked:
+    """The targets as the user asked for them (each optional); ``targets.resolve`` makes the plan's ``Targets``."""
+
     slo_p95_ms: float | None = None
     slo_p99_ms: float | None = None
     min_rps: float | None = None
     power_budget_w: float | None = None
-    precision: str = "fp16-only"
-    precision_by_stage: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pricing:
+    """How the plans are priced: years of ownership, electricity, the devices' prices, buying or renting."""
+
     years: float = 3.0
     price_per_kwh: float = 0.15
     prices: dict = field(default_factory=dict)  # catalog id -> purchase price per unit
-    changes_often: frozenset = frozenset()  # stages whose model is replaced often (kept off NPUs)
-    align: dict = field(default_factory=dict)  # stage -> align.AlignEvidence: the verdict of loadprobe align
-    cpu_power_w: float | None = None  # the host CPU's maximum power, when the user knows it (--cpu-power-w)
-    calibration: object = None  # Calibrated: what loadprobe verify --calibrate measured of a plan (--calibration)
     rent: bool = False  # price accelerators by their hourly rates (rented) instead of their purchase (bought)
     hourly_rates: dict = field(default_factory=dict)  # catalog id -> on-demand rate per unit and hour (--hourly-rate)
 
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence:
+    """What other loadprobe commands measured that the plan must follow."""
+
+    align: dict = field(default_factory=dict)  # stage -> align.AlignEvidence: the verdict of loadprobe align
+    calibration: object = None  # Calibrated: what loadprobe verify --calibrate measured of a plan (--calibration)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Constraints:
+    """Everything a plan is made under, in four parts built by keyword (``parse`` builds them from CLI strings)."""
+
+    lineup: LineUp
+    asked: Asked = Asked()
+    pricing: Pricing = Pricing()
+    evidence: Evidence = Evidence()
+
     def precision_for(self, stage: str) -> str:
-        evidence = self.align.get(stage)
+        evidence = self.evidence.align.get(stage)
         if evidence is not None:
             return evidence.policy
-        return self.precision_by_stage.get(stage, self.precision)
+        return self.lineup.precision_by_stage.get(stage, self.lineup.precision)
 
     def keep_fp16_for(self, stage: str) -> tuple:
         """The layers loadprobe align says to keep in FP16 when ``stage`` runs INT8."""
-        evidence = self.align.get(stage)
+        evidence = self.evidence.align.get(stage)
         return tuple(evidence.keep_fp16) if evidence is not None else ()
+
+    def to_dict(self) -> dict:
+        """plans.json's ``constraints``: every part's fields in one object, as it has always been written."""
+        import dataclasses
+
+        return {f.name: getattr(part, f.name) for part in (self.lineup, self.asked, self.pricing, self.evidence)
+                for f in dataclasses.fields(part)}
 
     @classmethod
     def parse(cls, *, engines: str | None = None, slo_p95_ms=None, slo_p99_ms=None, min_rps=None,
@@ -102,11 +140,15 @@ class Constraints:
             if value is not None and not value > 0:
                 raise LoadprobeError(f"{option} {value:g} must be a positive number")
         changing = frozenset(n.strip() for v in changes_often for n in str(v).split(",") if n.strip())
-        return cls(specs, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, default, by_stage, float(years),
-                   float(price_per_kwh), parse_prices(prices, catalog), changing, evidence,
-                   float(cpu_power_w) if cpu_power_w is not None else None,
-                   parse_calibration(calibration) if calibration is not None else None, bool(rent),
-                   parse_prices(hourly_rates, catalog, option="--hourly-rate", example="nvidia-l4=0.85"))
+        return cls(
+            lineup=LineUp(engines=specs, precision=default, precision_by_stage=by_stage, changes_often=changing,
+                          cpu_power_w=float(cpu_power_w) if cpu_power_w is not None else None),
+            asked=Asked(slo_p95_ms=slo_p95_ms, slo_p99_ms=slo_p99_ms, min_rps=min_rps, power_budget_w=power_budget_w),
+            pricing=Pricing(years=float(years), price_per_kwh=float(price_per_kwh), prices=parse_prices(prices, catalog),
+                            rent=bool(rent), hourly_rates=parse_prices(hourly_rates, catalog, option="--hourly-rate",
+                                                                       example="nvidia-l4=0.85")),
+            evidence=Evidence(align=evidence,
+                              calibration=parse_calibration(calibration) if calibration is not None else None))
 
 
 def parse_engines(text: str, catalog=None) -> tuple[EngineSpec, ...]:

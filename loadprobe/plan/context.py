@@ -356,7 +356,7 @@ def delay_ms(ctx: PlanContext) -> float:
     """What every plan adds to each request's latency without loading an engine: the time outside the server
     (network, connections) when a load client's recording was joined, and the runtime's hand-off delay per
     stage when a calibration (``--calibration``) measured one."""
-    req, calibration = ctx.portrait.requests, ctx.constraints.calibration
+    req, calibration = ctx.portrait.requests, ctx.constraints.evidence.calibration
     outside_server = (req.latency_ms.mean * req.outside_server_share
                       if req is not None and req.latency_ms is not None and req.latency_ms.mean is not None
                       and req.outside_server_share else 0.0)

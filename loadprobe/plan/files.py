@@ -153,8 +153,8 @@ def render(plan) -> str:
                      "-" if est.energy_per_request_j is None else f"{est.energy_per_request_j:.3g}",
                      cost_text(o.tco) + _band(o.intervals.get("cost"), money=True), TARGETS[o.tier]])
     lines += text_table(["plan", "p50 ms", "p95 ms", "p99 ms", "max req/s", "max W", "mean W", "J/request",
-                         f"{plan.constraints.years:g}y cost", "meets targets"], rows)
-    lines += ["", f"what to {'rent' if plan.constraints.rent else 'buy'}: {plan.recommended.sizing}", "", plan.verdict]
+                         f"{plan.constraints.pricing.years:g}y cost", "meets targets"], rows)
+    lines += ["", f"what to {'rent' if plan.constraints.pricing.rent else 'buy'}: {plan.recommended.sizing}", "", plan.verdict]
     unknown = (plan.recommended.tco or {}).get("unknown")
     if unknown:
         lines += [f"(a cost marked >= leaves out what is unknown: {', '.join(unknown)})"]

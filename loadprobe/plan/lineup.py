@@ -109,7 +109,7 @@ def describe(option, ctx: PlanContext) -> str:
     share at STRESS x the rate, and what stops more units from helping when the targets are missed."""
     used = {d.engine for d in option.decisions}
     counts = {n: e["count"] for n, e in option.engines.items()}
-    bounds = {s.name: s.limit for s in ctx.constraints.engines if s.kind != "cpu" and s.name in used}
+    bounds = {s.name: s.limit for s in ctx.constraints.lineup.engines if s.kind != "cpu" and s.name in used}
     if not bounds:
         return "no accelerator: every stage runs on the host CPU"
     offered = option.stress.offered if option.stress is not None else {}

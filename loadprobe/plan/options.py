@@ -219,13 +219,13 @@ def price_option(option: Option, ctx: PlanContext) -> dict | None:
     est = option.estimate
     if est is None:
         return None
-    renting = ctx.constraints.rent
+    renting = ctx.constraints.pricing.rent
     total, unpriced = 0.0, []
     for name, engine in option.engines.items():
         if engine["kind"] == "cpu" and not engine["device"]:
             continue  # the host is common to every plan
         device = ctx.catalog.get(engine["device"]) if engine["device"] else None
-        given = ctx.constraints.hourly_rates if renting else ctx.constraints.prices
+        given = ctx.constraints.pricing.hourly_rates if renting else ctx.constraints.pricing.prices
         amount = given.get(engine["device"]) if engine["device"] else None
         if amount is None and device is not None:
             amount = device.hourly_usd if renting else device.price_usd
@@ -233,13 +233,13 @@ def price_option(option: Option, ctx: PlanContext) -> dict | None:
             unpriced.append(engine["device"] or name)
         else:
             total += amount * engine["count"]
-    years = ctx.constraints.years
+    years = ctx.constraints.pricing.years
     if renting:
         cost = tco(hourly_rate=total, years=years)
         power_unknown = []
     else:
         power = known_power(option.engines, est.utilisation) or 0.0
-        cost = tco(power_w=power, price_per_kwh=ctx.constraints.price_per_kwh, years=years, purchase=total)
+        cost = tco(power_w=power, price_per_kwh=ctx.constraints.pricing.price_per_kwh, years=years, purchase=total)
         power_unknown = list(option.power_unknown)
     out = asdict(cost)
     out["purchase_unknown"] = unpriced

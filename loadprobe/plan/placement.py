@@ -70,7 +70,7 @@ def candidates(stage, profile: StageProfile, specs, ctx: PlanContext) -> tuple[l
 
 def calibrated(svc, stage: str, spec, device, ctx):
     """``svc`` times the scale ``loadprobe verify --calibrate`` observed for the stage on this engine (``--calibration``)."""
-    calibration = ctx.constraints.calibration
+    calibration = ctx.constraints.evidence.calibration
     scale = calibration.scale(stage, spec.kind, device.id if device is not None else None) if calibration else None
     if scale is None:
         return svc
@@ -86,7 +86,7 @@ def cannot_run(stage, profile, spec, ctx, tensor) -> str | None:
         return "no FLOPs and no input shapes were recorded for it: host code, not a tensor workload"
     device = ctx.device(spec)
     if spec.kind == "npu":
-        if stage.name in ctx.constraints.changes_often:
+        if stage.name in ctx.constraints.lineup.changes_often:
             return ("its model changes often (--changes-often): every version needs an offline NPU conversion and "
                     "re-validation, so it stays on engines that run the framework's model as is")
         if profile.flops_per_byte is None:
@@ -107,7 +107,7 @@ def cannot_run(stage, profile, spec, ctx, tensor) -> str | None:
 def choose_precision(stage, spec: EngineSpec, ctx) -> tuple[str, str]:
     """Rule 4: the stage's precision on ``spec`` and why -- INT8 only where the policy or loadprobe align allows."""
     policy = ctx.constraints.precision_for(stage.name)
-    evidence = ctx.constraints.align.get(stage.name)  # loadprobe align's verdict, when given
+    evidence = ctx.constraints.evidence.align.get(stage.name)  # loadprobe align's verdict, when given
     basis = (f"loadprobe align ({evidence.source}, {evidence.samples} samples): {evidence.text}" if evidence
              else f"precision policy {policy}")
     device = ctx.device(spec)

@@ -67,7 +67,7 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
               rate_why: str | None = None) -> Plan:
     """The plan for ``portrait`` under ``constraints`` (default: the seeds' cpu + L4 + 310P line-up).
 
-    ``rate_why``: why the sizing rate (``constraints.min_rps``) is what it is, said with the plan."""
+    ``rate_why``: why the sizing rate (``constraints.asked.min_rps``) is what it is, said with the plan."""
     from ..catalog import load_catalog
 
     catalog = catalog or load_catalog()
@@ -75,10 +75,10 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
     stages = plan_stages(portrait)
     if not stages:
         raise LoadprobeError("the portrait has no stages to place; record with @probe around the service's stages")
-    if constraints.align:
+    if constraints.evidence.align:
         from ..align.document import check_stages
 
-        check_stages(constraints.align, [s.name for s in stages])
+        check_stages(constraints.evidence.align, [s.name for s in stages])
     _check_stage_names(constraints, [s.name for s in stages])
     targets = resolve(portrait, constraints, rate_why)
     recorded = catalog.find(portrait.roofline_device)
@@ -90,9 +90,9 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
     cores = (cpu_cores, f"{cpu_cores} cores (given)") if cpu_cores else recorded_cpu_cores(portrait)
     python = interpreter(portrait)
     ctx = PlanContext(portrait, constraints, catalog, targets, cores, stages,
-                      host_load_pct(portrait, targets.rate_rps, cores[0] * next((s.count for s in constraints.engines
+                      host_load_pct(portrait, targets.rate_rps, cores[0] * next((s.count for s in constraints.lineup.engines
                                                                        if s.kind == "cpu"), 1), python),
-                      host_cpu_power(portrait, catalog, cpu_power_w=constraints.cpu_power_w), host=host_work(portrait),
+                      host_cpu_power(portrait, catalog, cpu_power_w=constraints.lineup.cpu_power_w), host=host_work(portrait),
                       interpreter=python, contention=contention)
     ctx.draws = resample(profiles, ctx)
     built = [_build_option(name, kind, profiles, ctx) for name, kind in PLAN_KINDS.items()]
@@ -110,8 +110,8 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
 
 def _check_stage_names(constraints: Constraints, names: list) -> None:
     """A stage named in --precision or --changes-often must be one the plan places: a typo is an error."""
-    for option, given in (("--precision", sorted(constraints.precision_by_stage)),
-                          ("--changes-often", sorted(constraints.changes_often))):
+    for option, given in (("--precision", sorted(constraints.lineup.precision_by_stage)),
+                          ("--changes-often", sorted(constraints.lineup.changes_often))):
         unknown = [n for n in given if n not in names]
         if unknown:
             raise LoadprobeError(f"{option}: no stage {', '.join(repr(n) for n in unknown)} in the portrait; its "
@@ -120,7 +120,7 @@ def _check_stage_names(constraints: Constraints, names: list) -> None:
 
 def _engine_specs(ctx: PlanContext, kind: str | None) -> list[EngineSpec]:
     """The engines an option may use: all of them for the hybrid, the CPU and ``kind`` otherwise."""
-    specs = list(ctx.constraints.engines)
+    specs = list(ctx.constraints.lineup.engines)
     if kind is None or kind == "cpu":
         return specs if kind is None else [s for s in specs if s.kind == "cpu"]
     return [s for s in specs if s.kind in ("cpu", kind)]
@@ -180,7 +180,7 @@ def _redrawn(option: Option, profiles, ctx_draw, ctx: PlanContext, point_profile
 
     profiles, at = profiles or point_profiles, ctx_draw or ctx
     counts = {n: e["count"] for n, e in option.engines.items()}
-    specs = [replace(s, count=counts.get(s.name, s.count)) for s in ctx.constraints.engines]
+    specs = [replace(s, count=counts.get(s.name, s.count)) for s in ctx.constraints.lineup.engines]
     decisions = []
     for stage, profile, d in zip(at.stages, profiles, option.decisions):
         admissible, _ = candidates(stage, profile, specs, at)
@@ -201,7 +201,7 @@ def _simulated(option: Option, rebuild, ctx: PlanContext, profiles) -> Option:
         if option.tier not in (1, 2):
             break
         counts = {n: e["count"] for n, e in trial.engines.items() if e["kind"] != "cpu"}
-        room = [n for n in counts if counts[n] < next(s.limit for s in ctx.constraints.engines if s.name == n)]
+        room = [n for n in counts if counts[n] < next(s.limit for s in ctx.constraints.lineup.engines if s.name == n)]
         if not room:
             break
         busiest = max(room, key=lambda n: (trial.estimate.utilisation.get(n, 0.0), n))

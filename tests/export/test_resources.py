@@ -99,14 +99,13 @@ def test_triton_says_which_gpus_and_cores_its_instance_groups_use(tmp_path):
 
 def test_the_planner_writes_the_cores_it_sized_on_and_its_export_fits_them(tmp_path):
     from loadprobe.plan.constraints import Constraints
-    from loadprobe.plan.files import pipeline_dict
     from loadprobe.plan.planner import recommend
 
     from ..plan.test_recommend import record
 
     portrait = record(tmp_path, {"prep": {"ms": 2.0}, "model": {"ms": 3.0}, "post": {"ms": 1.0}}, requests=40)
     plan = recommend(portrait, Constraints.parse(engines="cpu", min_rps=20), cpu_cores=2)
-    text = yaml.safe_dump(pipeline_dict(plan))
+    text = pipeline.dump(plan.to_pipeline())
     config = pipeline.loads(text)
     assert config.engines["cpu"].cores == 2
     done = export(config, "ray-serve", tmp_path / "serve", check_imports=False)

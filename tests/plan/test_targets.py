@@ -54,3 +54,14 @@ def test_the_plan_and_its_pipeline_carry_the_same_targets(portrait):
         if data_pipeline := next((o["pipeline"] for o in [data["recommended"], *data["alternatives"]]
                                   if o["name"] == option.name), None):
             assert data_pipeline["slo"] == t.slo_section()
+
+
+def test_constraints_are_four_parts_built_by_keyword_and_plans_json_keeps_their_flat_form():
+    c = Constraints.parse(engines="cpu,gpu:nvidia-l4x2", slo_p95_ms=50, years=5, rent=True, changes_often=["head"])
+    assert c.lineup.engines[1].limit == 2 and c.lineup.changes_often == {"head"}
+    assert (c.asked.slo_p95_ms, c.asked.min_rps, c.pricing.years, c.pricing.rent) == (50, None, 5.0, True)
+    assert (c.evidence.align, c.evidence.calibration) == ({}, None)
+    with pytest.raises(TypeError):
+        Constraints(c.lineup)  # parts by keyword only
+    flat = c.to_dict()  # plans.json's constraints, whose readers (report, simulate) take these keys
+    assert {"engines", "slo_p95_ms", "years", "align", "rent", "changes_often"} <= set(flat) and flat["years"] == 5.0

@@ -16,7 +16,6 @@ import pytest
 import loadprobe
 from loadprobe.pipeline.files import dump
 from loadprobe.plan.files import plan_dict
-from loadprobe.plan.files import to_pipeline as plan_to_pipeline
 from loadprobe.reports.html import render_comparison, render_report, write_html
 
 from ..support import report_browser as browser
@@ -154,7 +153,7 @@ def test_simulation_page_in_chromium(chromium, tmp_path):
     plan = loadprobe.recommend(portrait)
     options = [o for o in [plan.recommended, *plan.alternatives] if o.feasible and o.decisions]
     arrivals = bursty(400, rate=40, on_s=1, off_s=4, duration=20, seed=1)
-    comparison = simulate_plans([(o.name, plan_to_pipeline(plan, o)) for o in options], arrivals,
+    comparison = simulate_plans([(o.name, plan.to_pipeline(o)) for o in options], arrivals,
                                 source="plans.json", arrivals="bursty", data=str(VISION), portrait=portrait)
     path = tmp_path / "simulation.html"
     write_simulation(comparison.to_dict(), path)
