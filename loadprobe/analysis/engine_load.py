@@ -61,11 +61,10 @@ def _scraped(samples: dict, kind: str, since_ns: int, until_ns: int) -> EngineLe
         return None
     scale = 100.0 if kind == "kv_cache" else 1.0
     values = [(total / n if kind == "kv_cache" else total) * scale for total, n in per_second.values()]
+    peak = max(values)  # the busiest second; one series alone: its highest reading
     if len(peaks) == 1:
-        peak = peaks[0] * scale  # one series: its highest reading
-    else:
-        peak = max(values)  # several summed: the busiest second
-    return EngineLevel(mean=float(np.mean(values)), peak=float(max(peak, max(values))), source="scraped")
+        peak = max(peak, peaks[0] * scale)
+    return EngineLevel(mean=float(np.mean(values)), peak=float(peak), source="scraped")
 
 
 def _counted(r, since_ns: int, until_ns: int) -> dict:

@@ -40,7 +40,8 @@ def engine_series(device: str, metric: str) -> str | None:
     ``"kv_cache"`` -- else None: ``("scrape:h:8000", 'vllm:num_requests_running{model_name="m"}')`` -> ``"running"``."""
     if not device.startswith("scrape:"):
         return None
-    return ENGINE_SERIES.get(metric.split("{", 1)[0].rsplit(":", 1)[-1])  # ...:per_s and other derived series end otherwise
+    # by the name after the engine's prefix: ...:per_s and other derived series end otherwise
+    return ENGINE_SERIES.get(metric.split("{", 1)[0].rsplit(":", 1)[-1])
 _LADDER = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 

@@ -144,9 +144,10 @@ class Constraints:
             lineup=LineUp(engines=specs, precision=default, precision_by_stage=by_stage, changes_often=changing,
                           cpu_power_w=float(cpu_power_w) if cpu_power_w is not None else None),
             asked=Asked(slo_p95_ms=slo_p95_ms, slo_p99_ms=slo_p99_ms, min_rps=min_rps, power_budget_w=power_budget_w),
-            pricing=Pricing(years=float(years), price_per_kwh=float(price_per_kwh), prices=parse_prices(prices, catalog),
-                            rent=bool(rent), hourly_rates=parse_prices(hourly_rates, catalog, option="--hourly-rate",
-                                                                       example="nvidia-l4=0.85")),
+            pricing=Pricing(years=float(years), price_per_kwh=float(price_per_kwh),
+                            prices=parse_prices(prices, catalog), rent=bool(rent),
+                            hourly_rates=parse_prices(hourly_rates, catalog, option="--hourly-rate",
+                                                      example="nvidia-l4=0.85")),
             evidence=Evidence(align=evidence,
                               calibration=parse_calibration(calibration) if calibration is not None else None))
 

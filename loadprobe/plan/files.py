@@ -154,7 +154,8 @@ def render(plan) -> str:
                      cost_text(o.tco) + _band(o.intervals.get("cost"), money=True), TARGETS[o.tier]])
     lines += text_table(["plan", "p50 ms", "p95 ms", "p99 ms", "max req/s", "max W", "mean W", "J/request",
                          f"{plan.constraints.pricing.years:g}y cost", "meets targets"], rows)
-    lines += ["", f"what to {'rent' if plan.constraints.pricing.rent else 'buy'}: {plan.recommended.sizing}", "", plan.verdict]
+    renting = plan.constraints.pricing.rent
+    lines += ["", f"what to {'rent' if renting else 'buy'}: {plan.recommended.sizing}", "", plan.verdict]
     unknown = (plan.recommended.tco or {}).get("unknown")
     if unknown:
         lines += [f"(a cost marked >= leaves out what is unknown: {', '.join(unknown)})"]

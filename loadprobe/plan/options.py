@@ -138,8 +138,8 @@ def tune_option(option: Option, ctx: PlanContext, profiles) -> None:
              f"{'/'.join(f'{f:g}' for f in WINDOW_FACTORS)}"
              + (", failover caps as planned/" + "/".join(f"{r:.0%}" for r in FAILOVER_RATIOS if r is not None)
                 if any(d.fallback for d in option.decisions) else "")
-             + f") at {ctx.rate:.3g} and {ctx.targets.stress_rps:.3g} req/s; kept the one that meets the targets with the "
-             f"fewest failed requests at {STRESS:g}x, then the lowest p95 there, then the planned settings")
+             + f") at {ctx.rate:.3g} and {ctx.targets.stress_rps:.3g} req/s; kept the one that meets the targets "
+             f"with the fewest failed requests at {STRESS:g}x, then the lowest p95 there, then the planned settings")
     for d in option.decisions:
         if d.batch > 1 and best["window_factor"] != 1.0:
             d.window_ms = round(min(MAX_WINDOW_MS, d.window_ms * best["window_factor"]), 3)

@@ -88,11 +88,11 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
     if contention is not None:  # recorded on saturated cores: the CPU stages' times without their waits for a core
         profiles = [p.scaled(contention.scale) if p.kind == "cpu" else p for p in profiles]
     cores = (cpu_cores, f"{cpu_cores} cores (given)") if cpu_cores else recorded_cpu_cores(portrait)
-    python = interpreter(portrait)
+    python, lineup = interpreter(portrait), constraints.lineup
+    host_cores = cores[0] * next((s.count for s in lineup.engines if s.kind == "cpu"), 1)
     ctx = PlanContext(portrait, constraints, catalog, targets, cores, stages,
-                      host_load_pct(portrait, targets.rate_rps, cores[0] * next((s.count for s in constraints.lineup.engines
-                                                                       if s.kind == "cpu"), 1), python),
-                      host_cpu_power(portrait, catalog, cpu_power_w=constraints.lineup.cpu_power_w), host=host_work(portrait),
+                      host_load_pct(portrait, targets.rate_rps, host_cores, python),
+                      host_cpu_power(portrait, catalog, cpu_power_w=lineup.cpu_power_w), host=host_work(portrait),
                       interpreter=python, contention=contention)
     ctx.draws = resample(profiles, ctx)
     built = [_build_option(name, kind, profiles, ctx) for name, kind in PLAN_KINDS.items()]

@@ -58,25 +58,25 @@ def resolve(portrait, constraints, rate_why: str | None = None) -> Targets:
     """The targets for ``portrait`` under ``constraints``: the rate asked for (--min-rps) or the recorded peak, the
     p95 asked for or the recorded p95 plus ``RECORDED_SLO_SLACK``, the p99 and power budget as given.
     ``rate_why``: the caller's own reason for the rate (a scenario, a benchmark), said with the plan."""
-    traffic = portrait.traffic
-    rate = constraints.asked.min_rps or (traffic.peak_rps if traffic else None)
+    traffic, asked = portrait.traffic, constraints.asked
+    rate = asked.min_rps or (traffic.peak_rps if traffic else None)
     if not rate:
         raise LoadprobeError("the portrait has no request rate; give --min-rps")
     if rate_why is None:
-        rate_why = ("the rate asked for (--min-rps)" if constraints.asked.min_rps else
+        rate_why = ("the rate asked for (--min-rps)" if asked.min_rps else
                     f"the recorded peak (per {traffic.bucket_s:g} s); give --min-rps to plan for another rate")
     req = portrait.requests
     recorded_p95 = req.latency_ms.p95 if req is not None and req.latency_ms else None
-    if constraints.asked.slo_p95_ms:
-        p95, p95_why = constraints.asked.slo_p95_ms, "the target asked for (--slo-p95-ms)"
+    if asked.slo_p95_ms:
+        p95, p95_why = asked.slo_p95_ms, "the target asked for (--slo-p95-ms)"
     elif recorded_p95:
         p95 = recorded_p95 * (1 + RECORDED_SLO_SLACK)
         p95_why = (f"the recorded p95 ({recorded_p95:.3g} ms) plus {RECORDED_SLO_SLACK:.0%}: what a replay of the "
                    "recording meets; give --slo-p95-ms for another")
     else:
         p95, p95_why = None, "none: no request latency recorded and no --slo-p95-ms"
-    return Targets(rate_rps=rate, rate_why=rate_why, rate_given=bool(constraints.asked.min_rps), p95_ms=p95,
-                   p95_why=p95_why, p99_ms=constraints.asked.slo_p99_ms, power_budget_w=constraints.asked.power_budget_w)
+    return Targets(rate_rps=rate, rate_why=rate_why, rate_given=bool(asked.min_rps), p95_ms=p95, p95_why=p95_why,
+                   p99_ms=asked.slo_p99_ms, power_budget_w=asked.power_budget_w)
 
 
 def _num(value: float) -> float:
