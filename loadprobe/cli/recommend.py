@@ -20,6 +20,11 @@ from ._outputs import refuse_existing
                                 "units to buy (default: up to 64); the plan says how many. A CPU's xN is hosts.")
 @click.option("--slo-p95-ms", type=float, help="End-to-end p95 latency target (default: the recorded p95).")
 @click.option("--slo-p99-ms", type=float, help="End-to-end p99 latency target.")
+@click.option("--slo-p50-ms", type=float, help="End-to-end median latency target.")
+@click.option("--slo-ttft-ms", type=float, help="An LLM load's p95 time to first token (default: the recorded p95); "
+                                                "written into pipeline.yaml's slo.")
+@click.option("--slo-tpot-ms", type=float, help="An LLM load's p95 time per output token after the first (default: "
+                                                "the recorded p95); written into pipeline.yaml's slo.")
 @click.option("--min-rps", type=float, help="Rate to size for (default: the recorded peak).")
 @click.option("--power-budget-w", type=float, help="Power budget for the whole line-up, in watts.")
 @click.option("--precision", multiple=True, metavar="[STAGE=]POLICY",
@@ -47,7 +52,7 @@ from ._outputs import refuse_existing
               help="Extra device catalog file (JSON); repeatable.")
 @click.option("--force", is_flag=True, help="Overwrite an existing pipeline.yaml / plans.json.")
 @click.option("--json", "as_json", is_flag=True, help="Print plans.json to stdout instead of the tables.")
-def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_budget_w, precision, aligns,
+def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, slo_p50_ms, slo_ttft_ms, slo_tpot_ms, min_rps, power_budget_w, precision, aligns,
               changes_often, prices, rent, hourly_rates, years, price_per_kwh, cpu_cores, cpu_power_w, calibration,
               catalogs, force, as_json):
     """Plan which engine runs each stage, and write it as pipeline.yaml.
@@ -75,7 +80,8 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, min_rps, power_bu
     refuse_existing([path, plans_path], force)  # before the work: fail fast
     catalog = load_catalog(*catalogs)
     portrait = _portrait(list(source), catalogs)
-    constraints = Constraints.parse(engines=engines, slo_p95_ms=slo_p95_ms, slo_p99_ms=slo_p99_ms, min_rps=min_rps,
+    constraints = Constraints.parse(engines=engines, slo_p95_ms=slo_p95_ms, slo_p99_ms=slo_p99_ms, slo_p50_ms=slo_p50_ms,
+                                    slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, min_rps=min_rps,
                                     power_budget_w=power_budget_w, precision=precision, years=years,
                                     price_per_kwh=price_per_kwh, prices=prices, changes_often=changes_often,
                                     align=aligns, catalog=catalog, cpu_power_w=cpu_power_w,

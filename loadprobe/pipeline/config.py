@@ -36,6 +36,9 @@ class SLOConfig:
     p95_ms: float | None = None
     p99_ms: float | None = None
     min_rps: float | None = None
+    p50_ms: float | None = None
+    ttft_p95_ms: float | None = None  # an LLM load's
+    tpot_p95_ms: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

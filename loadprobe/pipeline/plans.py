@@ -46,7 +46,7 @@ PLANS_SCHEMA = {
     "properties": {
         "recommended": _OPTION, "alternatives": {"type": "array", "items": _OPTION},
         **{key: _TEXT for key in ("service", "scenario", "scenario_why", "sizing_why", "estimates_are", "verdict")},
-        "sizing_rate_rps": _NUMBER, "slo_p95_ms": _NUMBER,
+        "sizing_rate_rps": _NUMBER, "slo_p95_ms": _NUMBER, "targets": {"type": ["object", "null"]},
         "constraints": {"type": ["object", "null"], "properties": {
             "years": _NUMBER, "align": {"type": ["object", "null"], "additionalProperties": _ALIGN}}},
     },

@@ -71,6 +71,9 @@ class Asked:
 
     slo_p95_ms: float | None = None
     slo_p99_ms: float | None = None
+    slo_p50_ms: float | None = None
+    slo_ttft_ms: float | None = None  # an LLM load's p95 time to first token
+    slo_tpot_ms: float | None = None  # an LLM load's p95 time per output token after the first
     min_rps: float | None = None
     power_budget_w: float | None = None
 
@@ -122,7 +125,8 @@ class Constraints:
                 for f in dataclasses.fields(part)}
 
     @classmethod
-    def parse(cls, *, engines: str | None = None, slo_p95_ms=None, slo_p99_ms=None, min_rps=None,
+    def parse(cls, *, engines: str | None = None, slo_p95_ms=None, slo_p99_ms=None, slo_p50_ms=None,
+              slo_ttft_ms=None, slo_tpot_ms=None, min_rps=None,
               power_budget_w=None, precision=(), years: float = 3.0, price_per_kwh: float = 0.15,
               prices=(), changes_often=(), align=(), catalog=None, cpu_power_w=None,
               calibration=None, rent: bool = False, hourly_rates=()) -> Constraints:
@@ -134,7 +138,8 @@ class Constraints:
         specs = parse_engines(engines or DEFAULT_ENGINES, catalog)
         default, by_stage = parse_precision(precision)
         evidence = parse_align(align, by_stage)
-        for option, value in (("--slo-p95-ms", slo_p95_ms), ("--slo-p99-ms", slo_p99_ms), ("--min-rps", min_rps),
+        for option, value in (("--slo-p95-ms", slo_p95_ms), ("--slo-p99-ms", slo_p99_ms), ("--slo-p50-ms", slo_p50_ms),
+                              ("--slo-ttft-ms", slo_ttft_ms), ("--slo-tpot-ms", slo_tpot_ms), ("--min-rps", min_rps),
                               ("--power-budget-w", power_budget_w), ("--years", years),
                               ("--price-per-kwh", price_per_kwh), ("--cpu-power-w", cpu_power_w)):
             if value is not None and not value > 0:
@@ -143,7 +148,8 @@ class Constraints:
         return cls(
             lineup=LineUp(engines=specs, precision=default, precision_by_stage=by_stage, changes_often=changing,
                           cpu_power_w=float(cpu_power_w) if cpu_power_w is not None else None),
-            asked=Asked(slo_p95_ms=slo_p95_ms, slo_p99_ms=slo_p99_ms, min_rps=min_rps, power_budget_w=power_budget_w),
+            asked=Asked(slo_p95_ms=slo_p95_ms, slo_p99_ms=slo_p99_ms, slo_p50_ms=slo_p50_ms, slo_ttft_ms=slo_ttft_ms,
+                        slo_tpot_ms=slo_tpot_ms, min_rps=min_rps, power_budget_w=power_budget_w),
             pricing=Pricing(years=float(years), price_per_kwh=float(price_per_kwh),
                             prices=parse_prices(prices, catalog), rent=bool(rent),
                             hourly_rates=parse_prices(hourly_rates, catalog, option="--hourly-rate",

@@ -116,6 +116,7 @@ def plan_dict(plan) -> dict:
         "sizing_rate_rps": plan.rate_rps,
         "sizing_why": plan.rate_why,
         "slo_p95_ms": plan.slo_p95_ms,
+        "targets": plan.targets.to_dict(),
         "constraints": _plain(plan.constraints),
         "estimates_are": ESTIMATE_LABEL,
         "verdict": plan.verdict,
@@ -126,7 +127,7 @@ def plan_dict(plan) -> dict:
 
 def render(plan) -> str:
     """The stage table of the recommended plan and the alternatives table."""
-    lines = [f"scenario: {plan.scenario} -- {plan.scenario_why}", ""]
+    lines = [f"scenario: {plan.scenario} -- {plan.scenario_why}", plan.targets.describe(), ""]
     rows = [[d.stage, d.engine + (f" ({d.device})" if d.device else ""),
              d.precision + (f" ({len(d.keep_fp16)} kept fp16)" if d.keep_fp16 else ""), str(d.batch),
              f"{d.window_ms:g}", f"{d.timeout_ms:g}", str(d.max_concurrency),

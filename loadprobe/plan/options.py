@@ -130,7 +130,7 @@ def tune_option(option: Option, ctx: PlanContext, profiles) -> None:
     if not option.feasible or option.estimate is None or option.estimate.p95_ms is None:
         return
     check = option_check(option, ctx, profiles)
-    trials, best, (at, over) = tune(check, ctx.rate, ctx.slo_ms, ctx.targets.p99_ms)
+    trials, best, (at, over) = tune(check)
     option.tuning = trials
     if len(trials) == 1:
         return
@@ -155,7 +155,7 @@ def tune_option(option: Option, ctx: PlanContext, profiles) -> None:
 def judge(option: Option, ctx: PlanContext) -> None:
     """How far the option is from its targets, by its current estimates (``Option.tier``), with a note for each miss.
 
-    Feasible (tier 0) means: it carries the sizing rate within the p95 SLO (and p99 target) failing
+    Feasible (tier 0) means: it carries the sizing rate within its latency targets (p95; p50, p99 where set) failing
     at most ``FAILED_SHARE_OK`` of requests, does so at ``STRESS`` x the rate too, and its
     provisioned power -- every unit's maximum, summed -- fits the power budget. Called again once
     the estimate is simulated: the notes of the earlier verdict are replaced.
@@ -173,13 +173,10 @@ def judge(option: Option, ctx: PlanContext) -> None:
     if est.p95_ms is None:  # saturated: it cannot carry the sizing rate, SLO or not
         miss(4, f"cannot carry {ctx.rate:.3g} req/s: capacity {est.max_rps:.3g} req/s ({est.bottleneck} saturates)")
     else:
-        if ctx.slo_ms is not None and est.p95_ms > ctx.slo_ms:
-            miss(2, f"misses the p95 SLO: {est.p95_ms:.3g} ms > {ctx.slo_ms:.3g} ms at {ctx.rate:.3g} req/s")
+        for name, value, target in ctx.targets.latency_misses(p50=est.p50_ms, p95=est.p95_ms, p99=est.p99_ms):
+            miss(2, f"misses the {name} target: {value:.3g} ms > {target:.3g} ms at {ctx.rate:.3g} req/s")
         if est.failed_share is not None and est.failed_share > FAILED_SHARE_OK:
             miss(2, f"rejects or times out {est.failed_share:.1%} of requests at {ctx.rate:.3g} req/s (simulated)")
-        p99_target = ctx.targets.p99_ms
-        if p99_target is not None and est.p99_ms is not None and est.p99_ms > p99_target:
-            miss(2, f"misses the p99 target: {est.p99_ms:.3g} ms > {p99_target:g} ms")
         peak = ctx.targets.stress_rps
         # the queueing model's capacity bounds what a finite simulation can show: at or past it, queues grow
         if stress is None or stress.p95_ms is None or stress.max_rps <= peak:

@@ -4,7 +4,7 @@ Usage (``planner.recommend`` does this)::
 
     check = OptionCheck("svc", targets, option, profiles, calls, delay_ms=0.2)
     est = check.estimate(rate=300)                   # an Estimate whose figures are simulated
-    trials, best = tune(check, rate=300, slo_ms=200) # what it tried, and the settings it keeps
+    trials, best, runs = tune(check)                 # what it tried, the settings it keeps, their runs
 
 How an option is simulated, so that the table compares like with like:
 
@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ..estimate.queueing import Estimate
-from .targets import STRESS
+from .targets import Targets
 
 SIM_REQUESTS = 3000
 """Arrivals per simulation: p95 within a few percent at this count, and fast enough to run a dozen."""
@@ -48,7 +48,7 @@ class OptionCheck:
     """One option as a pipeline, ready to simulate at any rate."""
 
     service: str
-    targets: object  # targets.Targets: the pipeline's slo
+    targets: Targets  # the sizing rate and latency targets: the pipeline's slo, what tune judges by
     option: object
     profiles: dict  # stage name -> StageProfile
     calls: dict  # stage name -> executions per request
@@ -133,15 +133,16 @@ def as_estimate(analytic: Estimate, result, delay_ms: float) -> Estimate:
                           f"at {analytic.rate_rps:.3g} req/s")
 
 
-def tune(check: OptionCheck, rate: float, slo_ms: float | None, p99_ms: float | None = None
-         ) -> tuple[list[dict], dict, tuple]:
-    """Batch windows x failover caps, each simulated at the rate and at 1.5x; the best that meets the targets.
+def tune(check: OptionCheck) -> tuple[list[dict], dict, tuple]:
+    """Batch windows x failover caps, each simulated at the sizing rate and at 1.5x; the best that meets the
+    check's targets.
 
-    Best: meets the SLO (and the p99 target) with at most ``FAILED_SHARE_OK`` failed at the
-    rate, then the fewest failed at 1.5x, then the lowest p95 at 1.5x, then the planned
+    Best: meets the latency targets (``Targets.latency_misses``) with at most ``FAILED_SHARE_OK`` failed
+    at the rate, then the fewest failed at 1.5x, then the lowest p95 at 1.5x, then the planned
     settings. Returns every trial, the winning settings and the winner's two simulations (at the
     rate, at 1.5x). The planned settings are always among the trials.
     """
+    targets = check.targets
     batched = any(d.batch > 1 for d in check.option.decisions)
     fallbacks = any(d.fallback for d in check.option.decisions)
     windows = WINDOW_FACTORS if batched else (1.0,)
@@ -149,11 +150,10 @@ def tune(check: OptionCheck, rate: float, slo_ms: float | None, p99_ms: float | 
     trials, runs = [], []
     for window, ratio in itertools.product(windows, ratios):
         config = check.config(window_factor=window, max_ratio=ratio)
-        at, over = check.run(rate, config), check.run(rate * STRESS, config)
+        at, over = check.run(targets.rate_rps, config), check.run(targets.stress_rps, config)
         failed = _failed(at)
-        meets = failed <= FAILED_SHARE_OK and at.latency_ms["p95"] is not None and \
-            (slo_ms is None or at.latency_ms["p95"] + check.delay_ms <= slo_ms) and \
-            (p99_ms is None or at.latency_ms["p99"] + check.delay_ms <= p99_ms)
+        seen = {q: _plus(at.latency_ms[q], check.delay_ms) for q in ("p50", "p95", "p99")}
+        meets = failed <= FAILED_SHARE_OK and seen["p95"] is not None and not targets.latency_misses(**seen)
         trials.append({"window_factor": window, "failover_max_ratio": ratio, "meets_targets": meets,
                        "p95_ms": _plus(at.latency_ms["p95"], check.delay_ms), "failed_share": failed,
                        "stress_p95_ms": _plus(over.latency_ms["p95"], check.delay_ms),

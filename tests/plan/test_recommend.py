@@ -432,7 +432,7 @@ def test_alternatives_are_simulated_and_the_plan_is_tuned_by_simulation(tmp_path
             assert d.fallback["max_ratio"] == best["failover_max_ratio"]
     assert "simulated estimate" in plan.to_dict()["estimates_are"]
     # the stress estimate of every option is at the one stress factor, analytic or simulated
-    from loadprobe.plan.simulation import STRESS
+    from loadprobe.plan.targets import STRESS
 
     for option in [rec, *plan.alternatives]:
         if option.feasible:
