@@ -37,7 +37,7 @@ from .engine_load import build_engine
 from .histogram import Histogram, latency_cdf
 from .timeline import in_buckets, points_per_second, spread_per_second
 from ..portrait import Goodput, Llm, LlmLatency, TokenCounts, TokenRate, TokenSeries, TtftSplit
-from ..schema import FIRST_TOKEN, LAST_TOKEN, MARKERS, TOKEN, trace_id_of
+from ..schema import FIRST_TOKEN, LAST_TOKEN, MARKERS, TOKEN
 
 PHASES = ("queue", "prefill")  # the spans a request's time to first token splits into, where the engine records them
 VIEWS = ("client", "service")  # the load client's requests, or the service's own (engine probes, OpenTelemetry)
@@ -248,17 +248,15 @@ def _ttft_split(service: _Requests | None, client: _Requests | None) -> TtftSpli
     timed = service.with_first & ((service.queued >= 0) | (service.prefill >= 0))
     paired, outside = 0, None
     if client is not None and client.ids is not None and service.ids is not None:
-        client_ttft = {rid: t for rid, t, has in zip(client.ids, (client.first - client.start).tolist(),
-                                                     client.with_first.tolist()) if has and rid is not None}
-        # a server traced with OpenTelemetry names the request by the trace id the client sent with it
-        client_ttft.update({trace_id_of(rid): t for rid, t in client_ttft.items()})
-        client_ttft.pop(None, None)
-        both = np.array([rid in client_ttft for rid in service.ids], dtype=bool) & timed
+        from .requestjoin import client_keys, pair_ids  # here: requestjoin's imports reach this module
+
+        where = pair_ids(client_keys(client.ids), service.ids)
+        both = timed & (where >= 0)
+        both[both] = client.with_first[where[both]]
         if both.any():
             timed = both
-            gaps = [client_ttft[rid] - t for rid, t, has in zip(service.ids, (service.first - service.start).tolist(),
-                                                                both.tolist()) if has]
-            paired, outside = len(gaps), float(np.mean(gaps)) / _NS_PER_MS
+            gaps = (client.first - client.start)[where[both]] - (service.first - service.start)[both]
+            paired, outside = int(both.sum()), float(np.mean(gaps)) / _NS_PER_MS
     if not timed.any():
         return None
     ttft = (service.first - service.start)[timed]
