@@ -30,20 +30,23 @@ from typing import Any, Iterator, Mapping
 from ._errors import LoadprobeError
 from .formats import CATALOG, UnreadableVersionError
 
-__all__ = ["PRECISIONS", "Catalog", "Device", "load_catalog"]
+__all__ = ["PRECISIONS", "PRECISION_BYTES", "Catalog", "Device", "load_catalog"]
 
 PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4")
+PRECISION_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+"""Bytes one weight takes at each precision."""
 KINDS = ("cpu", "gpu", "npu")
 DYNAMIC_SHAPES = ("native", "recompile", "poor")
 # Scalar figures: each must be positive when given, and cited in "sources".
-FIGURES = ("memory_bandwidth_bytes_per_s", "memory_bytes", "tdp_w", "idle_w", "price_usd", "hourly_usd")
+FIGURES = ("memory_bandwidth_bytes_per_s", "memory_bytes", "tdp_w", "idle_w", "price_usd", "hourly_usd",
+           "on_chip_bytes")
 # Price and power figures: in the packaged catalog each is either given (cited; prices also dated) or null with
 # the reason in "unpublished", so that an unknown price or power is said, never read as zero.
 PRICES = ("price_usd", "hourly_usd")
 PRICE_POWER = ("tdp_w", "idle_w", *PRICES)
 FIELDS = ("kind", "vendor", "name", "peak_flops", *FIGURES, "dynamic_shapes", "int8", "sources", "dates",
           "unpublished", "aliases", "notes")
-OPTIONAL = ("notes", "idle_w", "hourly_usd", "dates", "unpublished")  # absent = null / empty
+OPTIONAL = ("notes", "idle_w", "hourly_usd", "on_chip_bytes", "dates", "unpublished")  # absent = null / empty
 REQUIRED = tuple(f for f in FIELDS if f not in OPTIONAL)
 
 _PACKAGED = "loadprobe/devices.json"
@@ -76,8 +79,17 @@ class Device:
     origin: tuple[str, ...] = field(default=(), compare=False)
     idle_w: float | None = None  # power at idle, W
     hourly_usd: float | None = None  # cloud on-demand rate for one unit (a GPU's share of its instance), USD/h
+    # A dataflow NPU with no external DRAM (Hailo-8) keeps a model's weights in its on-chip memory: the most
+    # weights it can hold, bytes. ``memory_bandwidth_bytes_per_s`` is then None: nothing streams from DRAM.
+    on_chip_bytes: float | None = None
     dates: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # field -> when its figure held
     unpublished: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # field -> why it is null
+
+    @property
+    def weights_on_chip(self) -> bool:
+        """A dataflow NPU with no external DRAM: a model's weights stay in its ``on_chip_bytes``, so its time is
+        bound by compute alone and a model must fit."""
+        return self.memory_bandwidth_bytes_per_s is None and self.on_chip_bytes is not None
 
     @property
     def max_power_w(self) -> float | None:

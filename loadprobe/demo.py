@@ -41,7 +41,9 @@ from .plan.targets import STRESS
 
 SERVICE = "vision"
 BURST_AT, BURST_S, BURST_X = 0.62, 0.08, 2.5  # burst start and length (fractions of the run), rate multiple
-LINEUP = "cpu,gpu:nvidia-l4,npu:ascend-310p"  # the seeds' candidates: host CPU, a datacenter GPU, an inference NPU
+# The seeds' kinds of candidate -- the host CPU, a datacenter GPU, an inference NPU -- as devices clouds rent at
+# published rates (the seeds' Ascend 310P has neither a published price nor a rate), so the plans compare on money.
+LINEUP = "cpu,gpu:nvidia-l4,npu:aws-inferentia2"
 ROOFLINE_DEVICE = "nvidia-l4"  # the line-up's GPU: each stage's intensity against its roofs
 # The production rate the plan is sized for: this multiple of what the host CPU alone carries
 # (as recorded, on this machine), so that whatever machine runs the demo, the plan has to
@@ -237,7 +239,7 @@ def _simulate(sent: Path, data: Path, portrait, report: Path, plans: Path, speed
     import json
 
     from .load.schedules import arrivals, replay
-    from .simulator.compare import read_plans, simulate_plans
+    from .simulator.compare import planned_rent, read_plans, simulate_plans
 
     offsets = replay(arrivals(str(sent)), speed=speed)
     # one run, said as one: its peak is the stress rate, its mean (what "done/s" is near) much lower
@@ -246,7 +248,7 @@ def _simulate(sent: Path, data: Path, portrait, report: Path, plans: Path, speed
                  f"production rate of {production_rate(portrait)[0]:.0f} req/s: {peak:.0f} req/s at the peak, "
                  f"{mean:.0f} req/s on average")
     comparison = simulate_plans(read_plans(plans), offsets, source=str(plans), data=str(data), portrait=portrait,
-                                arrivals=described)
+                                arrivals=described, rent=planned_rent(plans))
     echo("\n" + comparison.render())
     path = report / "simulation.json"
     write_file(path, json.dumps(comparison.to_dict(), indent=2, allow_nan=False) + "\n")
@@ -274,7 +276,7 @@ def _align(report: Path, echo) -> dict[str, Path]:
 
 
 def _recommend(portrait, report: Path, echo, align: Path | None = None) -> dict[str, Path]:
-    """The plan for the recorded load on the seeds' line-up (CPU, an L4, a 310P), sized for the
+    """The plan for the recorded load on ``LINEUP`` (the host CPU, an L4, an Inferentia2), sized for the
     production rate, with the backbone's precision from its INT8 check."""
     import json
 

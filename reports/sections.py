@@ -366,7 +366,8 @@ def _plan(plans: dict, pipeline_yaml: str | None) -> dict:
                         num(o.get("provisioned_power_w")), num(est.get("power_w")),
                         num(est.get("energy_per_request_j")), cost,
                         "; ".join(([o["sizing"]] if o.get("sizing") else []) + (o.get("notes") or [])) or NONE])
-    years = (plans.get("constraints") or {}).get("years")
+    constraints = plans.get("constraints") or {}
+    years = constraints.get("years")
     reading = plans.get("verdict") or f"Recommended plan: {recommended.get('name', NONE)}."
     return {
         "id": "plan", "title": "Recommended plan", "reading": reading, "charts": [],
@@ -379,10 +380,21 @@ def _plan(plans: dict, pipeline_yaml: str | None) -> dict:
                            "J/request",
                            f"{num(years)}-year cost" if years else "cost", "notes"],
         "options": options,
+        "pricing": _pricing(plans, [recommended, *(plans.get("alternatives") or [])], constraints.get("basis_why")),
         "sizing": (f"at {num(plans.get('sizing_rate_rps'))} req/s" + (f": {plans['sizing_why']}" if plans.get("sizing_why")
                                                                      else "")) if plans.get("sizing_rate_rps") else "",
         "pipeline_yaml": pipeline_yaml,
     }
+
+
+def _pricing(plans: dict, options: list, basis_why: str | None) -> list[str]:
+    """What each plan's cost holds, and every price or rate used with its source and date."""
+    lines = [f"Costs are {basis_why}."] if basis_why else []
+    lines += [f"{o.get('name', NONE)}: {o['tco']['includes']}." for o in options
+              if o and isinstance(o.get("tco"), dict) and o["tco"].get("includes")]
+    figures = sorted({str(note) for o in options if o and isinstance(o.get("tco"), dict)
+                      for note in (o["tco"].get("figures") or {}).values()})
+    return lines + [f"Figure used: {note}." for note in figures]
 
 
 def _quality(p) -> dict:

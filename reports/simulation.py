@@ -70,7 +70,8 @@ def _plans_table(plans: dict) -> dict:
                      num(r["throughput_rps"]), pct(r["outcomes"]["rejected"] / n), pct(r["outcomes"]["timeout"] / n),
                      pct(max((s["failover_share"] for s in r["stages"].values()), default=0.0)),
                      num(p.get("mean_w")), num(p.get("energy_per_request_j")),
-                     num(cost["total"]) + (" (lower bound)" if cost["purchase_unknown"] else "") if cost else "-"])
+                     num(cost["total"]) + ("" if cost.get("comparable", not cost.get("purchase_unknown")) else " (lower bound)")
+                     + (" rented" if cost.get("mode") == "rent" else "") if cost else "-"])
     return {"caption": "Each plan under the same arrivals",
             "headers": ["plan", "p50", "p95", "p99", "completed/s", "rejected", "timed out", "failover (max)",
                         "mean power W", "J per request", "cost of ownership"], "rows": rows}

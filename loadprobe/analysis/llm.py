@@ -35,6 +35,7 @@ import numpy as np
 from .columns import SpanColumns, arrow_rows, sparse_filled
 from .engine_load import build_engine
 from .histogram import Histogram, latency_cdf
+from .pairing import client_keys, pair_ids
 from .timeline import in_buckets, points_per_second, spread_per_second
 from ..portrait import Goodput, Llm, LlmLatency, TokenCounts, TokenRate, TokenSeries, TtftSplit
 from ..schema import FIRST_TOKEN, LAST_TOKEN, MARKERS, TOKEN
@@ -248,8 +249,6 @@ def _ttft_split(service: _Requests | None, client: _Requests | None) -> TtftSpli
     timed = service.with_first & ((service.queued >= 0) | (service.prefill >= 0))
     paired, outside = 0, None
     if client is not None and client.ids is not None and service.ids is not None:
-        from .requestjoin import client_keys, pair_ids  # here: requestjoin's imports reach this module
-
         where = pair_ids(client_keys(client.ids), service.ids)
         both = timed & (where >= 0)
         both[both] = client.with_first[where[both]]

@@ -28,13 +28,13 @@ from functools import cached_property
 import numpy as np
 import pyarrow as pa
 
-from .columns import (SpanColumns, arrow_mask, arrow_rows, dictionary_codes, int_column, sparse_filled, validity,
-                      with_fill)
+from .columns import SpanColumns, arrow_mask, arrow_rows, dictionary_codes, int_column, sparse_filled, validity
 from .dataset import file_refs
 from .kernel_numpy import NS_PER_S, count_values, sum_by
 from .partials import Partial
+from .pairing import client_keys, pair_ids
 from .reading import UnreadableFile, read_data_file
-from ..schema import LOAD_CLIENT_SERVICE, trace_id_of
+from ..schema import LOAD_CLIENT_SERVICE
 
 _NULL = -(2**62)  # a null dur_ns, told from a negative one (as map_step decodes it)
 
@@ -66,27 +66,6 @@ class ClientRequests:
         """For each of ``ids`` (request ids a server recorded), the index of the client request it names, or
         -1 (``pair_ids``)."""
         return pair_ids(self._keys, ids)
-
-
-def client_keys(ids) -> pa.Array:
-    """What a server may name each of the client's requests ``ids`` by: its id, then the trace id the client
-    sent with it (the id again where it sent none), for ``pair_ids``."""
-    ids = pa.array(ids, pa.string()) if not isinstance(ids, pa.Array) else ids.cast(pa.string())
-    return pa.concat_arrays([ids, pa.array([rid and (trace_id_of(rid) or rid) for rid in ids.to_pylist()],
-                                           pa.string())])
-
-
-def pair_ids(keys: pa.Array, ids) -> np.ndarray:
-    """For each of ``ids`` (request ids a server recorded), the index of the client request it names in the
-    ``client_keys`` ``keys`` -- by the x-request-id the client sent, or by its trace id
-    (``schema.trace_id_of``: a server traced with OpenTelemetry names a request by its trace) -- or -1.
-    A missing id pairs with nothing."""
-    import pyarrow.compute as pc  # here, not at import: it costs ~30 ms
-
-    ids = pa.array(ids, pa.string()) if not isinstance(ids, (pa.Array, pa.ChunkedArray)) else ids.cast(pa.string())
-    seen = pc.index_in(ids, value_set=keys, skip_nulls=True)
-    where = with_fill(seen.chunks if isinstance(seen, pa.ChunkedArray) else [seen], len(ids), -1, np.int32)
-    return np.where(where >= 0, where % max(len(keys) // 2, 1), -1)
 
 
 @dataclass

@@ -36,7 +36,9 @@ from ._outputs import refuse_existing
               help="Stages whose model is replaced often (monthly): kept off NPUs that need offline conversion.")
 @click.option("--price", "prices", multiple=True, metavar="DEVICE=AMOUNT",
               help="Purchase price per unit of a catalog device, any currency (repeatable).")
-@click.option("--rent", is_flag=True, help="Price accelerators by their hourly rate (rented) instead of their purchase.")
+@click.option("--rent/--buy", default=None,
+              help="Price accelerators by their hourly rate (rented) or their purchase (bought). Default: bought "
+                   "where every device has a purchase price, else rented where every one has an hourly rate.")
 @click.option("--hourly-rate", "hourly_rates", multiple=True, metavar="DEVICE=RATE",
               help="On-demand rate per unit and hour of a catalog device, any currency (repeatable; with --rent).")
 @click.option("--years", type=float, default=3.0, show_default=True, help="Lifetime for the cost of ownership.")

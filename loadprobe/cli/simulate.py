@@ -29,6 +29,10 @@ from ._schedule import build_schedule, schedule_options
 @click.option("--sync", is_flag=True, help="Executors are threads: a timed-out execution keeps its slot until it "
                                            "ends (default: async, stopped at the deadline).")
 @click.option("--price", "prices", multiple=True, metavar="DEVICE=PRICE", help="Purchase price of a catalog device.")
+@click.option("--rent/--buy", default=None, help="Price the plans rented (hourly rates) or bought (purchase and "
+                                                 "electricity); default: as the plans.json was priced, else bought.")
+@click.option("--hourly-rate", "hourly_rates", multiple=True, metavar="DEVICE=RATE",
+              help="On-demand rate per unit and hour of a catalog device (with --rent).")
 @click.option("--price-per-kwh", type=float, default=0.15, show_default=True, help="Electricity price.")
 @click.option("--years", type=float, default=3.0, show_default=True, help="Years of ownership for the cost.")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), default="loadprobe-simulation",
@@ -36,7 +40,8 @@ from ._schedule import build_schedule, schedule_options
 @click.option("--no-html", is_flag=True, help="Do not write simulation.html.")
 @click.option("--json", "as_json", is_flag=True, help="Print simulation.json to stdout instead of the tables.")
 @click.option("--force", is_flag=True, help="Replace simulation.json and simulation.html in -o.")
-def simulate(plan, service_times, service_time_overrides, errors, outside, sync, prices, price_per_kwh, years, outdir,
+def simulate(plan, service_times, service_time_overrides, errors, outside, sync, prices, rent, hourly_rates,
+             price_per_kwh, years, outdir,
              no_html, as_json, force, **schedule):
     """Simulate PLAN under an arrival schedule, without the hardware.
 
@@ -54,7 +59,7 @@ def simulate(plan, service_times, service_time_overrides, errors, outside, sync,
     # Imported here so that ``loadprobe --help`` stays light.
     from ..plan.constraints import parse_prices
     from ..simulator import parse_override
-    from ..simulator.compare import read_plans, simulate_plans
+    from ..simulator.compare import planned_rent, read_plans, simulate_plans
 
     out = Path(outdir)
     json_path, html_path = inside(out, "simulation.json"), inside(out, "simulation.html")
@@ -73,6 +78,8 @@ def simulate(plan, service_times, service_time_overrides, errors, outside, sync,
     comparison = simulate_plans(plans, offsets, source=str(plan), arrivals=mode, seed=seed or 0, data=service_times,
                                 overrides=[g[1:] for g in given], errors=errors, outside=outside, portrait=portrait,
                                 executors="sync" if sync else "async", prices=parse_prices(prices),
+                                rent=planned_rent(plan) if rent is None else rent,
+                                hourly_rates=parse_prices(hourly_rates, option="--hourly-rate", example="nvidia-l4=0.85"),
                                 price_per_kwh=price_per_kwh, years=years)
     try:
         out.mkdir(parents=True, exist_ok=True)

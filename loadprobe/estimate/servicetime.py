@@ -65,6 +65,7 @@ class StageProfile(Figures):
     shape_growth: float  # largest / mean elements of the recorded shapes (padding cost)
     recorded_device: object | None  # catalog Device or None
     recorded_precision: str
+    bytes_per_execution: float | None = None  # memory traffic of one execution as recorded (about: achieved rate x time)
 
     @classmethod
     def of(cls, stage, *, recorded_device=None, recorded_precision: str | None = None) -> StageProfile:
@@ -91,6 +92,8 @@ class StageProfile(Figures):
             shape_growth=_shape_growth(shapes),
             recorded_device=recorded_device,
             recorded_precision=recorded_precision or ("fp32" if kind == "cpu" else "fp16"),
+            bytes_per_execution=(intensity.achieved_bytes_per_s * lat_mean / 1000.0
+                                 if intensity is not None and intensity.achieved_bytes_per_s and lat_mean else None),
         )
 
     def measured_ms(self, requests: float) -> float:
@@ -157,7 +160,8 @@ def service_time(profile: StageProfile, *, target, kind: str, precision: str, ba
         if profile.fit_b_ms is not None:
             how += f" from the recorded fit {profile.fit_a_ms:.3g} + {profile.fit_b_ms:.3g} ms x batch"
         return ServiceTime(profile.at(base), batch, "measured", how + _shape(profile))
-    peakless = target is not None and (not target.peak(precision) or not target.memory_bandwidth_bytes_per_s)
+    peakless = target is not None and (not target.peak(precision) or not (target.memory_bandwidth_bytes_per_s
+                                                                           or target.weights_on_chip))
     if profile.flops_per_byte is None or target is None or peakless:
         why = ("the engine has no catalog device" if target is None else
                f"{target.id} publishes no {precision} peak or no memory bandwidth" if peakless else
@@ -186,16 +190,17 @@ def _shape(profile: StageProfile) -> str:
             f"mean {d.mean_ms:.3g} ms)")
 
 
-def roof_seconds_per_byte(intensity: float, peak: float, bandwidth: float) -> float:
-    """Seconds per byte moved at the roof: the slower of compute and memory."""
-    return max(intensity / peak, 1.0 / bandwidth)
+def roof_seconds_per_byte(intensity: float, peak: float, bandwidth: float | None) -> float:
+    """Seconds per byte moved at the roof: the slower of compute and memory (compute alone where the weights
+    stay on chip: ``bandwidth`` None)."""
+    return max(intensity / peak, 1.0 / bandwidth) if bandwidth else intensity / peak
 
 
 def _roof_ratio(profile: StageProfile, target, precision: str) -> tuple[float, str]:
     ai = profile.flops_per_byte
     peak_t, bw_t = target.peak(precision), target.memory_bandwidth_bytes_per_s
     dest = roof_seconds_per_byte(ai, peak_t, bw_t)
-    bound = "compute" if ai * bw_t >= peak_t else "memory"
+    bound = "compute, weights on chip" if not bw_t else "compute" if ai * bw_t >= peak_t else "memory"
     src = profile.recorded_device
     if src is not None and src.peak(profile.recorded_precision) and src.memory_bandwidth_bytes_per_s:
         origin = roof_seconds_per_byte(ai, src.peak(profile.recorded_precision), src.memory_bandwidth_bytes_per_s)

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from .._errors import LoadprobeError
 from .._table import text_table
 
-__all__ = ["TCO", "TCOInputError", "compare", "format_comparison", "format_tco", "tco"]
+__all__ = ["TCO", "TCOInputError", "compare", "format_comparison", "format_tco", "price_line_up", "tco"]
 
 HOURS_PER_YEAR = 8760  # 365 days; a leap year has 8,784
 
@@ -123,6 +123,54 @@ def _check(name: str, value: Any, *, minimum: float, maximum: float = math.inf, 
         low = f"more than {minimum:g}" if above_minimum else f"{minimum:g} or more"
         high = f" and at most {maximum:g}" if maximum < math.inf else ""
         raise TCOInputError(name, f"must be {low}{high} {unit}; got {value:g}".rstrip())
+
+
+def price_line_up(engines, *, catalog, rent: bool, prices: Mapping[str, float], hourly_rates: Mapping[str, float],
+                  years: float, price_per_kwh: float, power_w: float | None, power_unknown=()) -> dict[str, Any]:
+    """One plan's cost over ``years``, bought or rented (``rent``), on the figures known -- the one pricing
+    rule of ``loadprobe recommend`` and ``loadprobe simulate``.
+
+    ``engines``: ``(name, device id or None, kind, units)`` each; a CPU engine with no device is the host,
+    common to every plan and left out. A device's price (``prices``, else the catalog's ``price_usd``) or
+    rate (``hourly_rates``, else ``hourly_usd``) that is unknown makes the total a lower bound: ``comparable``
+    False, ``unknown`` naming it (and, bought, each engine in ``power_unknown`` with no power figure), never
+    a silent zero. Bought: purchase plus electricity at ``power_w``; rented: the rate, power included.
+    ``figures`` names each figure used with its source and date; ``includes`` says what the total holds.
+    """
+    figure, given = ("hourly_usd", hourly_rates) if rent else ("price_usd", prices)
+    total, unpriced, figures, parts = 0.0, [], {}, []
+    for name, device_id, kind, units in engines:
+        if kind == "cpu" and not device_id:
+            continue  # the host is common to every plan
+        amount = given.get(device_id) if device_id else None
+        if amount is not None:
+            figures[device_id] = f"{device_id} {figure} = {amount:g} (given: {'--hourly-rate' if rent else '--price'})"
+        elif device_id and catalog.find(device_id) is not None:
+            device = catalog.find(device_id)
+            amount = getattr(device, figure)
+            figures[device_id] = device.figure_note(figure)
+        if amount is None:
+            unpriced.append(device_id or name)
+        else:
+            total += amount * units
+            parts.append(f"{units} x {device_id} at {amount:,.4g}" + ("/h" if rent else ""))
+    if rent:
+        cost, power_unknown = tco(hourly_rate=total, years=years), []
+        includes = (f"{years:g} years ({HOURS_PER_YEAR * years:,.0f} h) of on-demand rent: {', '.join(parts)} (the "
+                    "provider's rate includes power)" if parts else "no device to rent")
+    else:
+        cost = tco(power_w=power_w or 0.0, price_per_kwh=price_per_kwh, years=years, purchase=total)
+        power_unknown = list(power_unknown)
+        includes = ((f"the purchase of {', '.join(parts)}" if parts else "no device to buy")
+                    + f" and {years:g} years of electricity at the plan's power")
+    out = {f: getattr(cost, f) for f in cost.__dataclass_fields__}
+    name = "hourly rate" if rent else "price"
+    out.update(purchase_unknown=unpriced, power_unknown=power_unknown,
+               unknown=[f"{d} {name}" for d in unpriced] + [f"{n} power" for n in power_unknown],
+               host_purchase=f"left out: every plan runs on the same host ({'rented' if rent else 'bought'})",
+               figures=figures, includes=includes + "; the host left out")
+    out["comparable"] = not out["unknown"]
+    return out
 
 
 def compare(plans: list[tuple[str, Mapping[str, Any]]]) -> dict[str, TCO]:

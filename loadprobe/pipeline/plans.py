@@ -21,7 +21,9 @@ _OPTION = {"type": "object", "properties": {
     "estimate": {"type": ["object", "null"], "properties": {key: _NUMBER for key in (
         "p50_ms", "p95_ms", "p99_ms", "max_rps", "power_w", "energy_per_request_j")}},
     "tco": {"type": ["object", "null"], "properties": {"total": _NUMBER, "comparable": {"type": ["boolean", "null"]},
-                                                       "unknown": _TEXTS}},
+                                                       "unknown": _TEXTS, "includes": _TEXT,
+                                                       "figures": {"type": ["object", "null"],
+                                                                   "additionalProperties": {"type": "string"}}}},
     "tier": {"type": ["integer", "null"]}, "provisioned_power_w": _NUMBER, "sizing": _TEXT,
     "intervals": {"type": ["object", "null"], "additionalProperties": {
         "type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "number"}}},
@@ -48,7 +50,7 @@ PLANS_SCHEMA = {
         **{key: _TEXT for key in ("service", "scenario", "scenario_why", "sizing_why", "estimates_are", "verdict")},
         "sizing_rate_rps": _NUMBER, "slo_p95_ms": _NUMBER, "targets": {"type": ["object", "null"]},
         "constraints": {"type": ["object", "null"], "properties": {
-            "years": _NUMBER, "align": {"type": ["object", "null"], "additionalProperties": _ALIGN}}},
+            "years": _NUMBER, "basis_why": _TEXT, "rent": {"type": ["boolean", "null"]}, "align": {"type": ["object", "null"], "additionalProperties": _ALIGN}}},
     },
 }
 """What readers of plans.json (``loadprobe report``, ``loadprobe simulate``) use, in the types they use it."""

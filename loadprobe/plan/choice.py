@@ -113,12 +113,16 @@ def _why_best(best: Option, others: list) -> str:
     if not peers:
         return "recommended: the only plan that meets every target"
     if all(ranking_cost(o) < math.inf for o in [best, *peers]):
-        return (f"recommended: the cheapest to own of the {len(peers) + 1} plans meeting every target "
+        return (f"recommended: the cheapest {_how_paid(best)} of the {len(peers) + 1} plans meeting every target "
                 f"({ranking_cost(best):,.0f} vs {min(ranking_cost(o) for o in peers):,.0f} for the next)")
     unknown = sorted({u for o in [best, *peers] for u in (o.tco or {}).get("unknown", [])})
     return (f"recommended on known figures: {len(peers) + 1} plans meet every target but their costs cannot be "
             f"compared (unknown: {', '.join(unknown)}; give --price DEVICE=AMOUNT or a catalog entry), so the lowest "
             f"provisioned power ({_fmt_w(best.provisioned_w)}) ranks first, then the lower p95")
+
+
+def _how_paid(o: Option) -> str:
+    return "to rent" if (o.tco or {}).get("mode") == "rent" else "to own"
 
 
 def _fmt_w(w) -> str:
@@ -181,7 +185,7 @@ def verdict(rec: Option, alternatives: list, slo) -> str:
         if known:
             a, b = ranking_cost(rec), ranking_cost(alt)
             word = "about the same cost" if not _order(a, b, COST_TIE) else "cheaper" if a < b else "dearer"
-            text = f"{word} to own ({a:,.0f} vs {b:,.0f})"
+            text = f"{word} {_how_paid(rec)} ({a:,.0f} vs {b:,.0f})"
         else:
             unknown = sorted(set((rec.tco or {}).get("unknown", []) + (alt.tco or {}).get("unknown", [])))
             a, b = _power(rec), _power(alt)

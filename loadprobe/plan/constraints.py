@@ -85,8 +85,41 @@ class Pricing:
     years: float = 3.0
     price_per_kwh: float = 0.15
     prices: dict = field(default_factory=dict)  # catalog id -> purchase price per unit
-    rent: bool = False  # price accelerators by their hourly rates (rented) instead of their purchase (bought)
+    # True: price accelerators by their hourly rates (--rent); False: by their purchase (--buy); None: decided
+    # by ``decided`` from what is known of the line-up's devices.
+    rent: bool | None = None
     hourly_rates: dict = field(default_factory=dict)  # catalog id -> on-demand rate per unit and hour (--hourly-rate)
+    basis_why: str = ""  # why the plans are priced bought or rented (``decided``)
+
+    def decided(self, lineup: LineUp, catalog) -> Pricing:
+        """This pricing with buy or rent settled and said why. Asked for (--rent, --buy): as asked. Else bought
+        when every priced device of the line-up (its accelerators, a host named by catalog id) has a purchase
+        price; rented when some lack one but every one has an hourly rate, so plans still compare on money;
+        bought otherwise, the unknowns named by each plan's cost."""
+        import dataclasses
+
+        devices = sorted({s.device for s in lineup.engines if s.device})
+        no_price = [d for d in devices if self.prices.get(d, catalog.get(d).price_usd) is None]
+        no_rate = [d for d in devices if self.hourly_rates.get(d, catalog.get(d).hourly_usd) is None]
+        years = f"{self.years:g} years"
+        if self.rent is not None:
+            missing = no_rate if self.rent else no_price
+            rent, why = self.rent, (f"{'rented (--rent)' if self.rent else 'bought (--buy)'}, as asked"
+                                    + (f"; no {'hourly rate' if self.rent else 'purchase price'} for "
+                                       f"{', '.join(missing)}" if missing else ""))
+        elif not devices:
+            rent, why = False, "bought: the line-up has no device to buy or rent beyond the host every plan shares"
+        elif not no_price:
+            rent, why = False, f"bought: every device of the line-up has a purchase price ({years}, with electricity)"
+        elif not no_rate:
+            rent, why = True, (f"rented: no purchase price for {', '.join(no_price)}, but every device of the line-up "
+                               f"has an on-demand hourly rate, so the plans are ranked on {years} of rent (--buy "
+                               "with --price DEVICE=AMOUNT ranks them on purchase)")
+        else:
+            rent, why = False, (f"bought, on known figures: no purchase price for {', '.join(no_price)} and no hourly "
+                                f"rate for {', '.join(no_rate)}; give --price DEVICE=AMOUNT or --hourly-rate "
+                                "DEVICE=RATE to compare the plans on money")
+        return dataclasses.replace(self, rent=rent, basis_why=why)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,7 +162,7 @@ class Constraints:
               slo_ttft_ms=None, slo_tpot_ms=None, min_rps=None,
               power_budget_w=None, precision=(), years: float = 3.0, price_per_kwh: float = 0.15,
               prices=(), changes_often=(), align=(), catalog=None, cpu_power_w=None,
-              calibration=None, rent: bool = False, hourly_rates=()) -> Constraints:
+              calibration=None, rent: bool | None = None, hourly_rates=()) -> Constraints:
         """Build from CLI-style strings; a LoadprobeError names the bad part and what is allowed.
 
         ``align``: align.json files (or ``align.AlignEvidence``), one per stage. ``calibration``: a
@@ -151,7 +184,7 @@ class Constraints:
             asked=Asked(slo_p95_ms=slo_p95_ms, slo_p99_ms=slo_p99_ms, slo_p50_ms=slo_p50_ms, slo_ttft_ms=slo_ttft_ms,
                         slo_tpot_ms=slo_tpot_ms, min_rps=min_rps, power_budget_w=power_budget_w),
             pricing=Pricing(years=float(years), price_per_kwh=float(price_per_kwh),
-                            prices=parse_prices(prices, catalog), rent=bool(rent),
+                            prices=parse_prices(prices, catalog), rent=None if rent is None else bool(rent),
                             hourly_rates=parse_prices(hourly_rates, catalog, option="--hourly-rate",
                                                       example="nvidia-l4=0.85")),
             evidence=Evidence(align=evidence,

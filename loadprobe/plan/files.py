@@ -117,6 +117,7 @@ def plan_dict(plan) -> dict:
         "sizing_why": plan.rate_why,
         "slo_p95_ms": plan.slo_p95_ms,
         "targets": plan.targets.to_dict(),
+        "mix": plan.mix,
         "constraints": _plain(plan.constraints),
         "estimates_are": ESTIMATE_LABEL,
         "verdict": plan.verdict,
@@ -127,7 +128,10 @@ def plan_dict(plan) -> dict:
 
 def render(plan) -> str:
     """The stage table of the recommended plan and the alternatives table."""
-    lines = [f"scenario: {plan.scenario} -- {plan.scenario_why}", plan.targets.describe(), ""]
+    lines = [f"scenario: {plan.scenario} -- {plan.scenario_why}", plan.targets.describe()]
+    if plan.constraints.pricing.basis_why:
+        lines.append(f"costs: {plan.constraints.pricing.basis_why}")
+    lines.append("")
     rows = [[d.stage, d.engine + (f" ({d.device})" if d.device else ""),
              d.precision + (f" ({len(d.keep_fp16)} kept fp16)" if d.keep_fp16 else ""), str(d.batch),
              f"{d.window_ms:g}", f"{d.timeout_ms:g}", str(d.max_concurrency),
@@ -155,6 +159,12 @@ def render(plan) -> str:
                      cost_text(o.tco) + _band(o.intervals.get("cost"), money=True), TARGETS[o.tier]])
     lines += text_table(["plan", "p50 ms", "p95 ms", "p99 ms", "max req/s", "max W", "mean W", "J/request",
                          f"{plan.constraints.pricing.years:g}y cost", "meets targets"], rows)
+    figures = sorted({note for o in [plan.recommended, *plan.alternatives] for note in (o.tco or {}).get("figures",
+                                                                                                       {}).values()})
+    if figures:
+        lines += ["", "cost figures (each as used, with its source and date):"] + [f"  {f}" for f in figures]
+    if plan.mix:
+        lines += ["", mix_text(plan.mix)]
     renting = plan.constraints.pricing.rent
     lines += ["", f"what to {'rent' if renting else 'buy'}: {plan.recommended.sizing}", "", plan.verdict]
     unknown = (plan.recommended.tco or {}).get("unknown")
@@ -165,6 +175,16 @@ def render(plan) -> str:
 
 TARGETS = {0: "yes", 1: "no (1.5x)", 2: "no", 3: "no (power)", 4: "no (rate)"}
 """The alternatives table's word for each ``Option.tier``."""
+
+
+def mix_text(mix: dict) -> str:
+    """The exact mix against the best single-type line-up, in one line."""
+    single = ", ".join(f"{k} {v:,.0f}" if v is not None else f"{k} cannot carry it"
+                       for k, v in mix["single_type"].items())
+    saving = (f"{mix['saving']:.0%} less than the best single type ({mix['best_single']})"
+              if mix.get("saving") is not None else "no single-type line-up carries the load")
+    return (f"cheapest mix ({mix['method']}, {mix['basis']}, solved in {mix['solve_s']:.3g} s): {mix['cost']:,.0f}, "
+            f"{saving}; single-type line-ups: {single}")
 
 
 def cost_text(tco: dict | None) -> str:

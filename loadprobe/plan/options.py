@@ -11,7 +11,6 @@ Usage (``planner.recommend`` does this)::
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 
 from .context import PlanContext, calls_per_request, delay_ms, service_name
 from .placement import add_fallbacks
@@ -200,52 +199,20 @@ def judge(option: Option, ctx: PlanContext) -> None:
 
 
 def price_option(option: Option, ctx: PlanContext) -> dict | None:
-    """The option's cost of ownership (``tco``) on known figures, with what could not be priced; None without
-    an estimate.
-
-    Bought (the default): each accelerator's purchase, plus electricity for every engine whose power is
-    known, the host CPU included, at its utilisation in this plan. Rented (``--rent``): each
-    accelerator's hourly rate x units x hours x years; the provider's rate includes its power. The
-    host's purchase or rent is left out of every plan alike (each plan runs on it). A device with no
-    price or rate, or (bought) an engine with no power figure, makes the total a lower bound:
-    ``comparable`` is then False and ``unknown`` names what is missing, so no plan is ranked as if it
-    cost nothing.
-    """
-    from ..estimate.tco import tco
+    """The option's cost (``tco``) by the one pricing rule (``estimate.tco.price_line_up``), bought or rented as
+    the plan's pricing says (``Pricing.decided``); bought, electricity is counted for every engine whose
+    power is known, the host CPU included, at its utilisation in this plan. None without an estimate."""
+    from ..estimate.tco import price_line_up
 
     est = option.estimate
     if est is None:
         return None
-    renting = ctx.constraints.pricing.rent
-    total, unpriced = 0.0, []
-    for name, engine in option.engines.items():
-        if engine["kind"] == "cpu" and not engine["device"]:
-            continue  # the host is common to every plan
-        device = ctx.catalog.get(engine["device"]) if engine["device"] else None
-        given = ctx.constraints.pricing.hourly_rates if renting else ctx.constraints.pricing.prices
-        amount = given.get(engine["device"]) if engine["device"] else None
-        if amount is None and device is not None:
-            amount = device.hourly_usd if renting else device.price_usd
-        if amount is None:
-            unpriced.append(engine["device"] or name)
-        else:
-            total += amount * engine["count"]
-    years = ctx.constraints.pricing.years
-    if renting:
-        cost = tco(hourly_rate=total, years=years)
-        power_unknown = []
-    else:
-        power = known_power(option.engines, est.utilisation) or 0.0
-        cost = tco(power_w=power, price_per_kwh=ctx.constraints.pricing.price_per_kwh, years=years, purchase=total)
-        power_unknown = list(option.power_unknown)
-    out = asdict(cost)
-    out["purchase_unknown"] = unpriced
-    out["power_unknown"] = power_unknown
-    figure = "hourly rate" if renting else "price"
-    out["unknown"] = [f"{d} {figure}" for d in unpriced] + [f"{n} power" for n in power_unknown]
-    out["comparable"] = not out["unknown"]
-    out["host_purchase"] = f"left out: every plan runs on the same host ({'rented' if renting else 'bought'})"
-    return out
+    pricing = ctx.constraints.pricing
+    return price_line_up([(n, e["device"], e["kind"], e["count"]) for n, e in option.engines.items()],
+                         catalog=ctx.catalog, rent=bool(pricing.rent), prices=pricing.prices,
+                         hourly_rates=pricing.hourly_rates, years=pricing.years, price_per_kwh=pricing.price_per_kwh,
+                         power_w=None if pricing.rent else known_power(option.engines, est.utilisation),
+                         power_unknown=option.power_unknown)
 
 
 def ranking_cost(option: Option) -> float:

@@ -97,11 +97,33 @@ def cannot_run(stage, profile, spec, ctx, tensor) -> str | None:
         if ctx.constraints.precision_for(stage.name) == "fp16-only" and device is not None \
                 and not device.peak("fp16") and not device.peak("bf16"):
             return f"FP16 required and {device.id} publishes no FP16 peak"
+    if device is not None and device.weights_on_chip:
+        too_big = weights_over_chip(profile, device, choose_precision(stage, spec, ctx)[0])
+        if too_big:
+            return too_big
     if profile.dynamic_shape and device is not None and device.dynamic_shapes != "native":
         return (f"dynamic shapes: its commonest shape covers only {100 * stage.shapes.top_share:.0f}% of "
                 f"{stage.count:,} spans ({stage.shapes.distinct} distinct) and {device.id} "
                 f"{'recompiles on' if device.dynamic_shapes == 'recompile' else 'handles poorly'} changing shapes")
     return None
+
+
+def weights_over_chip(profile, device, precision: str) -> str | None:
+    """Why the stage's model may not fit the on-chip memory of a dataflow NPU (``Device.weights_on_chip``), or
+    None. Its weights are bounded from above by the recorded traffic of one execution (weights and activations),
+    at ``precision``'s bytes per weight: a bound within the chip fits for sure."""
+    from ..catalog import PRECISION_BYTES
+
+    recorded = profile.bytes_per_execution
+    if recorded is None:
+        return None  # no traffic recorded: the NPU rule above already asked for FLOPs and bytes
+    bound = recorded * PRECISION_BYTES[precision] / PRECISION_BYTES.get(profile.recorded_precision, 4)
+    if bound <= device.on_chip_bytes:
+        return None
+    return (f"its model may not fit {device.id}'s {device.on_chip_bytes / 1e6:.3g} MB of on-chip memory, where the "
+            f"weights must stay: one execution moved about {recorded / 1e6:.3g} MB at {profile.recorded_precision} "
+            f"as recorded, up to {bound / 1e6:.3g} MB at {precision}; a larger model runs in several contexts "
+            "swapped per execution, which no figure here estimates (a smaller or pruned model, or another engine)")
 
 
 def choose_precision(stage, spec: EngineSpec, ctx) -> tuple[str, str]:

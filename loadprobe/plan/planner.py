@@ -41,6 +41,8 @@ recommendation and the verdict); ``result`` holds what they make. Rule numbers a
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .._errors import LoadprobeError
 from .choice import name_scenario, select, verdict
 from .constraints import Constraints, EngineSpec
@@ -52,6 +54,7 @@ from .confidence import intervals, resample, settle, stage_votes
 from .lineup import describe, size
 from .options import simulate_option, tune_option
 from .placement import candidates, explain_engine
+from .mix import compare_single
 from .result import Decision, Option, Plan  # noqa: F401 - importable from here, as they always were
 from .search import search
 from .targets import resolve
@@ -72,6 +75,7 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
 
     catalog = catalog or load_catalog()
     constraints = constraints or Constraints.parse(catalog=catalog)
+    constraints = replace(constraints, pricing=constraints.pricing.decided(constraints.lineup, catalog))
     stages = plan_stages(portrait)
     if not stages:
         raise LoadprobeError("the portrait has no stages to place; record with @probe around the service's stages")
@@ -104,8 +108,10 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
     for option in options:
         option.intervals = intervals(option, ctx.draws, rebuild=lambda p, c, o=option: _redrawn(o, p, c, ctx, profiles))
     scenario, why = name_scenario(portrait, targets, profiles)
+    mix = compare_single([candidates(stage, profile, list(lineup.engines), ctx)
+                          for stage, profile in zip(ctx.stages, profiles)], ctx)
     return Plan(service_name(portrait), scenario, why, constraints, targets, recommended, alternatives,
-                verdict(recommended, alternatives, targets.p95_ms))
+                verdict(recommended, alternatives, targets.p95_ms), mix=mix)
 
 
 def _check_stage_names(constraints: Constraints, names: list) -> None:
@@ -173,8 +179,6 @@ def _build_option(name: str, kind: str | None, profiles, ctx: PlanContext):
 def _redrawn(option: Option, profiles, ctx_draw, ctx: PlanContext, point_profiles):
     """The option's line-up (each stage's engine, each engine's units) assembled analytically from one draw's
     profiles and rate (``None``: the point figures); None when a stage cannot run there any more."""
-    from dataclasses import replace
-
     from .options import assemble
     from .sizing import make_decision
 

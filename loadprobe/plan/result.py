@@ -81,6 +81,9 @@ class Plan:
     recommended: Option
     alternatives: list
     verdict: str  # how the recommendation compares with the alternatives, in one paragraph
+    # The cheapest mix of device types against each single-type line-up, solved exactly on the capacity
+    # model (``mix.compare_single``); None when the line-up cannot be priced.
+    mix: dict | None = None
 
     @property
     def rate_rps(self) -> float:

@@ -51,6 +51,14 @@ def read_plans(path: str | Path) -> list[tuple[str, PipelineConfig]]:
     return plans
 
 
+def planned_rent(path: str | Path) -> bool:
+    """Whether a plans.json's plans were priced rented (its ``constraints.rent``), so that their simulation is
+    priced the same way; a pipeline.yaml says nothing of it: bought."""
+    if Path(path).suffix != ".json":
+        return False
+    return bool((read_plans_json(Path(path)).get("constraints") or {}).get("rent"))
+
+
 def simulate_plans(plans: list, offsets, *, source: str, arrivals: str, seed: int = 0, data=None,
                    overrides: list = (), errors: bool = True, outside: bool = True, portrait=None,
                    **options) -> Comparison:
@@ -154,11 +162,15 @@ class Comparison:
                          "-" if r.power.get("mean_w") is None else f"{r.power['mean_w']:.0f}",
                          "-" if r.power.get("energy_per_request_j") is None or not done
                          else f"{r.power['energy_per_request_j']:.3g}",
-                         "-" if not r.tco else f"{r.tco['total']:,.0f}" + ("+" if r.tco["purchase_unknown"] else "")])
+                         "-" if not r.tco else f"{r.tco['total']:,.0f}" + ("" if r.tco["comparable"] else "+")])
         lines = [head, *bounds, ""]
         lines += text_table(["plan", "p50 ms", "p95 ms", "p99 ms", "done/s", "rejected", "timed out", "failover",
                              "power W", "J/request", "cost"], rows)
-        lines.append("(cost: + where a device has no known price, the total is a lower bound)")
+        priced = next((r.tco for r in self.results.values() if r.tco), None)
+        if priced:
+            how = "rented" if priced["mode"] == "rent" else "bought"
+            lines.append(f"(cost: {priced['years']:g} years, {how}; + where a price, rate or power is unknown, the "
+                         "total is a lower bound)")
         for name, r in self.results.items():
             util = ", ".join(f"{e} {v['utilisation']:.0%}" for e, v in r.engines.items())
             lines.append(f"{name}: utilisation {util}")

@@ -108,6 +108,7 @@ class SimulationResult:
 def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times: Overrides | None = None, *,
              seed: int = 0, priorities: Sequence[int] | None = None, window_s: float | None = None, catalog=None,
              price_per_kwh: float = 0.15, years: float = 3.0, prices: Mapping[str, float] | None = None,
+             rent: bool = False, hourly_rates: Mapping[str, float] | None = None,
              error_rates: Mapping[str, float] | None = None, executors: str = "async",
              outside=None, loop: str = "auto") -> SimulationResult:
     """Run the requests arriving at ``arrivals_s`` (seconds) through ``config``; same inputs, same result.
@@ -124,8 +125,9 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
     request spends outside every stage (``recorded.outside_stages``), added to its end-to-end
     latency as a delay that holds no engine; without it, a file's ``calibration.handoff_ms`` (per
     stage) is that delay. A file with a ``host:`` section runs that work as a first stage on its
-    CPU engine (``servicetimes.with_host``) instead, and ``outside`` is not added again. ``catalog`` (default: the built-in one), ``prices`` ({device: price}), ``price_per_kwh`` and
-    ``years`` feed the power and cost figures.
+    CPU engine (``servicetimes.with_host``) instead, and ``outside`` is not added again. ``catalog``
+    (default: the built-in one), ``prices`` ({device: price}), ``price_per_kwh`` and ``years`` feed the
+    power and cost figures; ``rent`` prices the plan by hourly rates (``hourly_rates``, else the catalog's).
 
     ``loop`` picks the event loop, which never changes the result: "python" (events.py, the
     reference), "compiled" (compiled/, numba; ``pip install 'loadprobe[fast]'``), or "auto":
@@ -192,7 +194,9 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
         requests=len(times), outcomes=dict(sim.outcomes), latency_ms=_summary(sim.latencies), stages=stages,
         engines=engines, rejects=dict(sim.rejects), timeouts=sum(s.timeouts for s in sim.stages), errors=sum(s.errors for s in sim.stages),
         throughput_rps=sim.outcomes["ok"] / duration if duration else 0.0, duration_s=duration,
-        power=power, tco=_cost(config, power, catalog, price_per_kwh, years, prices or {}), timeline=timeline,
+        power=power, tco=_cost(config, power, catalog, dict(rent=rent, prices=prices or {}, hourly_rates=hourly_rates or {},
+                                                            years=years, price_per_kwh=price_per_kwh)),
+        timeline=timeline,
         seed=seed)
 
 
@@ -247,28 +251,15 @@ def _power(config: PipelineConfig, engines: dict, duration: float, ok: int, cata
     return {"mean_w": mean, "energy_per_request_j": energy, "engines_w": per_engine, "unknown": unknown}
 
 
-def _cost(config: PipelineConfig, power: dict, catalog, price_per_kwh: float, years: float,
-          prices: Mapping[str, float]) -> dict[str, Any] | None:
-    """loadprobe.estimate.tco at the simulated mean power, with every engine's device price (the host CPU is common)."""
-    from ..estimate.tco import tco
+def _cost(config: PipelineConfig, power: dict, catalog, pricing: dict) -> dict[str, Any] | None:
+    """The plan's cost by the planner's own rule (``estimate.tco.price_line_up``), bought at the simulated mean
+    power or rented; ``pricing``: rent, prices, hourly_rates, years, price_per_kwh."""
+    from ..estimate.tco import price_line_up
 
-    if power["mean_w"] is None:
+    if power["mean_w"] is None and not pricing["rent"]:
         return None
-    purchase, unknown = 0.0, []
-    for name, spec in config.engines.items():
-        if spec.kind == "cpu" and not spec.device:
-            continue
-        price = prices.get(spec.device) if spec.device else None
-        if price is None:
-            device = catalog.find(spec.device)
-            price = device.price_usd if device is not None else None
-        if price is None:
-            unknown.append(spec.device or name)
-        else:
-            purchase += price * spec.count
-    cost = tco(power_w=power["mean_w"], price_per_kwh=price_per_kwh, years=years, purchase=purchase)
-    return {"total": cost.total, "purchase": cost.purchase, "electricity": cost.electricity, "years": years,
-            "price_per_kwh": price_per_kwh, "purchase_unknown": unknown, "power_unknown": power["unknown"]}
+    return price_line_up([(name, e.device, e.kind, e.count) for name, e in config.engines.items()], catalog=catalog,
+                         power_w=power["mean_w"], power_unknown=power["unknown"], **pricing)
 
 
 def _samplers(config: PipelineConfig, given) -> dict:

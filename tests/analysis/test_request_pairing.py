@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from loadprobe.analysis.requestjoin import client_keys, pair_ids
+from loadprobe.analysis.pairing import client_keys, pair_ids
 from loadprobe.schema import trace_id_of
 
 

@@ -255,7 +255,8 @@ def test_cli_takes_the_figures_it_is_not_given_from_the_catalog(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--device", "nvidia-l4", "--price-per-kwh", "0.15", "--years", "3"],
      "--purchase: nvidia-l4 has no price_usd in the catalog (NVIDIA publishes no list price"),
-    (["--device", "nvidia-l4", "--rent", "--years", "3"], "--hourly-rate: nvidia-l4 has no hourly_usd in the catalog"),
+    (["--device", "nvidia-jetson-orin-nx", "--rent", "--years", "3"],
+     "--hourly-rate: nvidia-jetson-orin-nx has no hourly_usd in the catalog"),
     (["--device", "google-tpu-v5e", "--price-per-kwh", "0.15", "--years", "3"],
      "--power-w: google-tpu-v5e has no tdp_w in the catalog (Google publishes no TDP"),
     (["--rent", "--years", "3"], "--rent needs the rate"),

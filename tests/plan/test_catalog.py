@@ -243,7 +243,8 @@ def test_an_override_figure_answers_the_unpublished_note_and_drops_an_old_date(t
     catalog = load_catalog(path)
     l4, h100 = catalog.get("nvidia-l4"), catalog.get("nvidia-h100-sxm")
     assert (l4.price_usd, l4.idle_w, l4.dates["price_usd"]) == (2500, 16, "2025-03-01")
-    assert "price_usd" not in l4.unpublished and "idle_w" not in l4.unpublished and "hourly_usd" in l4.unpublished
+    assert "price_usd" not in l4.unpublished and "idle_w" not in l4.unpublished
+    assert l4.dates["hourly_usd"] == load_catalog().get("nvidia-l4").dates["hourly_usd"]  # the packaged rate's date stays
     assert h100.hourly_usd == 2.5 and "hourly_usd" not in h100.dates  # the packaged date was for the packaged rate
     assert l4.figure_note("price_usd") == "nvidia-l4 price_usd = 2500 (PO 2025-0142, 2025-03-01)"
 

@@ -82,7 +82,14 @@ def test_demo_serves_loads_records_and_analyses(tmp_path):
     # what to buy: each accelerator engine of the plan with its units, said in the output
     bought = {n: e for n, e in plans["recommended"]["engines"].items() if e["kind"] != "cpu"}
     assert bought and all(e["count"] >= 1 and e["device"] for e in bought.values())
-    assert "What to buy" in out or "what to buy" in out
+    assert "what to rent" in out or "what to buy" in out
+    # ranked on money from published figures, each printed with its source and date (issue #36)
+    assert plans["constraints"]["basis_why"] and all(o["tco"]["comparable"] for o in [plans["recommended"],
+                                                                                       *plans["alternatives"]]
+                                                       if o.get("tco"))
+    assert "cost figures (each as used, with its source and date):" in out
+    for device in {e["device"] for e in bought.values()}:
+        assert f"{device} {'hourly_usd' if plans['constraints']['rent'] else 'price_usd'} =" in out
     # the plans differ where their engines differ
     feasible_options = [o for o in [plans["recommended"], *plans["alternatives"]] if o["pipeline"]]
     for i, a in enumerate(feasible_options):
