@@ -394,7 +394,13 @@ def _pricing(plans: dict, options: list, basis_why: str | None) -> list[str]:
               if o and isinstance(o.get("tco"), dict) and o["tco"].get("includes")]
     figures = sorted({str(note) for o in options if o and isinstance(o.get("tco"), dict)
                       for note in (o["tco"].get("figures") or {}).values()})
-    return lines + [f"Figure used: {note}." for note in figures]
+    lines += [f"Figure used: {note}." for note in figures]
+    mix = plans.get("mix")
+    if isinstance(mix, dict) and mix.get("cost") is not None:
+        from loadprobe.plan.files import mix_text
+
+        lines.append(mix_text(mix)[0].upper() + mix_text(mix)[1:] + ".")
+    return lines
 
 
 def _quality(p) -> dict:

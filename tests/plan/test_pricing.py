@@ -85,6 +85,8 @@ def test_the_report_says_what_each_cost_holds_and_which_figures_it_used(rented_p
     html = render_report(loadprobe.analyze([VISION]), plans=plan_dict(rented_plan))
     section = html[html.index('<section id="plan"'):html.index('<section id="quality"')]
     assert '<ul class="pricing">' in section and "Costs are rented" in section
+    if rented_plan.mix:  # the exact mix against the best single type, as the terminal says it
+        assert "Cheapest mix (integer program" in section
     for o in [rented_plan.recommended, *rented_plan.alternatives]:
         if o.tco:
             assert f"{o.name}: " in section
