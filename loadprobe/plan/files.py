@@ -181,7 +181,8 @@ def mix_text(mix: dict) -> str:
     """The exact mix against the best single-type line-up, in one line."""
     single = ", ".join(f"{k} {v:,.0f}" if v is not None else f"{k} cannot carry it"
                        for k, v in mix["single_type"].items())
-    saving = (f"{mix['saving']:.0%} less than the best single type ({mix['best_single']})"
+    saving = ("nothing to buy or rent: the host alone carries it" if mix["cost"] == 0 else
+              f"{mix['saving']:.0%} less than the best single type ({mix['best_single']})"
               if mix.get("saving") is not None else "no single-type line-up carries the load")
     return (f"cheapest mix ({mix['method']}, {mix['basis']}, solved in {mix['solve_s']:.3g} s): {mix['cost']:,.0f}, "
             f"{saving}; single-type line-ups: {single}")

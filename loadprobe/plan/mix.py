@@ -175,7 +175,7 @@ def compare_single(choices, ctx: PlanContext) -> dict | None:
     priced = {k: v for k, v in single.items() if v is not None}
     best = min(priced, key=priced.get) if priced else None
     # every single-type line-up is a mix too, so the saving is never below 0 but for the solver's tolerance
-    saving = max(0.0, (priced[best] - mix.cost) / priced[best]) if best and priced[best] > 0 else None
+    saving = (max(0.0, (priced[best] - mix.cost) / priced[best]) if priced[best] > 0 else 0.0) if best else None
     return {"method": "integer program (HiGHS through scipy.optimize.milp) on the capacity model",
             "cost": round(mix.cost, 2),
             "units": {c["spec"].name: mix.units.get(c["spec"].name, 0) for c in mix.picks if c["spec"].kind != "cpu"},
