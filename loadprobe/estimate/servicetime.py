@@ -47,6 +47,49 @@ with the observed time."""
 DEFAULT_DEVICE = {"gpu": "nvidia-l4", "npu": "ascend-310p"}
 """Catalog device assumed for an accelerator named without one (``--engines gpu``)."""
 
+RECORDED_HOST_CPU = "recorded-host-cpu"
+"""The id of the host CPU as its recording shows it (``recorded_host_cpu``)."""
+
+
+def recorded_host_cpu(portrait):
+    """The host CPU as the recording shows it, for estimating there a stage recorded on another engine: a
+    catalog-shaped Device whose fp32 peak and memory bandwidth are the most FLOP/s and bytes/s any stage
+    recorded on the CPU achieved -- so an estimate there is never faster than the host has shown -- named
+    after the recorded CPU model. None when no stage recorded on the CPU carries both FLOPs and bytes."""
+    from types import MappingProxyType
+
+    from ..catalog import Device
+
+    flops, moved = [], []
+    for stage in portrait.stages:
+        kinds = [engine_kind(e) for e in (stage.engines or {})] or ["cpu"]
+        if max(set(kinds), key=kinds.count) != "cpu" or stage.intensity is None:
+            continue
+        if stage.intensity.achieved_flops_per_s and stage.intensity.achieved_bytes_per_s:
+            flops.append((stage.intensity.achieved_flops_per_s, stage.name))
+            moved.append((stage.intensity.achieved_bytes_per_s, stage.name))
+    if not flops:
+        return None
+    hardware = getattr(portrait.data_quality, "host_hardware", None) or {}
+    model = next((h["cpu_model"] for h in hardware.values() if isinstance(h.get("cpu_model"), str)), "the host CPU")
+    (peak, by_flops), (bandwidth, by_bytes) = max(flops), max(moved)
+    return Device(id=RECORDED_HOST_CPU, kind="cpu", vendor="(recorded)", name=f"{model}, as recorded",
+                  peak_flops=MappingProxyType({"fp32": peak}), memory_bandwidth_bytes_per_s=bandwidth,
+                  memory_bytes=None, tdp_w=None, price_usd=None, dynamic_shapes="native", int8=False,
+                  sources=MappingProxyType({"peak_flops": f"the most FLOP/s a CPU stage achieved: {by_flops}",
+                                            "memory_bandwidth_bytes_per_s":
+                                                f"the most bytes/s a CPU stage achieved: {by_bytes}"}),
+                  aliases=())
+
+
+def estimate_target(kind: str, device, profile, host_cpu):
+    """The device a stage's time on an engine of ``kind`` is estimated against: the engine's catalog
+    ``device``; for the host CPU (no device), none where the stage was recorded on the CPU (its own times
+    stand) and the recorded host CPU (``recorded_host_cpu``) where it was recorded on another engine."""
+    if kind == "cpu" and device is None:
+        return host_cpu if profile.kind != "cpu" else None
+    return device
+
 
 @dataclass(frozen=True)
 class StageProfile(Figures):
@@ -163,7 +206,9 @@ def service_time(profile: StageProfile, *, target, kind: str, precision: str, ba
     peakless = target is not None and (not target.peak(precision) or not (target.memory_bandwidth_bytes_per_s
                                                                            or target.weights_on_chip))
     if profile.flops_per_byte is None or target is None or peakless:
-        why = ("the engine has no catalog device" if target is None else
+        why = (("the host CPU's rates are unknown: no stage recorded on it carries FLOPs and bytes (give one "
+                "@probe(flops=..., bytes=...) on the CPU, or name the CPU with --engines cpu:DEVICE)")
+               if target is None and kind == "cpu" else "the engine has no catalog device" if target is None else
                f"{target.id} publishes no {precision} peak or no memory bandwidth" if peakless else
                "no FLOPs/bytes were recorded for it")
         return ServiceTime(profile.at(base), batch, "unscaled",
@@ -201,6 +246,11 @@ def _roof_ratio(profile: StageProfile, target, precision: str) -> tuple[float, s
     peak_t, bw_t = target.peak(precision), target.memory_bandwidth_bytes_per_s
     dest = roof_seconds_per_byte(ai, peak_t, bw_t)
     bound = "compute, weights on chip" if not bw_t else "compute" if ai * bw_t >= peak_t else "memory"
+    if target.id == RECORDED_HOST_CPU and profile.achieved_bytes_per_s:  # its roof is already what it achieved
+        measured = 1.0 / profile.achieved_bytes_per_s
+        return dest / measured, (f"the host CPU's best recorded rates ({target.name}: {peak_t / 1e9:.3g} GFLOP/s, "
+                                 f"{bw_t / 1e9:.3g} GB/s; {bound}-bound at {ai:.3g} FLOP/byte) vs the "
+                                 f"{profile.achieved_bytes_per_s / 1e9:.3g} GB/s it achieved where recorded")
     src = profile.recorded_device
     if src is not None and src.peak(profile.recorded_precision) and src.memory_bandwidth_bytes_per_s:
         origin = roof_seconds_per_byte(ai, src.peak(profile.recorded_precision), src.memory_bandwidth_bytes_per_s)

@@ -56,6 +56,7 @@ class PlanContext:
     host: HostWork | None = None  # the host CPU's work outside the stages, per request (``host_work``)
     interpreter: Interpreter | None = None  # a Python service's interpreter lock (``interpreter``)
     contention: Contention | None = None  # a saturated recording's waits for a core (``cpu_contention``)
+    host_cpu: object = None  # the host CPU as recorded, for stages recorded elsewhere (``recorded_host_cpu``)
 
     @property
     def rate(self) -> float:

@@ -15,7 +15,7 @@ from .._errors import LoadprobeError
 from .constraints import EngineSpec
 from .context import CPU_SATURATED_PCT, PlanContext, calls_per_request, cpu_util
 from .energy import measured_stage
-from ..estimate.servicetime import StageProfile, service_time
+from ..estimate.servicetime import StageProfile, estimate_target, service_time
 from .sizing import choose_batch, unit_power
 
 __all__ = ["CPU_SATURATED_PCT", "FAILOVER_CAP", "LIGHT_MS", "LIGHT_SHARE", "add_fallbacks", "candidates", "cannot_run",
@@ -192,7 +192,7 @@ def add_fallbacks(decisions, engines, specs, profiles, ctx) -> None:
         for spec in options:
             device = ctx.device(spec)
             precision, _ = choose_precision(stage, spec, ctx)
-            svc = service_time(profile, target=device if spec.kind != "cpu" or spec.device else None,
+            svc = service_time(profile, target=estimate_target(spec.kind, device, profile, ctx.host_cpu),
                                kind=spec.kind, precision=precision, batch=1)
             if svc.source == "unscaled" and spec.kind != profile.kind:
                 continue  # rule 5: no evidence the stage runs acceptably there

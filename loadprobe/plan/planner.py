@@ -58,7 +58,7 @@ from .mix import compare_single
 from .result import Decision, Option, Plan  # noqa: F401 - importable from here, as they always were
 from .search import search
 from .targets import resolve
-from ..estimate.servicetime import StageProfile
+from ..estimate.servicetime import StageProfile, recorded_host_cpu
 
 __all__ = ["Decision", "Option", "PLAN_KINDS", "Plan", "host_cpu_capacity", "recommend"]
 
@@ -97,7 +97,7 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
     ctx = PlanContext(portrait, constraints, catalog, targets, cores, stages,
                       host_load_pct(portrait, targets.rate_rps, host_cores, python),
                       host_cpu_power(portrait, catalog, cpu_power_w=lineup.cpu_power_w), host=host_work(portrait),
-                      interpreter=python, contention=contention)
+                      interpreter=python, contention=contention, host_cpu=recorded_host_cpu(portrait))
     ctx.draws = resample(profiles, ctx)
     built = [_build_option(name, kind, profiles, ctx) for name, kind in PLAN_KINDS.items()]
     options = []

@@ -18,7 +18,7 @@ from .constraints import EngineSpec
 from .context import PlanContext, calls_per_request
 from ..estimate.queueing import IDLE_POWER_SHARE
 from .result import Decision
-from ..estimate.servicetime import ServiceTime, service_time
+from ..estimate.servicetime import ServiceTime, estimate_target, service_time
 from .energy import measured_stage
 
 __all__ = ["BATCHES", "HEADROOM", "MAX_CONCURRENCY", "MAX_QUEUE", "MAX_TIMEOUT_MS", "MAX_WINDOW_MS", "NO_SLO_WINDOW_MS",
@@ -41,7 +41,7 @@ def choose_batch(profile, spec, device, precision, budget, ctx, stage) -> tuple[
 
     Returns the batch, its window (ms), the execution time there and the reason in words.
     """
-    target = device if spec.kind != "cpu" or spec.device else None
+    target = estimate_target(spec.kind, device, profile, ctx.host_cpu)
     calls = calls_per_request(ctx).get(stage.name, 1.0)
     stage_rate = ctx.rate * calls  # executions of this stage arrive this fast
     window_cap = min(MAX_WINDOW_MS, budget / 2 if budget is not None else NO_SLO_WINDOW_MS)

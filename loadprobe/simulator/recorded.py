@@ -224,7 +224,7 @@ def from_recording(config: PipelineConfig, data, overrides: Overrides | None = N
     ``recorded`` is ``read_self_times(data)`` when already read (several plans, one recording).
     """
     from ..catalog import load_catalog
-    from ..estimate.servicetime import StageProfile, service_time
+    from ..estimate.servicetime import StageProfile, estimate_target, recorded_host_cpu, service_time
     from ..schema import engine_kind
 
     recorded = (recorded or read_self_times(data)).times
@@ -264,7 +264,8 @@ def from_recording(config: PipelineConfig, data, overrides: Overrides | None = N
             return sampler
         profile = StageProfile.of(found["portrait"].stage(stage.recorded_name),
                                   recorded_device=catalog.get(device_id) if device_id else None)
-        target = catalog.get(spec.device) if spec.device else None
+        target = estimate_target(spec.kind, catalog.get(spec.device) if spec.device else None, profile,
+                                 recorded_host_cpu(found["portrait"]))
         batch = stage.batch.size if batched else 1
         est = service_time(profile, target=target, kind=spec.kind,
                            precision=stage.precision or ("fp32" if spec.kind == "cpu" else "fp16"), batch=batch)

@@ -537,3 +537,26 @@ def test_a_dataflow_npu_is_estimated_from_compute_where_its_model_fits_on_chip(t
     backbone = {d.stage: d for d in hybrid.decisions}["backbone"]
     assert backbone.device != "hailo-8"
     assert "may not fit hailo-8" in backbone.why["engine"], backbone.why["engine"]
+
+
+def test_the_host_cpu_is_an_engine_for_stages_recorded_elsewhere_by_its_recorded_rates(tmp_path):
+    """Issue #36.3: a stage recorded on a GPU is estimated on the host CPU from the host's own recording --
+    the most FLOP/s and bytes/s a CPU stage achieved there -- and, where no CPU stage shows them, the CPU is
+    excluded for a reason that says what to record."""
+    def stages(cpu_figures: bool) -> dict:
+        return {"decode": {"ms": 1.0},
+                "preprocess": {"ms": 2.0, "shapes": [(3, 224, 224)],
+                               **({"flops": 2e8, "bytes": 4e7} if cpu_figures else {})},
+                "embed": {"ms": 1.5, "flops": 3e9, "bytes": 2e8, "shapes": [(1, 512)], "engine": "gpu"}}
+
+    lineup = Constraints.parse(engines="cpu,gpu:nvidia-l4", min_rps=100)
+    plan = recommend(record(tmp_path / "shown", stages(True), requests=30), lineup, cpu_cores=2)
+    on_cpu = {d.stage: d for d in next(o for o in plan.alternatives + [plan.recommended]
+                                       if o.name == "all-cpu").decisions}["embed"]
+    assert on_cpu.kind == "cpu" and on_cpu.service.source == "roofline-estimate"
+    assert "the host CPU's best recorded rates" in on_cpu.service.how
+    # never faster than the host has shown: 3 GFLOP at the most FLOP/s a CPU stage achieved (2e8 in 2 ms)
+    assert on_cpu.service.mean_ms >= 3e9 / (2e8 / 2e-3) * 1000 * 0.99
+    plan = recommend(record(tmp_path / "unshown", stages(False), requests=30), lineup, cpu_cores=2)
+    embed = {d.stage: d for d in hybrid_of(plan).decisions}["embed"]
+    assert "the host CPU's rates are unknown" in embed.why["engine"] and "flops=" in embed.why["engine"]
