@@ -399,7 +399,8 @@ def _pricing(plans: dict, options: list, basis_why: str | None) -> list[str]:
     if isinstance(mix, dict) and mix.get("cost") is not None:
         from loadprobe.plan.files import mix_text
 
-        lines.append(mix_text(mix)[0].upper() + mix_text(mix)[1:] + ".")
+        text = mix_text(mix)
+        lines.append(text[0].upper() + text[1:] + ".")
     return lines
 
 

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from .._errors import LoadprobeError
 from .._table import text_table
 
-__all__ = ["TCO", "TCOInputError", "compare", "format_comparison", "format_tco", "price_line_up", "tco"]
+__all__ = ["TCO", "TCOInputError", "compare", "format_comparison", "format_tco", "price_line_up", "tco", "unit_figure"]
 
 HOURS_PER_YEAR = 8760  # 365 days; a leap year has 8,784
 
@@ -125,6 +125,21 @@ def _check(name: str, value: Any, *, minimum: float, maximum: float = math.inf, 
         raise TCOInputError(name, f"must be {low}{high} {unit}; got {value:g}".rstrip())
 
 
+def unit_figure(device_id: str | None, *, catalog, rent: bool, prices: Mapping[str, float],
+                hourly_rates: Mapping[str, float]) -> tuple[float | None, str | None]:
+    """One unit's purchase price (``rent`` False) or hourly rate, and where it comes from: the user's
+    (``prices``, ``hourly_rates``), else the catalog's ``price_usd`` or ``hourly_usd``; ``(None, why)`` when
+    neither has it, ``(None, None)`` for no known device."""
+    figure, given = ("hourly_usd", hourly_rates) if rent else ("price_usd", prices)
+    if device_id and given.get(device_id) is not None:
+        return given[device_id], (f"{device_id} {figure} = {given[device_id]:g} "
+                                  f"(given: {'--hourly-rate' if rent else '--price'})")
+    device = catalog.find(device_id)
+    if device is None:
+        return None, None
+    return getattr(device, figure), device.figure_note(figure)
+
+
 def price_line_up(engines, *, catalog, rent: bool, prices: Mapping[str, float], hourly_rates: Mapping[str, float],
                   years: float, price_per_kwh: float, power_w: float | None, power_unknown=()) -> dict[str, Any]:
     """One plan's cost over ``years``, bought or rented (``rent``), on the figures known -- the one pricing
@@ -137,18 +152,13 @@ def price_line_up(engines, *, catalog, rent: bool, prices: Mapping[str, float], 
     a silent zero. Bought: purchase plus electricity at ``power_w``; rented: the rate, power included.
     ``figures`` names each figure used with its source and date; ``includes`` says what the total holds.
     """
-    figure, given = ("hourly_usd", hourly_rates) if rent else ("price_usd", prices)
     total, unpriced, figures, parts = 0.0, [], {}, []
     for name, device_id, kind, units in engines:
         if kind == "cpu" and not device_id:
             continue  # the host is common to every plan
-        amount = given.get(device_id) if device_id else None
-        if amount is not None:
-            figures[device_id] = f"{device_id} {figure} = {amount:g} (given: {'--hourly-rate' if rent else '--price'})"
-        elif device_id and catalog.find(device_id) is not None:
-            device = catalog.find(device_id)
-            amount = getattr(device, figure)
-            figures[device_id] = device.figure_note(figure)
+        amount, note = unit_figure(device_id, catalog=catalog, rent=rent, prices=prices, hourly_rates=hourly_rates)
+        if note is not None:
+            figures[device_id] = note
         if amount is None:
             unpriced.append(device_id or name)
         else:

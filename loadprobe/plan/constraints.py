@@ -98,9 +98,12 @@ class Pricing:
         bought otherwise, the unknowns named by each plan's cost."""
         import dataclasses
 
+        from ..estimate.tco import unit_figure
+
         devices = sorted({s.device for s in lineup.engines if s.device})
-        no_price = [d for d in devices if self.prices.get(d, catalog.get(d).price_usd) is None]
-        no_rate = [d for d in devices if self.hourly_rates.get(d, catalog.get(d).hourly_usd) is None]
+        no_price, no_rate = ([d for d in devices if unit_figure(d, catalog=catalog, rent=rent, prices=self.prices,
+                                                                hourly_rates=self.hourly_rates)[0] is None]
+                             for rent in (False, True))
         years = f"{self.years:g} years"
         if self.rent is not None:
             missing = no_rate if self.rent else no_price

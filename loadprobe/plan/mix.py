@@ -28,7 +28,7 @@ import numpy as np
 
 from .context import PlanContext, calls_per_request
 from .lineup import SIZING_UTIL
-from ..estimate.tco import HOURS_PER_YEAR
+from ..estimate.tco import HOURS_PER_YEAR, unit_figure
 
 __all__ = ["Mix", "cheapest_mix", "compare_single", "unit_costs"]
 
@@ -53,18 +53,12 @@ def unit_costs(ctx: PlanContext, engines) -> tuple[dict, list]:
     costs, unknown = {}, []
     for spec in engines:
         device = ctx.device(spec)
-        if device is None:
-            unknown.append(spec.name)
-            continue
-        if pricing.rent:
-            rate = pricing.hourly_rates.get(device.id, device.hourly_usd)
-            amount = None if rate is None else rate * HOURS_PER_YEAR * pricing.years
-        else:
-            amount = pricing.prices.get(device.id, device.price_usd)
+        amount, _ = unit_figure(device.id if device is not None else None, catalog=ctx.catalog,
+                                rent=bool(pricing.rent), prices=pricing.prices, hourly_rates=pricing.hourly_rates)
         if amount is None:
-            unknown.append(device.id)
-        else:
-            costs[spec.name] = amount
+            unknown.append(device.id if device is not None else spec.name)
+        else:  # over the plan's years: a rate runs every hour of them
+            costs[spec.name] = amount * HOURS_PER_YEAR * pricing.years if pricing.rent else amount
     return costs, unknown
 
 
@@ -124,8 +118,7 @@ def cheapest_mix(choices, ctx: PlanContext, *, devices: set | None = None, cuts=
         row({j: busy[j] for j, (_, c) in enumerate(flat) if c["spec"].kind == "cpu"}, -np.inf, max(0.0, cores - own))
     budget = ctx.targets.power_budget_w
     if budget:
-        powers = {spec.name: (ctx.device(spec).max_power_w if ctx.device(spec) is not None else None)
-                  for spec in accelerators}
+        powers = {spec.name: getattr(ctx.device(spec), "max_power_w", None) for spec in accelerators}
         host_w = ctx.host_power.watts if ctx.host_power is not None and ctx.host_power.watts else 0.0
         hosts = host.count if host is not None else 1
         for name, watts in powers.items():
