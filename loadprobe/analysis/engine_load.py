@@ -30,7 +30,7 @@ _NS_PER_S = 1_000_000_000
 
 
 def build_engine(samples: dict, requests, since_ns: int, until_ns: int) -> EngineLoad | None:
-    """The engine's load from ``requests`` (``llm._Requests`` of the engine's own spans, or None: over their
+    """The engine's load from ``requests`` (``llm.LlmRequests`` of the engine's own spans, or None: over their
     own window), and from scraped ``samples`` ((host, device, metric) -> ``SamplePartial``: over ``since_ns``
     to ``until_ns``) for what the spans do not show; None when neither says anything."""
     counted = {} if requests is None else _counted(requests, int(requests.start.min()),

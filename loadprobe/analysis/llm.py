@@ -41,6 +41,7 @@ from ..portrait import Goodput, Llm, LlmLatency, TokenCounts, TokenRate, TokenSe
 from ..schema import FIRST_TOKEN, LAST_TOKEN, MARKERS, TOKEN
 
 PHASES = ("queue", "prefill")  # the spans a request's time to first token splits into, where the engine records them
+ITERATION = "decode"  # an engine's decode pass, where it records one span per sequence (its ``batch``: sequences)
 VIEWS = ("client", "service")  # the load client's requests, or the service's own (engine probes, OpenTelemetry)
 DERIVED_TARGET_X_MEDIAN = 2.0  # targets not given: twice the recorded median TTFT and TPOT
 _NS_PER_MS = 1e6
@@ -55,11 +56,12 @@ class LlmPartial:
     firsts: dict = field(default_factory=dict)  # (view, run) -> [(2, n): parent, first token time]
     outputs: dict = field(default_factory=dict)  # (view, run) -> [(3, n): parent, last output time, markers]
     phases: dict = field(default_factory=dict)  # (view, run) -> [(3, n): parent, queued ns, prefill ns]
+    passes: dict = field(default_factory=dict)  # (view, run) -> [(3, n): start, duration, batch of ITERATION spans]
     itl: dict = field(default_factory=dict)  # view -> Histogram of TOKEN marker durations (ns)
 
     def merge(self, o: LlmPartial) -> LlmPartial:
         for mine, theirs in ((self.roots, o.roots), (self.ids, o.ids), (self.firsts, o.firsts),
-                             (self.outputs, o.outputs), (self.phases, o.phases)):
+                             (self.outputs, o.outputs), (self.phases, o.phases), (self.passes, o.passes)):
             for key, arrays in theirs.items():
                 mine.setdefault(key, []).extend(arrays)
         for view, hist in o.itl.items():
@@ -100,6 +102,11 @@ def map_llm(llm: LlmPartial, cols: SpanColumns, markers: np.ndarray | None, view
             spans = (queued + cols.dur[rows], np.zeros(int(rows.sum()), np.int64)) if stage == "queue" else (
                 queued, cols.dur[rows])
             llm.phases.setdefault(key, []).append(np.stack([cols.parent[rows], *spans]))
+    code = names.index(ITERATION) if ITERATION in names else -2
+    batch = sparse_filled(cols.batch, n, -1)
+    rows = (cols.stage == code) & (cols.parent != 0) & cols.valid & (batch >= 1)
+    if rows.any():  # each sequence's span of a batched pass: the same pass, kept once when joined
+        llm.passes.setdefault(key, []).append(np.stack([cols.ts[rows], cols.dur[rows], batch[rows]]))
     if markers is None:
         return
     ends = cols.ts + cols.dur
@@ -120,8 +127,8 @@ def map_llm(llm: LlmPartial, cols: SpanColumns, markers: np.ndarray | None, view
 
 
 @dataclass
-class _Requests:
-    """Every LLM request of a view, joined: one entry per request span."""
+class LlmRequests:
+    """Every LLM request of a view, joined: one entry per request span (times in ns)."""
 
     start: np.ndarray
     dur: np.ndarray
@@ -133,6 +140,7 @@ class _Requests:
     queued: np.ndarray  # before its first token: waiting to be scheduled (ns; -1: no phase recorded)
     prefill: np.ndarray
     ids: list | None  # request ids, where every file's were read
+    passes: np.ndarray | None = None  # (3, m): the engine's decode passes, where it timed them: start, duration, batch
 
     @property
     def with_first(self) -> np.ndarray:
@@ -156,21 +164,38 @@ def build_llm(llm: LlmPartial, ttft_ms: float | None = None, tpot_ms: float | No
     """The ``llm`` section (None without LLM requests): from the load client's view when it recorded LLM
     requests, else the service's. ``ttft_ms``/``tpot_ms``: the goodput targets (derived when not given);
     ``samples``: the merged device samples, where a scraped engine's gauges are (``engine_load``)."""
+    views = recorded_requests(llm)
+    if views is None:
+        return None
+    view, requests = views["shown"]
+    itl = llm.itl.get(view)
+    return llm_section(requests, view, itl if itl is not None and itl.total else None, ttft_ms, tpot_ms,
+                       split=_ttft_split(views["service"], views["client"]),
+                       engine_requests=views["service"], samples=samples)
+
+
+def recorded_requests(llm: LlmPartial) -> dict | None:
+    """Every LLM request of each view, joined (None without any): ``{"client": LlmRequests | None, "service":
+    ..., "shown": (view, its requests)}`` -- the view shown is the client's when it recorded first tokens."""
     joined = {view: _joined(llm, view) for view in VIEWS}
     found = [view for view in VIEWS if joined[view] is not None]
     if not found:
         return None
     view = next((v for v in found if joined[v].with_first.any()), found[0])
-    requests = joined[view]
-    split = _ttft_split(joined["service"], joined["client"])
+    return {**joined, "shown": (view, joined[view])}
+
+
+def llm_section(requests: LlmRequests, source: str, itl: Histogram | None, ttft_ms: float | None,
+                tpot_ms: float | None, split: TtftSplit | None = None, engine_requests: LlmRequests | None = None,
+                samples: dict | None = None) -> Llm:
+    """The ``llm`` section of ``requests`` (recorded or simulated: one rule for both); ``itl``: the gaps
+    between pieces of output (ns), where they were timed; ``engine_requests``: the engine's own, for its load."""
     ttft, tpot = requests.ttft_ns(), requests.tpot_ns()
     since_ns, until_ns = int(requests.start.min()), int((requests.start + requests.dur).max())
     window_ns = until_ns - since_ns
-    itl = llm.itl.get(view)
-    itl = itl if itl is not None and itl.total else None
     output, prompt = _per_second(requests, window_ns)
     return Llm(
-        source=view,
+        source=source,
         requests=len(requests.start),
         ttft_ms=_latency(ttft),
         itl_ms=_from_histogram(itl) if itl is not None else None,
@@ -187,12 +212,12 @@ def build_llm(llm: LlmPartial, ttft_ms: float | None = None, tpot_ms: float | No
         tokens_series=_series(since_ns, output, prompt),
         lengths=_lengths(requests.tokens_in, requests.tokens_out),
         ttft_split_ms=split,
-        engine=build_engine(samples or {}, joined["service"], since_ns, until_ns),
+        engine=build_engine(samples or {}, engine_requests, since_ns, until_ns),
     )
 
 
-def _joined(llm: LlmPartial, view: str) -> _Requests | None:
-    parts, ids = [], []
+def _joined(llm: LlmPartial, view: str) -> LlmRequests | None:
+    parts, ids, passes = [], [], []
     for (v, run), arrays in llm.roots.items():
         if v != view:
             continue
@@ -205,6 +230,8 @@ def _joined(llm: LlmPartial, view: str) -> _Requests | None:
         queued = _lookup(roots[0], llm.phases.get((v, run)), np.add)
         prefill = _lookup(roots[0], llm.phases.get((v, run)), np.add, row=2)
         parts.append(np.vstack([roots[1:], first[None], last[None], queued[None], prefill[None]]))
+        if llm.passes.get((v, run)):
+            passes.append(np.unique(np.concatenate(llm.passes[(v, run)], axis=1), axis=1))
         chunks = llm.ids.get((v, run)) or [None]
         if ids is not None and all(chunk is not None for chunk in chunks):
             flat = [i for chunk in chunks for i in chunk]
@@ -214,7 +241,8 @@ def _joined(llm: LlmPartial, view: str) -> _Requests | None:
     if not parts:
         return None
     start, dur, tokens_in, tokens_out, ok, first, last, queued, prefill = np.concatenate(parts, axis=1)
-    return _Requests(start, dur, tokens_in, tokens_out, ok.astype(bool), first, last, queued, prefill, ids)
+    return LlmRequests(start, dur, tokens_in, tokens_out, ok.astype(bool), first, last, queued, prefill, ids,
+                       np.concatenate(passes, axis=1) if passes else None)
 
 
 _START = {np.minimum: np.iinfo(np.int64).max, np.maximum: np.iinfo(np.int64).min, np.add: 0}
@@ -238,7 +266,7 @@ def _lookup(span_ids: np.ndarray, arrays: list | None, reduce, row: int = 1) -> 
     return out
 
 
-def _ttft_split(service: _Requests | None, client: _Requests | None) -> TtftSplit | None:
+def _ttft_split(service: LlmRequests | None, client: LlmRequests | None) -> TtftSplit | None:
     """The engine's TTFT split into queue, prefill and the rest; with the load client's requests of the
     same run, how much longer the client waited for the same first tokens (paired by request id, or the
     trace id the client sent). When
@@ -290,7 +318,7 @@ def _counts(values: np.ndarray) -> TokenCounts | None:
                        total=int(known.sum()))
 
 
-def _per_second(r: _Requests, window_ns: int) -> tuple[np.ndarray, np.ndarray]:
+def _per_second(r: LlmRequests, window_ns: int) -> tuple[np.ndarray, np.ndarray]:
     """Output and prompt tokens in each second from the first request's start.
 
     Output: a request's first token at its time, the rest spread evenly up to its last output (all
@@ -343,7 +371,7 @@ def _lengths(tokens_in: np.ndarray, tokens_out: np.ndarray) -> list | None:
     return [[int(a), int(b), int(n)] for (a, b), n in zip(pairs, counts)]
 
 
-def _goodput(r: _Requests, ttft_ms: float | None, tpot_ms: float | None, window_ns: int) -> Goodput | None:
+def _goodput(r: LlmRequests, ttft_ms: float | None, tpot_ms: float | None, window_ns: int) -> Goodput | None:
     """Requests that succeeded within both targets; the targets not given are twice the recorded medians."""
     ttft, tpot = r.ttft_ns() / _NS_PER_MS, r.tpot_ns() / _NS_PER_MS
     if len(ttft) == 0:

@@ -17,6 +17,7 @@ from .parallel import run_map
 from .finalize import build_portrait
 from .footers import hosts_may_share_request_ids
 from .kernels import resolve_kernel
+from .llm import recorded_requests
 from .map_step import Filters
 from .requestjoin import client_requests
 from .services import choose, each_service
@@ -64,6 +65,37 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
     ``slo_ttft_ms`` and ``slo_tpot_ms``: the targets of an LLM service's goodput (``portrait.llm``);
     twice the recorded medians where not given.
     """
+    return _analysed(paths, since=since, until=until, service=service, host=host, device=device, precision=precision,
+                     catalog=catalog, engine=engine, workers=workers, scheduler=scheduler, progress=progress,
+                     kernel=kernel, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)[0]
+
+
+def llm_recording(paths, *, since=None, until=None, service: str | None = None, host: str | None = None):
+    """The portrait of an LLM service's recording under ``paths`` and its requests, joined:
+    ``(portrait, views)``, ``views`` as ``llm.recorded_requests`` gives them plus ``"itl"`` (the shown view's
+    gaps between output pieces, a Histogram, or None); LoadprobeError when it holds no LLM request.
+    What the LLM simulator fits its step-time model to (``simulator.llm``).
+
+    Usage::
+
+        portrait, views = llm_recording(["data/", "client/"])
+        requests = views["service"] or views["client"]
+    """
+    portrait, part = _analysed(paths, since=since, until=until, service=service, host=host)
+    views = recorded_requests(part.llm)
+    if views is None:
+        raise LoadprobeError(f"{', '.join(map(str, [paths] if isinstance(paths, str) else paths))}: no LLM request "
+                             "(a request span with tokens_out: record the engine's probes or OpenTelemetry spans, or "
+                             "the client of 'loadprobe load --openai --record')")
+    itl = part.llm.itl.get(views["shown"][0])
+    views["itl"] = itl if itl is not None and itl.total else None
+    return portrait, views
+
+
+def _analysed(paths, *, since=None, until=None, service=None, host=None, device=None, precision=None, catalog=(),
+              engine="inprocess", workers=1, scheduler=None, progress=None, kernel="auto", slo_ttft_ms=None,
+              slo_tpot_ms=None):
+    """``analyze``'s work: the portrait and the merged map-step partial it was built from."""
     if isinstance(paths, str):
         paths = [paths]
     kernel = resolve_kernel(kernel)  # once: every file is aggregated by this kernel
@@ -105,7 +137,7 @@ def analyze(paths, *, since=None, until=None, service: str | None = None, host: 
         raise LoadprobeError(f"{', '.join(map(str, paths))}: no span lies within {_window(since, until)} "
                              f"({portrait.data_quality.rows_filtered:,} read, all outside; the runs cover "
                              f"{_covered(windows)}); widen --since/--until")
-    return portrait
+    return portrait, part
 
 
 def services(paths, *, service: str | None = None, host: str | None = None) -> list[str]:

@@ -15,7 +15,24 @@ from ._schedule import build_schedule, schedule_options
 
 
 @click.command()
-@click.argument("plan", type=click.Path(dir_okay=False))
+@click.argument("plan", type=click.Path(dir_okay=False), required=False)
+@click.option("--llm", "llm_data", multiple=True, metavar="DATA",
+              help="Simulate an LLM engine iteration by iteration, fitted to its recording DATA (the engine's spans, "
+                   "its OpenTelemetry spans, a 'loadprobe load --openai --record' client, or several); no PLAN. "
+                   "Without a schedule, the recording's own arrivals.")
+@click.option("--max-running", type=int, help="--llm: sequences the engine runs at once [default: 256].")
+@click.option("--token-budget", type=int, help="--llm: tokens per iteration, decodes and prompt chunks "
+                                               "[default: unlimited].")
+@click.option("--kv-tokens", type=int, help="--llm: KV-cache capacity in tokens [default: unbounded].")
+@click.option("--kv-reserve", type=click.Choice(["paged", "request"]), default="paged", show_default=True,
+              help="--llm: KV held as sequences grow, preempting when full (vLLM), or a prompt plus its whole output "
+                   "reserved at admission (the sample engine).")
+@click.option("--chunked-prefill/--no-chunked-prefill", default=None,
+              help="--llm: prompts share an iteration with the decodes (vLLM V1), or run in passes of their own "
+                   "[default: as the recording shows, else on].")
+@click.option("--slo-ttft-ms", type=float, help="--llm: goodput's TTFT target [default: twice the median].")
+@click.option("--slo-tpot-ms", type=float, help="--llm: goodput's TPOT target [default: twice the median].")
+@click.option("--service", help="--llm: the service to fit, where DATA holds several.")
 @schedule_options
 @click.option("--service-times", "service_times", metavar="DATA",
               help="Recorded data to draw each stage's service times from (default: the plan's service_time_ms).")
@@ -40,9 +57,9 @@ from ._schedule import build_schedule, schedule_options
 @click.option("--no-html", is_flag=True, help="Do not write simulation.html.")
 @click.option("--json", "as_json", is_flag=True, help="Print simulation.json to stdout instead of the tables.")
 @click.option("--force", is_flag=True, help="Replace simulation.json and simulation.html in -o.")
-def simulate(plan, service_times, service_time_overrides, errors, outside, sync, prices, rent, hourly_rates,
-             price_per_kwh, years, outdir,
-             no_html, as_json, force, **schedule):
+def simulate(plan, llm_data, max_running, token_budget, kv_tokens, kv_reserve, chunked_prefill, slo_ttft_ms,
+             slo_tpot_ms, service, service_times, service_time_overrides, errors, outside, sync, prices, rent,
+             hourly_rates, price_per_kwh, years, outdir, no_html, as_json, force, **schedule):
     """Simulate PLAN under an arrival schedule, without the hardware.
 
     PLAN is a pipeline.yaml, or the plans.json of `loadprobe recommend` (every plan in it, side by
@@ -55,7 +72,21 @@ def simulate(plan, service_times, service_time_overrides, errors, outside, sync,
         loadprobe simulate plan/plans.json --trace data/ --speed 1.5 --service-times data/
         loadprobe simulate pipeline.yaml --trace trace.csv --preset azure-llm-2023 --speed 4
         loadprobe simulate pipeline.yaml --poisson --rate 300 --service-time backbone@npu0=lognormal:3:5
+        loadprobe simulate --llm data/ --llm client/ --poisson --rate 6 --duration 60 --seed 1 --max-running 8
     """
+    if llm_data:
+        if plan is not None:
+            raise LoadprobeError(f"--llm simulates the engine recorded in {llm_data[0]}, not a plan: leave {plan} out")
+        return _simulate_llm(llm_data, schedule, outdir, force, as_json, service=service, ttft_ms=slo_ttft_ms,
+                             tpot_ms=slo_tpot_ms, max_running=max_running, token_budget=token_budget,
+                             kv_tokens=kv_tokens, kv_reserve=kv_reserve, chunked_prefill=chunked_prefill)
+    if plan is None:
+        raise LoadprobeError("what to simulate? give a PLAN (pipeline.yaml or plans.json) or --llm DATA")
+    llm_only = {"--max-running": max_running, "--token-budget": token_budget, "--kv-tokens": kv_tokens,
+                "--slo-ttft-ms": slo_ttft_ms, "--slo-tpot-ms": slo_tpot_ms, "--service": service}
+    stray = [name for name, value in llm_only.items() if value is not None]
+    if stray:
+        raise LoadprobeError(f"{', '.join(stray)} apply to --llm only; leave them out or add --llm DATA")
     # Imported here so that ``loadprobe --help`` stays light.
     from ..plan.constraints import parse_prices
     from ..simulator import parse_override
@@ -95,6 +126,34 @@ def simulate(plan, service_times, service_time_overrides, errors, outside, sync,
         return
     click.echo(comparison.render())
     click.echo(f"\nwrote {out / 'simulation.json'}" + ("" if no_html else f" and {out / 'simulation.html'}"))
+
+
+def _simulate_llm(paths, schedule: dict, outdir, force: bool, as_json: bool, *, service, ttft_ms, tpot_ms,
+                  **engine) -> None:
+    """``--llm``: fit the engine recorded in ``paths``, replay the schedule (else its own arrivals) through it."""
+    from ..simulator.llm.engine import EngineSettings
+    from ..simulator.llm.replay import simulate_llm
+
+    out = Path(outdir)
+    json_path = inside(out, "simulation.json")
+    refuse_existing([json_path], force)
+    given = [f"--{k.replace('_', '-')}" for k in ("max_running", "token_budget", "kv_tokens", "chunked_prefill")
+             if engine[k] is not None]
+    defaults = EngineSettings()
+    settings = EngineSettings(**{k: (v if v is not None else getattr(defaults, k)) for k, v in engine.items()},
+                              why=("as given (" + ", ".join(given) + "), the rest vLLM's defaults") if given else
+                              "vLLM's defaults: give --max-running, --token-budget, --kv-tokens to match the engine")
+    timed = any(schedule.get(k) is not None for k in ("rate", "process", "replay"))
+    offsets, mode, seed, tokens = build_schedule(**schedule) if timed else (None, None, schedule.get("seed") or 0, None)
+    result = simulate_llm(list(paths), offsets=offsets, tokens=tokens, mode=mode, seed=seed or 0, settings=settings,
+                          service=service, ttft_ms=ttft_ms, tpot_ms=tpot_ms)
+    document = result.to_dict()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_file(json_path, json.dumps(document, indent=2) + "\n")
+    except OSError as exc:
+        raise LoadprobeError(f"{out}: cannot write the results ({exc.strerror or exc}); give another -o") from None
+    click.echo(json.dumps(document, indent=2) if as_json else result.render() + f"\n\nwrote {json_path}")
 
 
 def _check_overrides(given: list, plans: list) -> None:

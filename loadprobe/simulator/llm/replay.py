@@ -1,0 +1,219 @@
+"""``loadprobe simulate --llm DATA``: an LLM engine's recording fitted, checked on its own arrivals, replayed at others.
+
+1. The recording's requests (``analysis.run.llm_recording``): the engine's own where they carry first
+   tokens (its spans, or its OpenTelemetry spans), else the load client's.
+2. The step-time model fitted to them (``steps.fit_steps``).
+3. Checked on what was recorded: the recorded arrivals, with their prompt and output lengths, replayed
+   through the engine (``engine.run_engine``); the step times are scaled so that the replay's decode
+   time equals the recording's, and the recorded TTFT's excess over the replay's (tokenising, the HTTP
+   front end, the network where the client's view is shown) is added to every TTFT, as is the time
+   after the last output (E2E). Both figures, and the replay against the recording, are reported.
+4. The arrivals asked for (a rate, a process or a trace) replayed: each with its trace's lengths where
+   it has them, else a (prompt, output) pair drawn from the recording (seeded).
+
+The result's ``llm`` section has the portrait's fields, built by the same code (``analysis.llm.llm_section``),
+so ``loadprobe verify`` and the report compare them field by field.
+
+Usage::
+
+    sim = simulate_llm(["data/"], offsets=poisson(6, duration=60, seed=1), settings=EngineSettings(max_running=8))
+    sim.to_dict()["llm"]["ttft_ms"]["p95"]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..._errors import LoadprobeError
+from ..._table import text_table
+from ...analysis.histogram import Histogram
+from ...analysis.llm import LlmRequests, llm_section
+from ...portrait import EngineLevel, Llm, _plain
+from .engine import EngineSettings, Served, Workload, run_engine
+from .steps import MIN_ROWS, StepModel, fit_steps, prefills_apart
+
+_NS_PER_S = 1_000_000_000
+
+
+@dataclass
+class LlmSimulation:
+    llm: Llm  # the simulated requests, as the portrait's ``llm`` section
+    model: StepModel
+    settings: EngineSettings
+    workload: dict  # what was replayed: mode, requests, seed, where the lengths came from
+    check: dict  # the recorded arrivals replayed against the recording, and the two corrections taken from it
+    engine: dict  # iterations, preemptions, refused, KV use
+
+    def to_dict(self) -> dict:
+        return {"kind": "llm", "workload": self.workload, "engine_settings": self.settings.to_dict(),
+                "step_model": self.model.to_dict(), "check": self.check, "engine": self.engine,
+                "llm": _plain(self.llm)}
+
+    def render(self) -> str:
+        w, s = self.workload, self.settings
+        lines = [f"{w['requests']:,} requests, {w['mode']}; lengths: {w['lengths']}",
+                 f"engine: at most {s.max_running} running, "
+                 + (f"{s.token_budget:,} tokens per iteration, " if s.token_budget else "")
+                 + f"chunked prefill {'on' if s.chunked_prefill else 'off'}, KV cache "
+                 + (f"{s.kv_tokens:,} tokens ({s.kv_reserve})" if s.kv_tokens else "unbounded")
+                 + (f" -- {s.why}" if s.why else ""),
+                 f"step time: {self.model.describe()}",
+                 f"checked on the recording: {self.check['summary']}", ""]
+        rows = [[name, f"{lat.p50:.2f}", f"{lat.p90:.2f}", f"{lat.p95:.2f}", f"{lat.p99:.2f}", f"{lat.count:,}"]
+                for name, lat in (("TTFT", self.llm.ttft_ms), ("TPOT", self.llm.tpot_ms), ("ITL", self.llm.itl_ms),
+                                  ("E2E", self.llm.e2e_ms)) if lat is not None]
+        lines += text_table(["ms", "p50", "p90", "p95", "p99", "count"], rows, numbers_right=True)
+        e, g = self.engine, self.llm.goodput
+        lines.append("")
+        if self.llm.output_tokens_per_s is not None:
+            lines.append(f"output {self.llm.output_tokens_per_s.mean:,.0f} tokens/s; running {e['running_mean']:.2f} "
+                         f"sequences on average (peak {e['running_peak']:g}), {e['iterations']:,} iterations, "
+                         f"{e['preemptions']:,} preemptions, {e['refused']:,} refused (longer than the KV cache)")
+        if g is not None:
+            lines.append(f"goodput: {g.share:.1%} of requests ({g.requests:,}) within TTFT <= {g.ttft_ms:.3g} ms"
+                         + (f" and TPOT <= {g.tpot_ms:.3g} ms" if g.tpot_ms is not None else ""))
+        return "\n".join(lines)
+
+
+def simulate_llm(paths, *, offsets=None, tokens=None, mode: str | None = None, seed: int = 0,
+                 settings: EngineSettings | None = None, service: str | None = None, ttft_ms: float | None = None,
+                 tpot_ms: float | None = None) -> LlmSimulation:
+    """Fit the engine recorded under ``paths`` and replay ``offsets`` (seconds from the start; None: the
+    recording's own arrivals) through it. ``tokens``: ``(tokens_in, tokens_out)`` per arrival (-1 where
+    unknown: drawn from the recording); ``ttft_ms``/``tpot_ms``: the goodput targets."""
+    from ...analysis.run import llm_recording
+
+    portrait, views = llm_recording(paths, service=service)
+    fitted_view = "service" if _decoded(views["service"]) >= MIN_ROWS else "client"
+    recorded = views[fitted_view]
+    if recorded is None:
+        recorded = views["service"]
+    settings = settings or EngineSettings(why="vLLM's defaults: give the engine's own settings")
+    apart = prefills_apart(recorded)
+    if settings.chunked_prefill is None:
+        settings.chunked_prefill = apart is not True  # vLLM V1's default where the recording cannot tell
+        settings.why += ("; chunked prefill off: the engine's prefills never overlap its decode passes" if apart else
+                         "; chunked prefill on: its prefills overlap its decode passes" if apart is False else
+                         "; chunked prefill on (vLLM V1's default): the recording does not time the engine's passes")
+    model = fit_steps(recorded, chunked=settings.chunked_prefill, source=f"requests of the {_VIEW[fitted_view]}")
+    replayable = recorded.with_first & (recorded.tokens_out >= 1)
+    own = _recorded_workload(recorded, replayable)
+    check = _calibrate(model, settings, recorded, replayable, own, portrait.llm)
+    if offsets is None:
+        workload, how = own, "the recording's"
+        mode = mode or f"the recording's {len(own):,} arrivals"
+    else:
+        workload, how = _workload(np.asarray(offsets, dtype=np.float64), tokens, recorded, replayable, seed)
+    if not len(workload):
+        raise LoadprobeError("no arrival to simulate: widen --duration or raise --rate")
+    served = run_engine(workload, model, settings)
+    requests = _served_requests(workload, served, check["ttft_offset_ms"], check["tail_ms"])
+    itl = Histogram()
+    itl.record(served.itl_ns)
+    # The engine's load from its own times: the TTFT's offset is work outside its iterations.
+    section = llm_section(requests, "simulated", itl if itl.total else None, ttft_ms, tpot_ms,
+                          engine_requests=_served_requests(workload, served, 0.0, 0.0))
+    kv = _kv_level(served)
+    if section.engine is not None and kv is not None:
+        section.engine.kv_cache_pct = kv
+    engine = {"iterations": served.iterations, "preemptions": served.preemptions, "refused": served.refused,
+              "running_mean": section.engine.running.mean if section.engine and section.engine.running else 0.0,
+              "running_peak": section.engine.running.peak if section.engine and section.engine.running else 0.0,
+              "kv_cache_pct": _plain(kv)}
+    return LlmSimulation(section, model, settings, {"mode": mode, "requests": len(workload), "seed": seed,
+                                                     "lengths": how}, check, engine)
+
+
+_VIEW = {"service": "engine's own spans", "client": "load client's recording"}
+
+
+def _decoded(r: LlmRequests | None) -> int:
+    return 0 if r is None else int((r.with_first & (r.tokens_out >= 2)).sum())
+
+
+def _recorded_workload(r: LlmRequests, keep: np.ndarray) -> Workload:
+    order = np.argsort(r.start[keep], kind="stable")
+    start = r.start[keep][order]
+    return Workload(start - start[0], np.maximum(r.tokens_in[keep][order], 1), r.tokens_out[keep][order])
+
+
+def _calibrate(model: StepModel, settings: EngineSettings, r: LlmRequests, keep: np.ndarray, own: Workload,
+               shown: Llm | None) -> dict:
+    """Replay the recorded arrivals; scale the step times to the recorded decode time, then take the recorded
+    TTFT's and E2E's excess over the replay's. Returns what was taken and how the replay compares."""
+    order = np.argsort(r.start[keep], kind="stable")
+    start = r.start[keep][order]
+    rec_first, rec_last = r.first[keep][order] - start, np.maximum(r.last[keep][order], r.first[keep][order]) - start
+    rec_dur, out = r.dur[keep][order], r.tokens_out[keep][order]
+    decoding = out >= 2
+    for _ in range(2):  # the scale changes the batches, which change the decode time: once more settles it
+        served = run_engine(own, model, settings)
+        sim_decode = (served.last_ns - served.first_ns)[decoding & (served.first_ns >= 0)].sum()
+        rec_decode = (rec_last - rec_first)[decoding & (served.first_ns >= 0)].sum()
+        if sim_decode > 0 and rec_decode > 0:
+            model.scale *= float(rec_decode / sim_decode)
+    served = run_engine(own, model, settings)
+    ran = served.first_ns >= 0
+    offset_ns = float(np.mean(rec_first[ran] - served.first_ns[ran] + own.arrival_ns[ran]))
+    outside = shown.ttft_split_ms.outside_ms if (shown is not None and shown.source == "client" and
+                                                 shown.ttft_split_ms is not None and
+                                                 shown.ttft_split_ms.outside_ms is not None) else 0.0
+    tail_ns = float(np.mean(np.maximum(rec_dur - rec_last, 0)[ran]))
+    sim_ttft = (served.first_ns - own.arrival_ns)[ran] + offset_ns
+    sim_tpot = ((served.last_ns - served.first_ns)[ran & decoding]) / (out[ran & decoding] - 1)
+    rec_ttft, rec_tpot = rec_first[ran], (rec_last - rec_first)[ran & decoding] / (out[ran & decoding] - 1)
+    compared = {}
+    for name, rec, sim in (("ttft", rec_ttft, sim_ttft), ("tpot", rec_tpot, sim_tpot)):
+        if len(rec) and len(sim):
+            for q in (50, 95):
+                a, b = float(np.percentile(rec, q)) / 1e6, float(np.percentile(sim, q)) / 1e6
+                compared[f"{name}_p{q}_ms"] = {"recorded": round(a, 4), "replayed": round(b, 4),
+                                               "error": round(b / a - 1.0, 4) if a > 0 else None}
+    summary = ", ".join(f"{k.split('_')[0].upper()} p{k.split('_')[1][1:]} {v['replayed']:.3g} ms against "
+                        f"{v['recorded']:.3g} recorded" for k, v in compared.items())
+    return {"requests": int(ran.sum()), "step_scale": round(model.scale, 4), "ttft_offset_ms": offset_ns / 1e6 + outside,
+            "client_outside_ms": outside, "tail_ms": tail_ns / 1e6, "compared": compared,
+            "summary": f"{int(ran.sum()):,} recorded arrivals replayed: {summary}; step times x {model.scale:.3g}, "
+                       f"{offset_ns / 1e6 + outside:.3g} ms added to each TTFT (work before the first token that "
+                       f"no step holds" + (", the client's view" if outside else "") + ")"}
+
+
+def _workload(offsets: np.ndarray, tokens, r: LlmRequests, keep: np.ndarray, seed: int) -> tuple[Workload, str]:
+    n = len(offsets)
+    pairs = np.stack([np.maximum(r.tokens_in[keep], 1), r.tokens_out[keep]], axis=1)
+    drawn = pairs[np.random.default_rng(seed).integers(0, len(pairs), n)]
+    tokens_in, tokens_out = drawn[:, 0].copy(), drawn[:, 1].copy()
+    given = 0
+    if tokens is not None:
+        t_in, t_out = (np.asarray(t, dtype=np.int64)[:n] for t in tokens)
+        known = (t_in >= 0) & (t_out >= 1)
+        tokens_in[known], tokens_out[known] = np.maximum(t_in[known], 1), t_out[known]
+        given = int(known.sum())
+    how = (f"the trace's for {given:,}, " if given else "") + (
+        f"drawn from the recording's {len(pairs):,} (prompt, output) pairs (seed {seed})" if given < n else "")
+    return Workload(np.round(offsets * _NS_PER_S).astype(np.int64), tokens_in, tokens_out), how.rstrip(", ")
+
+
+def _served_requests(w: Workload, s: Served, ttft_offset_ms: float, tail_ms: float) -> LlmRequests:
+    ran = s.first_ns >= 0
+    shift = int(round(ttft_offset_ms * 1e6))
+    first = np.where(ran, s.first_ns + shift, -1)
+    last = np.where(ran, np.maximum(s.last_ns, s.first_ns) + shift, -1)
+    end = np.where(ran, last + int(round(tail_ms * 1e6)), w.arrival_ns)
+    admitted = np.where(ran, s.admitted_ns, w.arrival_ns)
+    return LlmRequests(start=w.arrival_ns.copy(), dur=end - w.arrival_ns, tokens_in=w.tokens_in.astype(np.int64),
+                       tokens_out=np.where(ran, w.tokens_out, 0).astype(np.int64), ok=ran,
+                       first=first, last=last, queued=np.where(ran, admitted - w.arrival_ns, -1),
+                       prefill=np.where(ran, first - admitted, -1), ids=None)
+
+
+def _kv_level(s: Served) -> EngineLevel | None:
+    if s.kv_tokens is None or not s.kv_used.shape[1]:
+        return None
+    t, used = s.kv_used
+    width = np.diff(np.append(t, t[-1]))
+    pct = used / s.kv_tokens * 100.0
+    mean = float((pct * width).sum() / width.sum()) if width.sum() > 0 else float(pct.mean())
+    return EngineLevel(mean=mean, peak=float(pct.max()), source="simulated")

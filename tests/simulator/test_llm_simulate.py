@@ -1,0 +1,76 @@
+"""``loadprobe simulate --llm``: the committed stream of the sample engine (samples/data/llm-stream) fitted and
+replayed from the command line, its simulation.json holding the portrait's ``llm`` fields."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import loadprobe
+from loadprobe.cli import main
+
+from ..conftest import REPO
+
+pytestmark = pytest.mark.timeout(120)
+
+STREAM = REPO / "samples" / "data" / "llm-stream"
+SAMPLE = ["--max-running", "8", "--kv-tokens", "4096", "--kv-reserve", "request"]
+
+
+def _simulate(*args):
+    return CliRunner().invoke(main, ["simulate", *args], catch_exceptions=False)
+
+
+def test_a_poisson_rate_replayed_through_the_fitted_engine_gives_the_portrait_s_llm_fields(tmp_path):
+    out = tmp_path / "sim"
+    done = _simulate("--llm", str(STREAM / "data"), "--llm", str(STREAM / "client"), *SAMPLE, "--poisson", "--rate", "6",
+                     "--duration", "20", "--seed", "2", "-o", str(out))
+    assert done.exit_code == 0, done.output
+    document = json.loads((out / "simulation.json").read_text())
+    portrait = loadprobe.analyze([str(STREAM / "data"), str(STREAM / "client")]).to_dict()["llm"]
+    llm = document["llm"]
+    assert set(llm) == set(portrait)  # field by field, as verify compares them
+    assert llm["source"] == "simulated" and llm["requests"] == document["workload"]["requests"] > 60
+    for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        assert set(llm[name]) == set(portrait[name]) and 0 < llm[name]["p50"] <= llm[name]["p95"]
+    assert llm["engine"]["running"]["peak"] <= 8  # the engine's cap, as given
+    assert document["engine_settings"]["chunked_prefill"] is False  # the recording shows its prefills apart
+    assert "chunked prefill off" in done.output and "checked on the recording" in done.output
+    check = document["check"]
+    assert check["requests"] > 100 and set(check["compared"]) == {"ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms",
+                                                                  "tpot_p95_ms"}
+    again = _simulate("--llm", str(STREAM / "data"), "--poisson", "--rate", "6", "--duration", "5", "-o", str(out))
+    assert again.exit_code == 2 and "--force" in again.output  # nothing replaced unasked
+
+
+def test_without_a_schedule_the_recording_s_own_arrivals_are_replayed(tmp_path):
+    done = _simulate("--llm", str(STREAM / "data"), *SAMPLE, "-o", str(tmp_path / "sim"), "--json")
+    assert done.exit_code == 0, done.output
+    document = json.loads(done.output)
+    assert document["workload"]["requests"] == document["check"]["requests"]
+    assert document["workload"]["lengths"] == "the recording's"
+
+
+def test_a_faster_rate_waits_longer_for_its_first_token(tmp_path):
+    def p95(rate):
+        out = tmp_path / f"r{rate}"
+        assert _simulate("--llm", str(STREAM / "data"), *SAMPLE, "--poisson", "--rate", str(rate), "--duration", "30",
+                         "--seed", "1", "-o", str(out)).exit_code == 0
+        return json.loads((out / "simulation.json").read_text())["llm"]["ttft_ms"]["p95"]
+
+    assert p95(12) > p95(3)
+
+
+@pytest.mark.parametrize("args, says", [
+    ([], "give a PLAN"),
+    (["--max-running", "8", str(REPO / "samples" / "vision" / "pipeline.yaml")], "--max-running"),
+    (["--llm", str(REPO / "samples" / "data" / "vision")], "no LLM request"),
+    (["--llm", str(STREAM / "data"), "--max-running", "0"], "--max-running 0"),
+    (["--llm", str(STREAM / "data"), str(REPO / "samples" / "vision" / "pipeline.yaml")], "not a plan"),
+])
+def test_what_cannot_be_simulated_is_one_line_and_exit_2(tmp_path, args, says):
+    done = CliRunner().invoke(main, ["simulate", *args, "-o", str(tmp_path / "sim")])
+    assert done.exit_code == 2, done.output
+    assert says in done.output and "Traceback" not in done.output
