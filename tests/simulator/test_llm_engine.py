@@ -14,7 +14,7 @@ pytestmark = pytest.mark.timeout(60)
 
 MS = 1_000_000
 # 2 ms per iteration, 0.1 ms per sequence, 1 us per context token; a prompt: 1 ms + 50 us per token.
-TRUE = StepModel(iteration=2 * MS, per_prefill=1 * MS, per_prompt_token=50_000, per_sequence=100_000,
+TRUE = StepModel(iteration=2 * MS, per_prefill=1 * MS, per_prompt_token=50_000, per_prompt_token_sq=20, per_sequence=100_000,
                  per_context_token=1_000)
 
 
@@ -112,7 +112,7 @@ def test_a_model_fitted_to_first_and_last_tokens_predicts_the_engine_at_twice_th
 
 
 def test_the_model_round_trips_through_its_dict():
-    model = StepModel(1.0, 2.0, 3.0, 4.0, 5.0, rows=9, error=0.1, source="x", scale=1.2, by_batch={1: -3.0, 2: 1.0})
+    model = StepModel(1.0, 2.0, 3.0, 0.5, 4.0, 5.0, rows=9, error=0.1, source="x", scale=1.2, by_batch={1: -3.0, 2: 1.0})
     again = StepModel.from_dict(model.to_dict())
     assert again.step_ns(1, 10, 3, 30) == pytest.approx(model.step_ns(1, 10, 3, 30))
     assert again.decode_ns(1.5, 10) == pytest.approx(model.decode_ns(1.5, 10))

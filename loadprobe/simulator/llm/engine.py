@@ -101,8 +101,9 @@ class _Seq:
         return self.prompt + self.done
 
 
-def run_engine(workload: Workload, model, settings: EngineSettings) -> Served:
-    """Replay ``workload`` through an engine of ``settings`` whose iterations take ``model.step_ns`` (``StepModel``)."""
+def run_engine(workload: Workload, model, settings: EngineSettings, seed: int = 0) -> Served:
+    """Replay ``workload`` through an engine of ``settings`` whose iterations take ``model.step_ns`` (``StepModel``),
+    each pass drawn around it with the recorded spread (``seed``: the draws)."""
     n = len(workload)
     admitted, first, last = (np.full(n, -1, dtype=np.int64) for _ in range(3))
     itl: list = []
@@ -114,6 +115,21 @@ def run_engine(workload: Workload, model, settings: EngineSettings) -> Served:
     arrivals = workload.arrival_ns.astype(np.int64)
     t, nxt, iterations, preemptions, refused = 0, 0, 0, 0, 0
     held = 0  # KV tokens held by running sequences
+    rng = np.random.default_rng(seed)
+    slow = [0.0, 0]  # the engine's drifting speed (log), and when it was last drawn
+
+    def spread(sigma: float) -> float:
+        """One pass's time over the model's: log-normal with mean one, as the recorded passes spread -- the
+        pass's own part and the slow drift shared by passes close in time (an Ornstein-Uhlenbeck process)."""
+        if sigma <= 0:
+            return 1.0
+        drift = min(model.drift, sigma)
+        if drift > 0 and model.drift_s > 0:
+            keep = float(np.exp(-(t - slow[1]) / (model.drift_s * 1e9)))
+            slow[0] = slow[0] * keep + drift * float(np.sqrt(1 - keep * keep)) * rng.standard_normal()
+            slow[1] = t
+        own = float(np.sqrt(max(sigma * sigma - drift * drift, 0.0)))
+        return float(np.exp(slow[0] + own * rng.standard_normal() - sigma * sigma / 2))
 
     def need(seq: _Seq) -> int:
         """KV tokens ``seq`` holds once admitted (request: its whole context; paged: blocks for what it has)."""
@@ -172,8 +188,12 @@ def run_engine(workload: Workload, model, settings: EngineSettings) -> Served:
                 chunks.append((q, take))
                 budget -= take
             context = sum(q.context for q in decoding)
-            t += max(1, int(model.step_ns(prefills=len(chunks), prompt_tokens=sum(c for _, c in chunks),
-                                          sequences=len(decoding), context_tokens=context)))
+            # attention over the prompt: each chunk's tokens over everything of it computed so far
+            square = sum((q.prompt + q.done - q.pending + c) ** 2 - (q.prompt + q.done - q.pending) ** 2
+                         for q, c in chunks)
+            step = model.step_ns(prefills=len(chunks), prompt_tokens=sum(c for _, c in chunks), prompt_sq=square,
+                                 sequences=len(decoding), context_tokens=context)
+            t += max(1, int(step * spread(model.spread_decode if decoding else model.spread_prefill)))
             for q, take in chunks:
                 q.pending -= take
                 if q.pending == 0:
@@ -182,11 +202,12 @@ def run_engine(workload: Workload, model, settings: EngineSettings) -> Served:
                 _emit(q, t, first, itl)
         else:
             for q in prefilling:
-                t += max(1, int(model.prefill_ns(q.pending)))
+                t += max(1, int(model.prefill_ns(q.pending) * spread(model.spread_prefill)))
                 q.pending = 0
                 _emit(q, t, first, itl)
             if decoding:
-                t += max(1, int(model.decode_ns(len(decoding), sum(q.context for q in decoding))))
+                t += max(1, int(model.decode_ns(len(decoding), sum(q.context for q in decoding))
+                                * spread(model.spread_decode)))
                 for q in decoding:
                     _emit(q, t, first, itl)
         iterations += 1

@@ -100,7 +100,7 @@ def simulate_llm(paths, *, offsets=None, tokens=None, mode: str | None = None, s
     model = fit_steps(recorded, chunked=settings.chunked_prefill, source=f"requests of the {_VIEW[fitted_view]}")
     replayable = recorded.with_first & (recorded.tokens_out >= 1)
     own = _recorded_workload(recorded, replayable)
-    check = _calibrate(model, settings, recorded, replayable, own, portrait.llm)
+    check = _calibrate(model, settings, recorded, replayable, own, portrait.llm, seed)
     if offsets is None:
         workload, how = own, "the recording's"
         mode = mode or f"the recording's {len(own):,} arrivals"
@@ -108,7 +108,7 @@ def simulate_llm(paths, *, offsets=None, tokens=None, mode: str | None = None, s
         workload, how = _workload(np.asarray(offsets, dtype=np.float64), tokens, recorded, replayable, seed)
     if not len(workload):
         raise LoadprobeError("no arrival to simulate: widen --duration or raise --rate")
-    served = run_engine(workload, model, settings)
+    served = run_engine(workload, model, settings, seed)
     requests = _served_requests(workload, served, check["ttft_offset_ms"], check["tail_ms"])
     itl = Histogram()
     itl.record(served.itl_ns)
@@ -140,7 +140,7 @@ def _recorded_workload(r: LlmRequests, keep: np.ndarray) -> Workload:
 
 
 def _calibrate(model: StepModel, settings: EngineSettings, r: LlmRequests, keep: np.ndarray, own: Workload,
-               shown: Llm | None) -> dict:
+               shown: Llm | None, seed: int) -> dict:
     """Replay the recorded arrivals; scale the step times to the recorded decode time, then take the recorded
     TTFT's and E2E's excess over the replay's. Returns what was taken and how the replay compares."""
     order = np.argsort(r.start[keep], kind="stable")
@@ -149,14 +149,15 @@ def _calibrate(model: StepModel, settings: EngineSettings, r: LlmRequests, keep:
     rec_dur, out = r.dur[keep][order], r.tokens_out[keep][order]
     decoding = out >= 2
     for _ in range(2):  # the scale changes the batches, which change the decode time: once more settles it
-        served = run_engine(own, model, settings)
+        served = run_engine(own, model, settings, seed)
         sim_decode = (served.last_ns - served.first_ns)[decoding & (served.first_ns >= 0)].sum()
         rec_decode = (rec_last - rec_first)[decoding & (served.first_ns >= 0)].sum()
         if sim_decode > 0 and rec_decode > 0:
             model.scale *= float(rec_decode / sim_decode)
-    served = run_engine(own, model, settings)
+    served = run_engine(own, model, settings, seed)
     ran = served.first_ns >= 0
-    offset_ns = float(np.mean(rec_first[ran] - served.first_ns[ran] + own.arrival_ns[ran]))
+    # The median: a request that queued longer in the engine than in its replay says nothing of the work outside.
+    offset_ns = float(np.median(rec_first[ran] - served.first_ns[ran] + own.arrival_ns[ran]))
     outside = shown.ttft_split_ms.outside_ms if (shown is not None and shown.source == "client" and
                                                  shown.ttft_split_ms is not None and
                                                  shown.ttft_split_ms.outside_ms is not None) else 0.0
