@@ -41,7 +41,7 @@ Usage::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -146,13 +146,17 @@ def fit_steps(requests, *, chunked: bool, source: str = "recorded requests") -> 
 
     rows, targets = _decode_rows(requests)
     prefill_rows, prefill_targets = _prefill_rows(requests, chunked)
+    first_tokens = len(prefill_targets) < MIN_ROWS  # no prefill recorded: each request's time to its first token
+    if first_tokens:
+        prefill_rows, prefill_targets = _prefill_rows(requests, chunked, whole=True)
     if len(targets) < MIN_ROWS:
         raise LoadprobeError(f"only {len(targets)} request(s) with a first token and two or more output tokens: "
                              f"the step model needs {MIN_ROWS} or more; record longer, or with longer outputs")
     x = np.vstack([rows, prefill_rows])
     y = np.concatenate([targets, prefill_targets])
-    what = f"{source}: {len(targets):,} decodes" + (f", {len(prefill_targets):,} prefills" if len(prefill_targets)
-                                                     else "")
+    what = f"{source}: {len(targets):,} decodes" + (
+        f", {len(prefill_targets):,} {'times to first token' if first_tokens else 'prefills'}" if len(prefill_targets)
+        else "")
     pass_rows, pass_targets = _pass_rows(requests)
     model = StepModel(*np.zeros(len(TERMS)))
     if len(pass_targets) >= MIN_ROWS:
@@ -172,7 +176,7 @@ def fit_steps(requests, *, chunked: bool, source: str = "recorded requests") -> 
         model.drift, model.drift_s = _drift(model._predict(pass_rows), pass_targets, requests.passes[0])
         what += f", {len(pass_targets):,} decode passes, {gaps:,} gaps between them"
     else:
-        _set(model, _nnls(nnls, x, y))
+        _set(model, _without_unseen_curve(nnls, x, y))
     if len(prefill_targets) and not chunked:
         model.spread_prefill = _spread(model._predict(prefill_rows), prefill_targets)
     model.rows, model.source = len(y) + len(pass_targets), what
@@ -181,15 +185,20 @@ def fit_steps(requests, *, chunked: bool, source: str = "recorded requests") -> 
 
 
 def _prompt_fit(nnls, rows: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """A prompt's pass: per prompt and per token, with the quadratic term (attention over the prompt) only
-    where the recorded prompts show it -- it must cut the relative error by ``QUADRATIC_GAIN`` -- since
-    over a narrow range of lengths a curve and a line fit alike and the curve would rule long prompts."""
-    line = _nnls(nnls, rows[:, [PREFILL, PROMPT]], targets)
-    curve = _nnls(nnls, rows[:, [PREFILL, PROMPT, PROMPT_SQ]], targets)
-    error = lambda terms, c: float(np.sqrt(np.mean((rows[:, terms] @ c / targets - 1.0) ** 2)))  # noqa: E731
-    if error([PREFILL, PROMPT, PROMPT_SQ], curve) < (1.0 - QUADRATIC_GAIN) * error([PREFILL, PROMPT], line):
-        return curve
-    return np.append(line, 0.0)
+    """A prompt's pass: per prompt and per token (and the quadratic term, ``_without_unseen_curve``)."""
+    return _without_unseen_curve(nnls, rows[:, [PREFILL, PROMPT, PROMPT_SQ]], targets, square=2)
+
+
+def _without_unseen_curve(nnls, x: np.ndarray, y: np.ndarray, square: int = PROMPT_SQ) -> np.ndarray:
+    """The fit with the quadratic term (attention over the prompt: column ``square``) only where the recorded
+    prompts show it -- it must cut the relative error by ``QUADRATIC_GAIN`` --, since over a narrow range of
+    lengths a curve and a line fit alike, and the curve would rule the long prompts of another workload."""
+    curve = _nnls(nnls, x, y)
+    line_x = x.copy()
+    line_x[:, square] = 0.0
+    line = _nnls(nnls, line_x, y)
+    error = lambda c: float(np.sqrt(np.mean((x @ c / y - 1.0) ** 2)))  # noqa: E731
+    return curve if error(curve) < (1.0 - QUADRATIC_GAIN) * error(line) else line
 
 
 def _set(model: StepModel, coef) -> None:
@@ -310,23 +319,35 @@ def _decode_rows(r) -> tuple[np.ndarray, np.ndarray]:
     return rows, span
 
 
-def _prefill_rows(r, chunked: bool) -> tuple[np.ndarray, np.ndarray]:
-    """One row per recorded prefill: its pass alone, or (chunked) the iteration it shared with the decodes."""
+def _prefill_rows(r, chunked: bool, whole: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """One row per recorded prefill: its pass alone, or (chunked) the iteration it shared with the decodes.
+    ``whole``: where no prefill was recorded, each request's time to its first token stands for it, holding
+    also, on average, half of the decode iteration under way when it arrived (its queue under load is
+    left in the fit's error)."""
+    if whole:
+        r = replace(r, prefill=np.where(r.with_first, r.first - r.start, -1))
     timed = r.with_first & (r.prefill > 0) & (r.tokens_in > 0)
     rows = np.zeros((int(timed.sum()), len(TERMS)))
     if not timed.any():
         return rows, np.zeros(0)
     n = r.tokens_in[timed].astype(np.float64)
     rows[:, PREFILL], rows[:, PROMPT], rows[:, PROMPT_SQ] = 1.0, n, n ** 2
-    if chunked:
-        d = r.with_first
-        first, last = r.first[d].astype(np.float64), np.maximum(r.last[d], r.first[d]).astype(np.float64)
-        seqs, context = _load_integrals(first, last, np.maximum(r.tokens_in[d], 0).astype(np.float64),
-                                        r.tokens_out[d].astype(np.float64))
-        at, before = r.first[timed].astype(np.float64), (r.first[timed] - r.prefill[timed]).astype(np.float64)
-        span = np.maximum(at - before, 1.0)
-        rows[:, IT], rows[:, SEQ], rows[:, CTX] = 1.0, (seqs(at) - seqs(before)) / span, (
-            context(at) - context(before)) / span
+    if not chunked and not whole:
+        return rows, r.prefill[timed].astype(np.float64)
+    d = r.with_first
+    first, last = r.first[d].astype(np.float64), np.maximum(r.last[d], r.first[d]).astype(np.float64)
+    seqs, context = _load_integrals(first, last, np.maximum(r.tokens_in[d], 0).astype(np.float64),
+                                    r.tokens_out[d].astype(np.float64))
+    at, before = r.first[timed].astype(np.float64), (r.first[timed] - r.prefill[timed]).astype(np.float64)
+    span = np.maximum(at - before, 1.0)
+    # the iteration that carries it (chunked), and half of the one under way on arrival (whole)
+    now = before + 1e6
+    under_way = (seqs(now) - seqs(before)) / 1e6, (context(now) - context(before)) / 1e6
+    share = (1.0 if chunked else 0.0), (0.5 if whole else 0.0)
+    carried = ((seqs(at) - seqs(before)) / span, (context(at) - context(before)) / span) if chunked else (0.0, 0.0)
+    rows[:, IT] = share[0] + share[1] * (under_way[0] > 0)
+    rows[:, SEQ] = share[0] * carried[0] + share[1] * under_way[0]
+    rows[:, CTX] = share[0] * carried[1] + share[1] * under_way[1]
     return rows, r.prefill[timed].astype(np.float64)
 
 
