@@ -74,3 +74,16 @@ def test_what_cannot_be_simulated_is_one_line_and_exit_2(tmp_path, args, says):
     done = CliRunner().invoke(main, ["simulate", *args, "-o", str(tmp_path / "sim")])
     assert done.exit_code == 2, done.output
     assert says in done.output and "Traceback" not in done.output
+
+
+def test_the_documented_llm_example_runs_as_written(tmp_path):
+    """docs/simulate.md's ``--llm`` command, from the clone's root, into a folder of the test's own."""
+    text = (REPO / "docs" / "simulate.md").read_text(encoding="utf-8")
+    section = text.split("## LLM engines: `--llm`", 1)[1]
+    command = section.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ").strip()
+    assert command.startswith("loadprobe simulate --llm")
+    args = command.replace("/tmp/llm-sim", str(tmp_path / "sim")).split()[2:]
+    done = CliRunner().invoke(main, ["simulate", *[a.replace("samples/", str(REPO / "samples") + "/", 1)
+                                                   if a.startswith("samples/") else a for a in args]])
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "sim" / "simulation.json").exists()

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 
 SAMPLE_SETTINGS = dict(max_running=8, kv_tokens=4096, kv_reserve="request", chunked_prefill=False)
+# vLLM CPU as tests/support/vllm_cpu.py serves it: V1 (chunked prefill), 64 MiB of KV cache = 65,536 tokens
+VLLM_SETTINGS = dict(kv_tokens=65536, kv_reserve="paged", chunked_prefill=True)
 PROMPT, OUTPUT = "32:256", "16:128"  # tokens per request, drawn uniformly (the demo's)
 LIMITS = {"p50": 0.10, "p95": 0.15}
 DRAWS = 5
@@ -61,31 +63,88 @@ def record_rates(folder: Path, rates, seconds: float, seed: int = 1) -> dict:
     return runs
 
 
-def compare(runs: dict, base: float) -> list[dict]:
+def record_rates_vllm(folder: Path, rates, seconds: float, seed: int = 1) -> dict:
+    """The same for vLLM's CPU build serving a tiny random-weight model (one server for every rate): the load
+    client's recording only; {rate: (paths, offsets, tokens)}."""
+    from loadprobe.load import openai
+    from loadprobe.load.client import run
+    from loadprobe.load.schedules import poisson
+
+    from . import vllm_cpu
+
+    executable = vllm_cpu.python()
+    if executable is None:
+        raise RuntimeError(vllm_cpu.missing())
+    folder = Path(folder)
+    model = vllm_cpu.make_model(executable, folder / "tiny")
+    runs = {}
+    with vllm_cpu.Server(executable, model, workdir=folder) as server:
+        for k, rate in enumerate(rates):
+            client = folder / f"rate-{rate:g}" / "client"
+            offsets = poisson(rate, duration=seconds, seed=seed + 10 * k)
+            prompts = openai.lengths("--prompt-tokens", PROMPT, len(offsets), seed=seed + 10 * k + 1)
+            outputs = openai.lengths("--output-tokens", OUTPUT, len(offsets), seed=seed + 10 * k + 2)
+            workload = openai.prepare(server.url, prompts, outputs, timeout=60)
+            run(workload.url, offsets, openai=workload, timeout=300.0, record=str(client), mode="fidelity")
+            runs[rate] = ([str(client)], np.asarray(offsets), (np.asarray(prompts), np.asarray(outputs)))
+    return runs
+
+
+def compare(runs: dict, base: float, engine: str = "sample") -> list[dict]:
     """Each other rate predicted from the recording at ``base``: measured, predicted and the relative error of
-    TTFT and TPOT at p50 and p95."""
+    TTFT and TPOT at p50 and p95. ``engine``: "sample" or "vllm" (its settings, and the service to read)."""
     from loadprobe.analysis.run import analyze
     from loadprobe.simulator.llm.engine import EngineSettings
     from loadprobe.simulator.llm.replay import simulate_llm
 
     paths = runs[base][0]
+    settings, service = (SAMPLE_SETTINGS, "llm") if engine == "sample" else (VLLM_SETTINGS, None)
     rows = []
     for rate, (measured_paths, offsets, tokens) in sorted(runs.items()):
         if rate == base:
             continue
-        measured = analyze(measured_paths, service="llm").llm
+        measured = analyze(measured_paths, service=service).llm
         predicted = {key: [] for key in METRICS}
         for seed in range(DRAWS):
             sim = simulate_llm(paths, offsets=offsets, tokens=tokens, mode=f"poisson {rate:g}/s", seed=seed,
-                               settings=EngineSettings(**SAMPLE_SETTINGS, why="the sample engine's"), service="llm")
+                               settings=EngineSettings(**settings, why=f"the {engine} engine's"), service=service)
             for key in METRICS:
                 predicted[key].append(_figure(sim.llm, key))
         row = {"rate": rate, "x": rate / base, "requests": measured.requests}
+        speeds = machine_speed(paths), machine_speed(measured_paths)
+        row["machine"] = speeds[1] / speeds[0] if None not in speeds else None
         for key in METRICS:
             m, p = _figure(measured, key), float(np.median(predicted[key]))
             row[key] = (m, p, p / m - 1.0)
         rows.append(row)
     return rows
+
+
+def machine_speed(paths) -> float | None:
+    """The machine's own pace during a recording: the median time of the engine's one-sequence decode passes
+    (the same small computation each time), in ns; None where the engine did not time its passes."""
+    from loadprobe.analysis.run import llm_recording
+
+    requests = llm_recording(paths)[1]["service"]
+    if requests is None or requests.passes is None:
+        return None
+    _, dur, batch = requests.passes
+    return float(np.median(dur[batch == 1])) if (batch == 1).sum() >= 50 else None
+
+
+def at_pace(rows: list[dict]) -> list[dict]:
+    """The rows with each prediction moved by how much faster or slower the machine ran the engine's
+    one-sequence pass during the measured run than during the recording it was predicted from (its time
+    ratio): what the simulator would have predicted on the machine as it was then."""
+    out = []
+    for row in rows:
+        pace = row.get("machine") or 1.0
+        new = dict(row)
+        for key in METRICS:
+            m, p, _ = row[key]
+            new[key] = (m, p * pace, p * pace / m - 1.0)
+        out.append(new)
+    return out
 
 
 def _figure(llm, key: str) -> float:
@@ -97,7 +156,9 @@ def medians(rounds: list[list[dict]]) -> list[dict]:
     """Each load's errors, median over the rounds (measured and predicted: medians too)."""
     out = []
     for i, first in enumerate(rounds[0]):
-        row = {"rate": first["rate"], "x": first["x"], "requests": int(np.median([r[i]["requests"] for r in rounds]))}
+        paces = [r[i]["machine"] for r in rounds if r[i].get("machine")]
+        row = {"rate": first["rate"], "x": first["x"], "requests": int(np.median([r[i]["requests"] for r in rounds])),
+               "machine": float(np.median(paces)) if paces else None}
         for key in METRICS:
             values = np.array([r[i][key] for r in rounds])
             row[key] = (float(np.median(values[:, 0])), float(np.median(values[:, 1])), float(np.median(values[:, 2])))

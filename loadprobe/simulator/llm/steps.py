@@ -136,7 +136,7 @@ class StepModel:
                 + (f"; passes spread {self.spread_prefill:.0%} (prefill), {self.spread_decode:.0%} (decode)"
                    if self.spread_prefill or self.spread_decode else "")
                 + (f", of which {self.drift:.0%} drifts over {self.drift_s * 1e3:.0f} ms" if self.drift else "")
-                + f" (fitted to {self.rows:,} {self.source}; relative RMS error {self.error:.1%})")
+                + f" (fitted to {self.rows:,} rows, {self.source}; relative RMS error {self.error:.1%})")
 
 
 def fit_steps(requests, *, chunked: bool, source: str = "recorded requests") -> StepModel:
