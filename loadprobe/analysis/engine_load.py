@@ -82,7 +82,7 @@ def _counted(r, since_ns: int, until_ns: int) -> dict:
     out, open_per_second = {}, []
     for kind, (a, b) in intervals.items():
         a, b = np.clip(a, since_ns, until_ns) - since_ns, np.clip(b, since_ns, until_ns) - since_ns
-        out[kind] = EngineLevel(mean=float((b - a).sum()) / window, peak=float(_most_at_once(a, b)), source="spans")
+        out[kind] = EngineLevel(mean=float((b - a).sum()) / window, peak=float(most_at_once(a, b)), source="spans")
         # each interval's length spread over it: the seconds of each second it covers, the mean count open
         open_per_second.append(spread_per_second(a, b, (b - a) / _NS_PER_S, seconds))
     start, step, lines = in_buckets(since_ns, open_per_second)
@@ -91,7 +91,7 @@ def _counted(r, since_ns: int, until_ns: int) -> dict:
     return out
 
 
-def _most_at_once(a: np.ndarray, b: np.ndarray) -> int:
+def most_at_once(a: np.ndarray, b: np.ndarray) -> int:
     """The most intervals [a, b) open at one time (one ending as another starts: not both)."""
     if len(a) == 0:
         return 0

@@ -87,3 +87,16 @@ def test_the_documented_llm_example_runs_as_written(tmp_path):
                                                    if a.startswith("samples/") else a for a in args]])
     assert done.exit_code == 0, done.output
     assert (tmp_path / "sim" / "simulation.json").exists()
+
+
+def test_what_the_replay_asks_past_the_recording_is_said(tmp_path):
+    """The Azure code trace's prompts (thousands of tokens) through an engine recorded with prompts of a few
+    hundred: the output says their prefill is extrapolated; the recording's own arrivals ask nothing past it."""
+    trace = REPO / "samples" / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"
+    done = _simulate("--llm", str(STREAM / "data"), "--trace", str(trace), "--preset", "azure-llm-2023", "--speed",
+                     "0.25", "--duration", "120", "--max-running", "16", "--json", "-o", str(tmp_path / "azure"))
+    assert done.exit_code == 0, done.output
+    beyond = json.loads(done.output)["beyond_recording"]
+    assert any("longer than the recording's longest" in line for line in beyond), beyond
+    own = _simulate("--llm", str(STREAM / "data"), *SAMPLE, "--json", "-o", str(tmp_path / "own"))
+    assert not any("prompt" in line for line in json.loads(own.output)["beyond_recording"])

@@ -84,6 +84,7 @@ class Served:
     refused: int  # requests longer than the KV cache could ever hold
     kv_used: np.ndarray  # (2, iterations): each iteration's start, its KV tokens held
     kv_tokens: int | None
+    largest_batch: int = 0  # the most sequences one decode carried
 
 
 class _Seq:
@@ -115,6 +116,7 @@ def run_engine(workload: Workload, model, settings: EngineSettings, seed: int = 
     arrivals = workload.arrival_ns.astype(np.int64)
     t, nxt, iterations, preemptions, refused = 0, 0, 0, 0, 0
     held = 0  # KV tokens held by running sequences
+    largest = 0
     rng = np.random.default_rng(seed)
     slow = [0.0, 0]  # the engine's drifting speed (log), and when it was last drawn
 
@@ -211,12 +213,13 @@ def run_engine(workload: Workload, model, settings: EngineSettings, seed: int = 
                 for q in decoding:
                     _emit(q, t, first, itl)
         iterations += 1
+        largest = max(largest, len(decoding))
         for q in [q for q in running if q.done >= q.out]:
             running.remove(q)
             held -= q.cached
             last[q.i] = q.last
     return Served(admitted, first, last, np.asarray(itl, dtype=np.int64), preemptions, iterations, refused,
-                  np.asarray(kv_trace, dtype=np.int64).T.reshape(2, -1), capacity)
+                  np.asarray(kv_trace, dtype=np.int64).T.reshape(2, -1), capacity, largest)
 
 
 def _emit(q: _Seq, t: int, first: np.ndarray, itl: list) -> None:

@@ -29,6 +29,7 @@ import numpy as np
 from ..._errors import LoadprobeError
 from ..._table import text_table
 from ...analysis.histogram import Histogram
+from ...analysis.engine_load import most_at_once
 from ...analysis.llm import LlmRequests, llm_section
 from ...portrait import EngineLevel, Llm, _plain
 from .engine import EngineSettings, Served, Workload, run_engine
@@ -45,11 +46,12 @@ class LlmSimulation:
     workload: dict  # what was replayed: mode, requests, seed, where the lengths came from
     check: dict  # the recorded arrivals replayed against the recording, and the two corrections taken from it
     engine: dict  # iterations, preemptions, refused, KV use
+    beyond: list  # where the replay went past what was recorded: each a sentence
 
     def to_dict(self) -> dict:
         return {"kind": "llm", "workload": self.workload, "engine_settings": self.settings.to_dict(),
                 "step_model": self.model.to_dict(), "check": self.check, "engine": self.engine,
-                "llm": _plain(self.llm)}
+                "beyond_recording": self.beyond, "llm": _plain(self.llm)}
 
     def render(self) -> str:
         w, s = self.workload, self.settings
@@ -60,7 +62,8 @@ class LlmSimulation:
                  + (f"{s.kv_tokens:,} tokens ({s.kv_reserve})" if s.kv_tokens else "unbounded")
                  + (f" -- {s.why}" if s.why else ""),
                  f"step time: {self.model.describe()}",
-                 f"checked on the recording: {self.check['summary']}", ""]
+                 f"checked on the recording: {self.check['summary']}",
+                 *(f"beyond the recording: {line}" for line in self.beyond), ""]
         rows = [[name, f"{lat.p50:.2f}", f"{lat.p90:.2f}", f"{lat.p95:.2f}", f"{lat.p99:.2f}", f"{lat.count:,}"]
                 for name, lat in (("TTFT", self.llm.ttft_ms), ("TPOT", self.llm.tpot_ms), ("ITL", self.llm.itl_ms),
                                   ("E2E", self.llm.e2e_ms)) if lat is not None]
@@ -123,7 +126,25 @@ def simulate_llm(paths, *, offsets=None, tokens=None, mode: str | None = None, s
               "running_peak": section.engine.running.peak if section.engine and section.engine.running else 0.0,
               "kv_cache_pct": _plain(kv)}
     return LlmSimulation(section, model, settings, {"mode": mode, "requests": len(workload), "seed": seed,
-                                                     "lengths": how}, check, engine)
+                                                     "lengths": how}, check, engine,
+                         _beyond(recorded, replayable, model, workload, served))
+
+
+def _beyond(r: LlmRequests, keep: np.ndarray, model: StepModel, workload: Workload, served: Served) -> list:
+    """What the replay asked of the model past the recording: batches larger than any recorded (their cost
+    continues a line), prompts longer (their prefill too)."""
+    lines = []
+    recorded_batch = max(model.by_batch) if model.by_batch else most_at_once(r.first[keep], r.last[keep])
+    if served.largest_batch > recorded_batch:
+        lines.append(f"decodes of up to {served.largest_batch} sequences, where the recording's largest was "
+                     f"{recorded_batch}: their cost is the recorded line carried on, less sure the further it goes")
+    longest = int(r.tokens_in[keep].max())
+    if len(workload) and int(workload.tokens_in.max()) > longest:
+        over = int((workload.tokens_in > longest).sum())
+        lines.append(f"{over:,} prompt(s) longer than the recording's longest ({longest:,} tokens; up to "
+                     f"{int(workload.tokens_in.max()):,}): their prefill is the fitted model carried on; record "
+                     "prompts that long to know it")
+    return lines
 
 
 _VIEW = {"service": "engine's own spans", "client": "load client's recording"}
