@@ -133,19 +133,19 @@ def run_engine(workload: Workload, model, settings: EngineSettings, seed: int = 
         own = float(np.sqrt(max(sigma * sigma - drift * drift, 0.0)))
         return float(np.exp(slow[0] + own * rng.standard_normal() - sigma * sigma / 2))
 
-    def need(seq: _Seq) -> int:
-        """KV tokens ``seq`` holds once admitted (request: its whole context; paged: blocks for what it has)."""
+    def need(seq: _Seq, whole: bool = False) -> int:
+        """KV tokens ``seq`` holds once admitted (request: its whole context; paged: blocks for what it has,
+        or with ``whole`` for all it will have)."""
         if s.kv_reserve == "request":
             return seq.prompt + seq.out
-        return _blocks(seq.prompt + max(seq.done, 0) + 1, s.kv_block)
+        return _blocks(seq.prompt + (seq.out if whole else seq.done + 1), s.kv_block)
 
     while nxt < n or waiting or running:
         if not waiting and not running and nxt < n:
             t = max(t, int(arrivals[nxt]))
         while nxt < n and arrivals[nxt] <= t:
             seq = _Seq(nxt, int(workload.tokens_in[nxt]), max(1, int(workload.tokens_out[nxt])))
-            if capacity is not None and (seq.prompt + seq.out if s.kv_reserve == "request" else
-                                         _blocks(seq.prompt + seq.out, s.kv_block)) > capacity:
+            if capacity is not None and need(seq, whole=True) > capacity:
                 refused += 1  # it could never run: the engine refuses it up front
             else:
                 waiting.append(seq)

@@ -294,11 +294,7 @@ def _nnls(nnls, x: np.ndarray, y: np.ndarray, relative: bool = True) -> np.ndarr
 
 def _decode_rows(r) -> tuple[np.ndarray, np.ndarray]:
     """One row per request that decoded: the iterations from its first token to its last, and what they carried."""
-    timed = r.with_first
-    first = r.first[timed].astype(np.float64)
-    last = np.maximum(r.last[timed], r.first[timed]).astype(np.float64)
-    tokens_in = np.maximum(r.tokens_in[timed], 0).astype(np.float64)
-    tokens_out = r.tokens_out[timed].astype(np.float64)
+    first, last, tokens_in, tokens_out = _timed(r)
     decoding = (tokens_out >= 2) & (last > first)
     if not decoding.any():
         return np.zeros((0, len(TERMS))), np.zeros(0)
@@ -334,10 +330,7 @@ def _prefill_rows(r, chunked: bool, whole: bool = False) -> tuple[np.ndarray, np
     rows[:, PREFILL], rows[:, PROMPT], rows[:, PROMPT_SQ] = 1.0, n, n ** 2
     if not chunked and not whole:
         return rows, r.prefill[timed].astype(np.float64)
-    d = r.with_first
-    first, last = r.first[d].astype(np.float64), np.maximum(r.last[d], r.first[d]).astype(np.float64)
-    seqs, context = _load_integrals(first, last, np.maximum(r.tokens_in[d], 0).astype(np.float64),
-                                    r.tokens_out[d].astype(np.float64))
+    seqs, context = _load_integrals(*_timed(r))
     at, before = r.first[timed].astype(np.float64), (r.first[timed] - r.prefill[timed]).astype(np.float64)
     span = np.maximum(at - before, 1.0)
     # the iteration that carries it (chunked), and half of the one under way on arrival (whole)
@@ -356,10 +349,7 @@ def _pass_rows(r) -> tuple[np.ndarray, np.ndarray]:
     if r.passes is None or not r.passes.shape[1]:
         return np.zeros((0, len(TERMS))), np.zeros(0)
     start, dur, batch = (row.astype(np.float64) for row in r.passes)
-    d = r.with_first
-    first, last = r.first[d].astype(np.float64), np.maximum(r.last[d], r.first[d]).astype(np.float64)
-    seqs, context = _load_integrals(first, last, np.maximum(r.tokens_in[d], 0).astype(np.float64),
-                                    r.tokens_out[d].astype(np.float64))
+    seqs, context = _load_integrals(*_timed(r))
     end = start + np.maximum(dur, 1.0)
     per_sequence = (context(end) - context(start)) / np.maximum(seqs(end) - seqs(start), 1e-9)
     rows = np.zeros((len(dur), len(TERMS)))
@@ -390,6 +380,13 @@ def _gaps(r) -> tuple[np.ndarray, int]:
         slope, intercept = 0.0, float(medians[0])
     terms[IT], terms[SEQ] = max(float(intercept), 0.0), max(float(slope), 0.0)
     return terms, int(clean.sum())
+
+
+def _timed(r) -> tuple[np.ndarray, ...]:
+    """The requests with a first token: first and last output, prompt and output tokens, as floats."""
+    d = r.with_first
+    return (r.first[d].astype(np.float64), np.maximum(r.last[d], r.first[d]).astype(np.float64),
+            np.maximum(r.tokens_in[d], 0).astype(np.float64), r.tokens_out[d].astype(np.float64))
 
 
 def _load_integrals(first, last, tokens_in, tokens_out):
