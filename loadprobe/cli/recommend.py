@@ -54,9 +54,24 @@ from ._outputs import refuse_existing
               help="Extra device catalog file (JSON); repeatable.")
 @click.option("--force", is_flag=True, help="Overwrite an existing pipeline.yaml / plans.json.")
 @click.option("--json", "as_json", is_flag=True, help="Print plans.json to stdout instead of the tables.")
+@click.option("--llm", is_flag=True, help="Plan LLM serving: SOURCE is a recording of the engine or of its load client; "
+                                          "each engine is sized as colocated, prefill and decode pools of replicas.")
+@click.option("--model", metavar="CONFIG.JSON|PRESET",
+              help="With --llm: the model to serve, as its Hugging Face config.json or a preset (llama-3.1-8b, "
+                   "llama-3.1-70b, qwen2.5-7b); needed for devices the model never ran on.")
+@click.option("--max-running", type=click.IntRange(min=1), default=256, show_default=True,
+              help="With --llm: sequences in flight per engine replica (vLLM's --max-num-seqs).")
+@click.option("--token-budget", type=click.IntRange(min=1), default=8192, show_default=True,
+              help="With --llm: tokens per iteration per replica (vLLM's --max-num-batched-tokens).")
+@click.option("--kv-tokens", type=click.IntRange(min=2),
+              help="With --llm: KV-cache tokens per replica at most (default: the memory the weights leave).")
+@click.option("--kv-link-gbps", type=click.FloatRange(min=0, min_open=True), default=100.0, show_default=True,
+              help="With --llm: the link a prefill pool hands each prompt's KV cache to a decode pool over, Gbit/s.")
+@click.option("--service", help="With --llm: the service to plan for, where the data holds several.")
+@click.option("--seed", type=int, default=0, show_default=True, help="With --llm: the replays' random draws.")
 def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, slo_p50_ms, slo_ttft_ms, slo_tpot_ms, min_rps, power_budget_w, precision, aligns,
               changes_often, prices, rent, hourly_rates, years, price_per_kwh, cpu_cores, cpu_power_w, calibration,
-              catalogs, force, as_json):
+              catalogs, force, as_json, llm, model, max_running, token_budget, kv_tokens, kv_link_gbps, service, seed):
     """Plan which engine runs each stage, and write it as pipeline.yaml.
 
     SOURCE is a portrait.json or recorded data (directories, globs, URIs), analysed first.
@@ -70,7 +85,6 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, slo_p50_ms, slo_t
     from .._errors import LoadprobeError
     from ..catalog import load_catalog
     from ..plan.constraints import Constraints
-    from ..pipeline.files import save
     from ..plan.files import plan_dict, render
     from ..plan.planner import recommend as make_plan
 
@@ -81,6 +95,32 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, slo_p50_ms, slo_t
                              "something else, e.g. pipeline.yaml")
     refuse_existing([path, plans_path], force)  # before the work: fail fast
     catalog = load_catalog(*catalogs)
+    if llm:
+        given = [f"--{n}" for n, v in (("slo-p95-ms", slo_p95_ms), ("slo-p99-ms", slo_p99_ms), ("slo-p50-ms", slo_p50_ms),
+                                       ("power-budget-w", power_budget_w), ("precision", precision), ("align", aligns),
+                                       ("changes-often", changes_often), ("cpu-cores", cpu_cores),
+                                       ("calibration", calibration)) if v]
+        if given:
+            raise LoadprobeError(f"{', '.join(given)}: not for --llm, whose targets are --slo-ttft-ms and --slo-tpot-ms")
+        from ..plan.constraints import Pricing, parse_engines, parse_prices
+        from ..plan.llm import default_llm_engines, plan_llm
+        from ..plan.llm_files import llm_pipeline, llm_plans_dict, render_llm
+        from ..simulator.llm.roofline import model_shape
+
+        plan = plan_llm(list(source), model=model_shape(model) if model else None,
+                        engines=parse_engines(engines or default_llm_engines(catalog, model), catalog),
+                        ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, rate=min_rps, catalog=catalog,
+                        pricing=Pricing(years=years, price_per_kwh=price_per_kwh, rent=rent,
+                                        prices=parse_prices(prices, catalog),
+                                        hourly_rates=parse_prices(hourly_rates, catalog, option="--hourly-rate",
+                                                                  example="nvidia-l4=0.8")),
+                        max_running=max_running, token_budget=token_budget, kv_tokens=kv_tokens,
+                        link_gbps=kv_link_gbps, service=service, seed=seed)
+        _write(path, plans_path, llm_pipeline(plan, plan.recommended), llm_plans_dict(plan), render_llm(plan), force,
+               as_json, catalog)
+        return
+    if any(v is not None for v in (model, kv_tokens, service)):
+        raise LoadprobeError("--model, --kv-tokens and --service plan LLM serving: add --llm")
     portrait = _portrait(list(source), catalogs)
     constraints = Constraints.parse(engines=engines, slo_p95_ms=slo_p95_ms, slo_p99_ms=slo_p99_ms, slo_p50_ms=slo_p50_ms,
                                     slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, min_rps=min_rps,
@@ -89,15 +129,21 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, slo_p50_ms, slo_t
                                     align=aligns, catalog=catalog, cpu_power_w=cpu_power_w,
                                     calibration=calibration, rent=rent, hourly_rates=hourly_rates)
     plan = make_plan(portrait, constraints, catalog=catalog, cpu_cores=cpu_cores)
-    config = plan.to_pipeline()
-    plans = json.dumps(plan_dict(plan), indent=2, allow_nan=False) + "\n"
+    _write(path, plans_path, plan.to_pipeline(), plan_dict(plan), render(plan), force, as_json, catalog)
+
+
+def _write(path: Path, plans_path: Path, config, plans: dict, text: str, force: bool, as_json: bool, catalog) -> None:
+    """pipeline.yaml and plans.json beside it; the tables (or plans.json with ``as_json``) printed."""
+    from ..pipeline.files import save
+
+    plans_text = json.dumps(plans, indent=2, allow_nan=False) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
-    save(config, path, overwrite=force)
-    write_file(plans_path, plans, overwrite=force)
+    save(config, path, overwrite=force, catalog=catalog)
+    write_file(plans_path, plans_text, overwrite=force)
     if as_json:
-        click.echo(plans, nl=False)
+        click.echo(plans_text, nl=False)
         return
-    click.echo(render(plan))
+    click.echo(text)
     click.echo(f"\npipeline: {path}\nplans:    {plans_path}", err=True)
 
 

@@ -13,7 +13,8 @@ from .._imports import forward
 _OWNERS = {
     **dict.fromkeys(("BatchConfig", "BreakerConfig", "CanaryConfig", "EngineConfig", "FallbackConfig", "FallbackWhen",
                      "InputConfig", "PipelineConfig", "RetryBudgetConfig", "RetryConfig", "RoutingConfig", "SLOConfig",
-                     "ServiceTimeConfig", "ShedConfig", "StageConfig", "HostConfig", "InterpreterConfig"),
+                     "ServiceTimeConfig", "ShedConfig", "StageConfig", "HostConfig", "InterpreterConfig",
+                     "LlmConfig", "LlmModelConfig", "LlmPoolConfig"),
                     "config"),
     **dict.fromkeys(("dump", "load", "loads", "save"), "files"),
     **dict.fromkeys(("MAX_BYTES", "validate_text"), "validation"),

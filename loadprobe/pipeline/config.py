@@ -22,7 +22,7 @@ from ..formats import PIPELINE
 __all__ = [
     "BatchConfig", "BreakerConfig", "CalibrationConfig", "CanaryConfig", "EngineConfig", "FallbackConfig", "FallbackWhen",
     "InputConfig", "PipelineConfig", "RetryBudgetConfig", "RetryConfig", "RoutingConfig", "SLOConfig",
-    "HostConfig", "ServiceTimeConfig", "ShedConfig", "StageCalibration", "StageConfig",
+    "HostConfig", "LlmConfig", "LlmModelConfig", "LlmPoolConfig", "ServiceTimeConfig", "ShedConfig", "StageCalibration", "StageConfig",
 ]
 
 
@@ -221,6 +221,44 @@ class InterpreterConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LlmModelConfig:
+    """The model an LLM plan serves (``simulator.llm.roofline.ModelShape`` as plain figures)."""
+
+    name: str
+    params: float
+    active_params: float
+    layers: int
+    attention_width: int
+    kv_width: int
+    source: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LlmPoolConfig:
+    """One engine of an LLM plan as replicas of an LLM engine: its role, its scheduler's settings, its step times."""
+
+    role: str  # colocated, prefill or decode
+    replicas: int
+    tensor_parallel: int = 1
+    precision: str | None = None
+    max_running: int
+    token_budget: int | None = None
+    kv_tokens: int | None = None
+    chunked_prefill: bool | None = None
+    step_model: Mapping[str, Any] = field(default_factory=dict)
+    why: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LlmConfig:
+    """An LLM serving plan (``llm:``): the model and, per engine, the pool of engine replicas it is."""
+
+    model: LlmModelConfig | None = _nested(LlmModelConfig, default=None)  # None: the recorded engine's own
+    kv_link_gbps: float | None = None
+    pools: Mapping[str, LlmPoolConfig] = _nested(LlmPoolConfig, many="map")
+
+
+@dataclass(frozen=True, kw_only=True)
 class PipelineConfig:
     """A whole plan. Build one from keywords, or read one with :func:`load`; lists become tuples.
 
@@ -236,6 +274,7 @@ class PipelineConfig:
     host: HostConfig | None = _nested(HostConfig, default=None)
     interpreter: InterpreterConfig | None = _nested(InterpreterConfig, default=None)
     calibration: CalibrationConfig | None = _nested(CalibrationConfig, default=None)
+    llm: LlmConfig | None = _nested(LlmConfig, default=None)
     why: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -112,15 +112,16 @@ def dump(config: PipelineConfig) -> str:
     return HEADER + body
 
 
-def save(config: PipelineConfig, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
-    """Write the plan to ``path`` after checking it; an existing file is only replaced with ``overwrite``.
+def save(config: PipelineConfig, path: str | os.PathLike, *, overwrite: bool = False, catalog: Any = None) -> Path:
+    """Write the plan to ``path`` after checking it (its devices against ``catalog``, default the packaged one); an
+    existing file is only replaced with ``overwrite``.
 
     The text goes to a temporary file next to ``path`` that is then renamed over it, so a reader never
     sees half a plan. Returns ``path``.
     """
     path = Path(path)
     text = dump(config)
-    problems = validate_text(text, str(path))
+    problems = validate_text(text, str(path), catalog=catalog)
     if problems:  # a plan built in code can break rules the dataclasses do not check
         raise PipelineError(str(path), problems)
     if path.exists() and not overwrite:

@@ -153,6 +153,18 @@ def _semantic_problems(data: Mapping[str, Any], walk: Walk, catalog: Any) -> lis
         if name not in first_at:
             out.append((("calibration", "stages", name), f"no stage {name!r} in this plan; its stages are: "
                                                          f"{', '.join(first_at) or 'none'}"))
+    llm = data.get("llm") if isinstance(data.get("llm"), dict) else {}
+    pools = llm.get("pools") if isinstance(llm.get("pools"), dict) else {}
+    for name, pool in pools.items():
+        engine = engines.get(name)
+        if engine is None:
+            out.append((("llm", "pools", name), f"no engine {name!r} in this plan; the engines are: {known}"))
+        elif isinstance(pool, dict) and isinstance(engine, dict) and isinstance(pool.get("replicas"), int):
+            devices = pool["replicas"] * pool.get("tensor_parallel", 1)
+            if engine.get("count", 1) != devices:
+                out.append((("llm", "pools", name, "replicas"), f"{pool['replicas']} replicas x tensor_parallel "
+                                                                f"{pool.get('tensor_parallel', 1)} = {devices} devices, "
+                                                                f"and engine {name!r} has count {engine.get('count', 1)}"))
     for name, engine in engines.items():
         if isinstance(engine, dict) and "cores" in engine and engine.get("kind") in ("gpu", "npu"):
             out.append((("engines", name, "cores"), f"only a cpu engine has cores, and this one is a "

@@ -191,7 +191,7 @@ CASES = [
     ("exponent without a dot is text in YAML", "timeout_ms: 120", "timeout_ms: 1e2", "1e2", "stages[1].timeout_ms",
      "in YAML write 1.0e+2"),
     ("unknown key at the top", "service: vision\n", "service: vision\ncolour: red\n", "colour", "colour",
-     "unknown key; expected one of: version, service, slo, engines, stages, routing, host, interpreter, calibration, why"),
+     "unknown key; expected one of: version, service, slo, engines, stages, routing, host, interpreter, calibration, llm, why"),
     ("unknown key nested", "max_wait_ms: 8}", "max_wait_ms: 8, wait: 2}", "wait: 2", "stages[1].batch.wait",
      "unknown key; expected one of: size, max_wait_ms"),
     ("unknown key in an engine", "kind: cpu,", "kind: cpu, threads: 4,", "threads", "engines.cpu.threads",

@@ -32,6 +32,22 @@ def test_one_request_takes_its_prefill_then_one_decode_iteration_per_later_token
     assert served.iterations == 5 and served.preemptions == 0
 
 
+def test_a_decode_pool_s_request_arrives_prefilled_and_only_decodes():
+    """Prefill and decode apart: the first token came out of another engine at ``first_out_ns``; the KV cache
+    arrives later (the hand-off), and the decode engine runs no prompt pass, only ``n - 1`` decode iterations."""
+    workload = Workload(np.array([3 * MS]), np.array([100]), np.array([5]), first_out_ns=np.array([1 * MS]))
+    served = run_engine(workload, TRUE, EngineSettings(chunked_prefill=True))
+    steps = [TRUE.step_ns(sequences=1, context_tokens=100 + k) for k in range(1, 5)]
+    assert served.first_ns[0] == 1 * MS and served.admitted_ns[0] == 3 * MS
+    assert served.last_ns[0] == pytest.approx(3 * MS + sum(steps), abs=5)
+    assert served.iterations == 4 and served.busy_ns == pytest.approx(sum(steps), abs=5)
+    # The first gap holds the hand-off: from the token out of the prefill engine to the decode engine's first.
+    assert max(served.itl_ns) == pytest.approx(2 * MS + steps[0], abs=5)
+    one = run_engine(Workload(np.array([0]), np.array([10]), np.array([1]), first_out_ns=np.array([0])), TRUE,
+                     EngineSettings())
+    assert one.iterations == 0 and one.last_ns[0] == 0  # a one-token answer was done at its prefill
+
+
 def test_chunked_prefill_spreads_a_long_prompt_over_iterations_within_the_token_budget():
     settings = EngineSettings(chunked_prefill=True, token_budget=64)
     served = run_engine(_workload([0, 0], [10, 200], [3, 2]), TRUE, settings)

@@ -66,6 +66,9 @@ class Workload:
     arrival_ns: np.ndarray
     tokens_in: np.ndarray
     tokens_out: np.ndarray
+    # A decode pool's requests (prefill and decode on separate engines): each prompt was prefilled elsewhere, its
+    # first token out at ``first_out_ns``, and its KV cache arrives with it at ``arrival_ns``: only decoding is left.
+    first_out_ns: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.arrival_ns)
@@ -85,6 +88,7 @@ class Served:
     kv_used: np.ndarray  # (2, iterations): each iteration's start, its KV tokens held
     kv_tokens: int | None
     largest_batch: int = 0  # the most sequences one decode carried
+    busy_ns: int = 0  # time spent in passes (the rest the engine waited for arrivals)
 
 
 class _Seq:
@@ -115,8 +119,9 @@ def run_engine(workload: Workload, model, settings: EngineSettings, seed: int = 
     running: list[_Seq] = []
     arrivals = workload.arrival_ns.astype(np.int64)
     t, nxt, iterations, preemptions, refused = 0, 0, 0, 0, 0
+    began = 0  # when the current iteration's passes began: busy time is counted per iteration
     held = 0  # KV tokens held by running sequences
-    largest = 0
+    largest, busy = 0, 0
     rng = np.random.default_rng(seed)
     slow = [0.0, 0]  # the engine's drifting speed (log), and when it was last drawn
 
@@ -145,6 +150,13 @@ def run_engine(workload: Workload, model, settings: EngineSettings, seed: int = 
             t = max(t, int(arrivals[nxt]))
         while nxt < n and arrivals[nxt] <= t:
             seq = _Seq(nxt, int(workload.tokens_in[nxt]), max(1, int(workload.tokens_out[nxt])))
+            if workload.first_out_ns is not None:  # handed over after its prefill: its first token is out
+                seq.pending, seq.done, seq.last = 0, 1, int(workload.first_out_ns[nxt])
+                first[nxt] = seq.last
+                if seq.done >= seq.out:  # a one-token answer has nothing left to decode
+                    admitted[nxt] = last[nxt] = seq.last
+                    nxt += 1
+                    continue
             if capacity is not None and need(seq, whole=True) > capacity:
                 refused += 1  # it could never run: the engine refuses it up front
             else:
@@ -171,6 +183,7 @@ def run_engine(workload: Workload, model, settings: EngineSettings, seed: int = 
             refused += len(waiting)
             break
         kv_trace.append((t, held))
+        began = t
         decoding = [q for q in running if q.pending == 0]
         prefilling = [q for q in running if q.pending > 0]
         if s.kv_reserve == "paged" and capacity is not None:
@@ -213,13 +226,14 @@ def run_engine(workload: Workload, model, settings: EngineSettings, seed: int = 
                 for q in decoding:
                     _emit(q, t, first, itl)
         iterations += 1
+        busy += t - began
         largest = max(largest, len(decoding))
         for q in [q for q in running if q.done >= q.out]:
             running.remove(q)
             held -= q.cached
             last[q.i] = q.last
     return Served(admitted, first, last, np.asarray(itl, dtype=np.int64), preemptions, iterations, refused,
-                  np.asarray(kv_trace, dtype=np.int64).T.reshape(2, -1), capacity, largest)
+                  np.asarray(kv_trace, dtype=np.int64).T.reshape(2, -1), capacity, largest, busy)
 
 
 def _emit(q: _Seq, t: int, first: np.ndarray, itl: list) -> None:

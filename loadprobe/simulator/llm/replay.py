@@ -89,21 +89,9 @@ def simulate_llm(paths, *, offsets=None, tokens=None, mode: str | None = None, s
     from ...analysis.run import llm_recording
 
     portrait, views = llm_recording(paths, service=service)
-    fitted_view = "service" if _decoded(views["service"]) >= MIN_ROWS else "client"
-    recorded = views[fitted_view]
-    if recorded is None:
-        recorded = views["service"]
-    settings = settings or EngineSettings(why="vLLM's defaults: give the engine's own settings")
-    apart = prefills_apart(recorded)
-    if settings.chunked_prefill is None:
-        settings.chunked_prefill = apart is not True  # vLLM V1's default where the recording cannot tell
-        settings.why += ("; chunked prefill off: the engine's prefills never overlap its decode passes" if apart else
-                         "; chunked prefill on: its prefills overlap its decode passes" if apart is False else
-                         "; chunked prefill on (vLLM V1's default): the recording does not time the engine's passes")
-    model = fit_steps(recorded, chunked=settings.chunked_prefill, source=f"requests of the {_VIEW[fitted_view]}")
-    replayable = recorded.with_first & (recorded.tokens_out >= 1)
-    own = _recorded_workload(recorded, replayable)
-    check = _calibrate(model, settings, recorded, replayable, own, portrait.llm, seed)
+    fitted = fit_recording(portrait, views, settings, seed)
+    recorded, replayable, own, model, settings, check = (fitted.requests, fitted.replayable, fitted.own, fitted.model,
+                                                         fitted.settings, fitted.check)
     if offsets is None:
         workload, how = own, "the recording's"
         mode = mode or f"the recording's {len(own):,} arrivals"
@@ -128,6 +116,39 @@ def simulate_llm(paths, *, offsets=None, tokens=None, mode: str | None = None, s
     return LlmSimulation(section, model, settings, {"mode": mode, "requests": len(workload), "seed": seed,
                                                      "lengths": how}, check, engine,
                          _beyond(recorded, replayable, model, workload, served))
+
+
+@dataclass
+class Fitted:
+    """A recorded engine as the replay runs it: its requests, its fitted steps and settings, checked on them."""
+
+    requests: LlmRequests
+    replayable: np.ndarray  # the requests with a first token: what the check replays
+    own: Workload  # the recorded arrivals, in order
+    model: StepModel
+    settings: EngineSettings
+    check: dict  # ``_calibrate``'s: the scale and the TTFT offset taken, and the replay against the recording
+
+
+def fit_recording(portrait, views: dict, settings: EngineSettings | None = None, seed: int = 0) -> Fitted:
+    """Fit the engine of an LLM recording (``analysis.run.llm_recording``'s portrait and views) and check the fit
+    on its own arrivals. ``settings``: the engine's (None: vLLM's defaults, chunked prefill as recorded)."""
+    fitted_view = "service" if _decoded(views["service"]) >= MIN_ROWS else "client"
+    recorded = views[fitted_view]
+    if recorded is None:
+        recorded = views["service"]
+    settings = settings or EngineSettings(why="vLLM's defaults: give the engine's own settings")
+    apart = prefills_apart(recorded)
+    if settings.chunked_prefill is None:
+        settings.chunked_prefill = apart is not True  # vLLM V1's default where the recording cannot tell
+        settings.why += ("; chunked prefill off: the engine's prefills never overlap its decode passes" if apart else
+                         "; chunked prefill on: its prefills overlap its decode passes" if apart is False else
+                         "; chunked prefill on (vLLM V1's default): the recording does not time the engine's passes")
+    model = fit_steps(recorded, chunked=settings.chunked_prefill, source=f"requests of the {_VIEW[fitted_view]}")
+    replayable = recorded.with_first & (recorded.tokens_out >= 1)
+    own = _recorded_workload(recorded, replayable)
+    check = _calibrate(model, settings, recorded, replayable, own, portrait.llm, seed)
+    return Fitted(recorded, replayable, own, model, settings, check)
 
 
 def _beyond(r: LlmRequests, keep: np.ndarray, model: StepModel, workload: Workload, served: Served) -> list:

@@ -78,24 +78,33 @@ class StepModel:
     spread_decode: float = 0.0
     drift: float = 0.0
     drift_s: float = 0.0
+    # A roofline estimate (``roofline.on_device``): a pass reads the weights (``weights_ns``) and the KV cache
+    # while it computes, so it takes the larger of memory and compute, plus ``iteration`` (the engine's own work).
+    weights_ns: float = 0.0
+    roofline: bool = False
 
     def step_ns(self, prefills: float = 0, prompt_tokens: float = 0, prompt_sq: float = 0, sequences: float = 0,
                 context_tokens: float = 0) -> float:
         """One iteration carrying all of these in one pass (chunked prefill); ``prompt_sq``: the sum over its
         prompt chunks of (tokens through the chunk)^2 - (tokens before it)^2."""
-        return self.scale * (self.iteration + prefills * self.per_prefill + prompt_tokens * self.per_prompt_token
-                             + prompt_sq * self.per_prompt_token_sq + sequences * self.per_sequence
-                             + self._excess(sequences) + context_tokens * self.per_context_token)
+        compute = (prompt_tokens * self.per_prompt_token + prompt_sq * self.per_prompt_token_sq
+                   + sequences * self.per_sequence + self._excess(sequences))
+        return self.scale * (self.iteration + prefills * self.per_prefill
+                             + self._pass(compute, context_tokens * self.per_context_token))
 
     def prefill_ns(self, prompt_tokens: float) -> float:
         """One prompt's pass of its own (chunked prefill off)."""
-        return self.scale * (self.per_prefill + prompt_tokens * self.per_prompt_token
-                             + prompt_tokens ** 2 * self.per_prompt_token_sq)
+        compute = prompt_tokens * self.per_prompt_token + prompt_tokens ** 2 * self.per_prompt_token_sq
+        return self.scale * (self.per_prefill + (self._pass(compute, 0.0) if self.roofline else compute))
 
     def decode_ns(self, sequences: float, context_tokens: float) -> float:
         """One decode pass over ``sequences`` attending over ``context_tokens`` in all."""
-        return self.scale * (self.iteration + sequences * self.per_sequence + self._excess(sequences)
-                             + context_tokens * self.per_context_token)
+        return self.scale * (self.iteration + self._pass(sequences * self.per_sequence + self._excess(sequences),
+                                                         context_tokens * self.per_context_token))
+
+    def _pass(self, compute: float, memory: float) -> float:
+        """A pass's compute and memory time: overlapped under a roofline, else (a fitted line) their sum."""
+        return max(compute, self.weights_ns + memory) if self.roofline else compute + memory
 
     def _excess(self, sequences: float) -> float:
         if not self.by_batch or sequences <= 0:
@@ -114,6 +123,7 @@ class StepModel:
                 "by_batch": {str(b): round(v, 3) for b, v in sorted(self.by_batch.items())},
                 "spread_prefill": round(self.spread_prefill, 4), "spread_decode": round(self.spread_decode, 4),
                 "drift": round(self.drift, 4), "drift_s": round(self.drift_s, 4),
+                **({"weights_ns": round(self.weights_ns, 3), "roofline": True} if self.roofline else {}),
                 "rows": self.rows, "relative_rms_error": round(self.error, 4), "scale": round(self.scale, 4),
                 "source": self.source}
 
@@ -124,11 +134,17 @@ class StepModel:
                    scale=float(d.get("scale", 1.0)),
                    by_batch={int(b): float(v) for b, v in (d.get("by_batch") or {}).items()},
                    spread_prefill=float(d.get("spread_prefill", 0.0)), spread_decode=float(d.get("spread_decode", 0.0)),
-                   drift=float(d.get("drift", 0.0)), drift_s=float(d.get("drift_s", 0.0)))
+                   drift=float(d.get("drift", 0.0)), drift_s=float(d.get("drift_s", 0.0)),
+                   weights_ns=float(d.get("weights_ns", 0.0)), roofline=bool(d.get("roofline", False)))
 
     def describe(self) -> str:
         ms = lambda ns: f"{ns / 1e6:.3g} ms"  # noqa: E731
         us = lambda ns: f"{ns / 1e3:.3g} us"  # noqa: E731
+        if self.roofline:
+            return (f"step = {ms(self.iteration)} + the larger of memory ({ms(self.weights_ns)} for the weights + "
+                    f"{us(self.per_context_token)} per context token) and compute ({us(self.per_prompt_token)} per "
+                    f"prompt token or decoding sequence + {self.per_prompt_token_sq:.3g} ns per prompt token squared)"
+                    + (f", x {self.scale:.3g}" if self.scale != 1.0 else "") + f" ({self.source})")
         return (f"step = {ms(self.iteration)} + {ms(self.per_prefill)} per prompt + {us(self.per_prompt_token)} per "
                 f"prompt token + {self.per_prompt_token_sq:.3g} ns per prompt token squared + "
                 f"{us(self.per_sequence)} per decoding sequence + {us(self.per_context_token)} per context token"

@@ -1,0 +1,224 @@
+"""A pool of LLM engine replicas sized by replaying the load through one of them.
+
+A pool is ``replicas`` copies of one engine (``Unit``: a device or a tensor-parallel group of them,
+its step-time model, its scheduler's settings) in one of three roles: ``colocated`` (each replica
+prefills and decodes), ``prefill`` (prompts only: their first token, then the KV cache is handed
+on) or ``decode`` (sequences arrive with their KV cache and only decode). Requests spread over the
+replicas at random, so each replica sees a Poisson stream at ``rate / replicas`` -- a front end
+that balances by load does better, so the sizing errs on the safe side -- and one replica replayed
+iteration by iteration (``simulator.llm.engine``) on ``REQUESTS`` requests, their (prompt, output)
+lengths drawn from the recording, gives the pool's TTFT and TPOT. ``size_pool`` finds the fewest
+replicas whose p95s meet the targets at ``HEADROOM`` x the rate, starting from a throughput
+estimate and bisecting.
+
+In a disaggregated plan the decode pool's requests reach it after their first token and the KV
+hand-off (prompt tokens x KV bytes per token over the link), so its TPOT holds the hand-off and
+the wait for a decode slot, spread over the output's tokens; the prefill pool's TTFT holds none of
+them.
+
+Usage::
+
+    pool = size_pool("colocated", unit, rate=4.0, lengths=(prompts, outputs), targets=(500.0, 50.0))
+    pool.replicas, pool.at_headroom.ttft_p95_ms, pool.at_rate.busy
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..simulator.llm.engine import EngineSettings, Workload, run_engine
+from ..simulator.llm.steps import StepModel
+
+REQUESTS = 800  # per replayed replica: a p95 from 40 requests above it ...
+TOKENS = 200_000  # ... or fewer where their outputs are long: a replay's time is in its output tokens
+MIN_REQUESTS = 200
+HEADROOM = 1.5  # a plan meets its targets at this many times the rate
+MAX_REPLICAS = 4096
+ROLES = ("colocated", "prefill", "decode")
+
+
+@dataclass
+class Unit:
+    """What one replica of a pool is: a name for it, its device (None: the recorded engine), its steps and
+    settings, and the work before the first token that no step holds (the front end, as recorded)."""
+
+    name: str
+    device: object | None
+    kind: str
+    tp: int
+    precision: str | None
+    steps: StepModel
+    settings: EngineSettings
+    ttft_offset_ms: float = 0.0
+    figures: dict = field(default_factory=dict)
+
+    @property
+    def device_id(self) -> str | None:
+        return getattr(self.device, "id", None)
+
+
+@dataclass
+class Outcome:
+    """One replica replayed at one rate."""
+
+    rate_per_replica: float
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+    tpot_p50_ms: float | None
+    tpot_p95_ms: float | None
+    good_share: float  # requests within the targets this pool answers for
+    busy: float  # the share of the time it ran passes
+    largest_batch: int
+    preemptions: int
+    refused: int
+
+    def to_dict(self) -> dict:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class Pool:
+    role: str
+    unit: Unit
+    replicas: int
+    at_rate: Outcome
+    at_headroom: Outcome
+    feasible: bool
+    why: str
+
+    @property
+    def devices(self) -> int:
+        return self.replicas * self.unit.tp
+
+
+@dataclass
+class Load:
+    """What the pools serve: the rate, the recorded (prompt, output) lengths, the targets, the KV link."""
+
+    rate: float
+    prompts: np.ndarray
+    outputs: np.ndarray
+    ttft_ms: float
+    tpot_ms: float
+    link_bytes_per_s: float
+    seed: int = 0
+
+    @property
+    def mean_prompt(self) -> float:
+        return float(self.prompts.mean())
+
+    @property
+    def mean_output(self) -> float:
+        return float(self.outputs.mean())
+
+
+def handoff_ms(unit: Unit, prompt_tokens, load: Load):
+    """The KV cache of ``prompt_tokens`` over the link, ms."""
+    return np.asarray(prompt_tokens) * unit.figures.get("kv_bytes_per_token", 0.0) / load.link_bytes_per_s * 1e3
+
+
+def replay(role: str, unit: Unit, load: Load, rate_per_replica: float) -> Outcome:
+    """One replica of a ``role`` pool at ``rate_per_replica`` requests/s: its TTFT and TPOT."""
+    rng = np.random.default_rng(load.seed)
+    count = int(np.clip(TOKENS / max(load.mean_output, 1.0), MIN_REQUESTS, REQUESTS))
+    arrivals = np.cumsum(rng.exponential(1.0 / rate_per_replica, count))
+    pick = rng.integers(0, len(load.prompts), count)
+    prompts, outputs = np.maximum(load.prompts[pick], 1), np.maximum(load.outputs[pick], 1)
+    ns = np.round(arrivals * 1e9).astype(np.int64)
+    if role == "prefill":
+        workload = Workload(ns, prompts, np.ones_like(outputs))
+    elif role == "decode":  # the first token came out of the prefill pool; the KV cache follows over the link
+        arrive = ns + np.round(handoff_ms(unit, prompts, load) * 1e6).astype(np.int64)
+        order = np.argsort(arrive, kind="stable")
+        ns, arrive, prompts, outputs = ns[order], arrive[order], prompts[order], outputs[order]
+        workload = Workload(arrive, prompts, outputs, first_out_ns=ns)
+    else:
+        workload = Workload(ns, prompts, outputs)
+    served = run_engine(workload, unit.steps, unit.settings, load.seed)
+    ran = served.first_ns >= 0
+    ttft = tpot = None
+    good = ran.copy()
+    if role != "decode":
+        ttft = (served.first_ns - ns)[ran] / 1e6 + unit.ttft_offset_ms
+        good[ran] &= ttft <= load.ttft_ms
+    if role != "prefill":
+        decoding = ran & (outputs >= 2) & (served.last_ns >= 0)
+        per_token = (served.last_ns - served.first_ns)[decoding] / (outputs[decoding] - 1) / 1e6
+        tpot = per_token
+        good[decoding] &= per_token <= load.tpot_ms
+    span = max(int(served.last_ns.max()) if ran.any() else 0, int(workload.arrival_ns.max())) - int(ns.min())
+
+    def pct(values, q):
+        return float(np.percentile(values, q)) if values is not None and len(values) else None
+
+    return Outcome(rate_per_replica=rate_per_replica, ttft_p50_ms=pct(ttft, 50), ttft_p95_ms=pct(ttft, 95),
+                   tpot_p50_ms=pct(tpot, 50), tpot_p95_ms=pct(tpot, 95), good_share=float(good.mean()),
+                   busy=min(1.0, served.busy_ns / span) if span > 0 else 0.0, largest_batch=served.largest_batch,
+                   preemptions=served.preemptions, refused=served.refused)
+
+
+def meets(role: str, outcome: Outcome, load: Load) -> bool:
+    if outcome.refused:
+        return False
+    ttft_ok = role == "decode" or (outcome.ttft_p95_ms is not None and outcome.ttft_p95_ms <= load.ttft_ms)
+    tpot_ok = role == "prefill" or outcome.tpot_p95_ms is None or outcome.tpot_p95_ms <= load.tpot_ms
+    return ttft_ok and tpot_ok
+
+
+def size_pool(role: str, unit: Unit, load: Load) -> Pool:
+    """The fewest replicas of ``unit`` in ``role`` meeting the targets at ``HEADROOM`` x ``load.rate``."""
+    target = HEADROOM * load.rate
+    tried: dict[int, Outcome] = {}
+
+    def ok(n: int) -> bool:
+        if n not in tried:
+            tried[n] = replay(role, unit, load, target / n)
+        return meets(role, tried[n], load)
+
+    n = min(MAX_REPLICAS, max(1, math.ceil(target / _capacity(role, unit, load))))
+    if ok(n):
+        hi = n
+        while hi > 1 and ok(hi // 2):
+            hi //= 2
+        lo = hi // 2 if hi > 1 else 0
+    else:
+        alone = tried[MAX_REPLICAS] = replay(role, unit, load, target / MAX_REPLICAS)  # each replica nearly idle
+        if not meets(role, alone, load):
+            return Pool(role, unit, n, replay(role, unit, load, load.rate / n), tried[n], False,
+                        f"misses the targets however many replicas: a replica with almost nothing else to do "
+                        f"gives {_outcome_text(alone)}")
+        lo = n
+        hi = min(MAX_REPLICAS, n * 2)
+        while not ok(hi):
+            lo, hi = hi, min(MAX_REPLICAS, hi * 2)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    at_rate = replay(role, unit, load, load.rate / hi)
+    return Pool(role, unit, hi, at_rate, tried[hi], True,
+                f"{hi} replica(s) meet the targets at {target:.3g} req/s ({HEADROOM:g}x the rate: "
+                f"{_outcome_text(tried[hi])})" + (f"; {hi - 1} do not ({_outcome_text(tried[hi - 1])})"
+                                                  if hi - 1 in tried else ""))
+
+
+def _outcome_text(o: Outcome) -> str:
+    parts = [f"TTFT p95 {o.ttft_p95_ms:.4g} ms" if o.ttft_p95_ms is not None else "",
+             f"TPOT p95 {o.tpot_p95_ms:.4g} ms" if o.tpot_p95_ms is not None else "",
+             f"{o.refused} refused" if o.refused else ""]
+    return ", ".join(p for p in parts if p)
+
+
+def _capacity(role: str, unit: Unit, load: Load) -> float:
+    """A replica's requests/s, roughly (the search's starting point): its prefill work per request and its
+    decode work at the batch its KV cache and ``max_running`` allow, whichever the role does."""
+    s, steps = unit.settings, unit.steps
+    prompt, output = load.mean_prompt, load.mean_output
+    prefill_s = steps.scale * (steps.per_prefill + prompt * steps.per_prompt_token
+                               + prompt * prompt * steps.per_prompt_token_sq) / 1e9  # weights read once per pass
+    batch = max(1, min(s.max_running, (s.kv_tokens or 1 << 40) // max(1, int(prompt + output))))
+    decode_s = steps.decode_ns(batch, batch * (prompt + output / 2)) / batch * max(output - 1, 0) / 1e9
+    work = {"prefill": prefill_s, "decode": decode_s}.get(role, prefill_s + decode_s)
+    return 1.0 / max(work, 1e-9)

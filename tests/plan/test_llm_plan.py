@@ -1,0 +1,182 @@
+"""``loadprobe recommend --llm``: LLM serving planned as pools of engine replicas, colocated or prefill/decode apart,
+sized by replaying the load through them, priced, the cheapest kept -- on recordings whose shapes pull the two
+phases apart, on the committed sample engine's stream, and on bad input."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from loadprobe import pipeline
+from loadprobe.catalog import load_catalog
+from loadprobe.cli import main
+from loadprobe.record.importer import import_log
+from loadprobe.simulator.llm.roofline import model_shape, on_device
+
+from ..conftest import REPO
+
+pytestmark = pytest.mark.timeout(240)
+
+STREAM = REPO / "samples" / "data" / "llm-stream"
+FIGURES = ("peak_flops", "memory_bandwidth_bytes_per_s", "memory_bytes", "tdp_w", "hourly_usd")
+
+
+def _device(name: str, flops: float, bandwidth: float, hourly: float) -> dict:
+    return {"kind": "gpu", "vendor": "Test", "name": name, "peak_flops": {"bf16": flops},
+            "memory_bandwidth_bytes_per_s": bandwidth, "memory_bytes": 48e9, "tdp_w": 300, "price_usd": None,
+            "hourly_usd": hourly, "dynamic_shapes": "native", "int8": True, "aliases": [name],
+            "sources": {f: "a test's figure" for f in FIGURES}}
+
+
+@pytest.fixture(scope="module")
+def catalog_file(tmp_path_factory):
+    """Two rented devices at one price: one with 4x the other's FLOP/s, the other with 5x its bandwidth."""
+    path = tmp_path_factory.mktemp("catalog") / "devices.json"
+    path.write_text(json.dumps({"version": "1.0", "devices": {
+        "test-compute": _device("Test C", 400e12, 400e9, 1.0),
+        "test-bandwidth": _device("Test B", 100e12, 2000e9, 1.0)}}))
+    return path
+
+
+def _recording(folder, prompt: int, output: int, seed: int, rate: float = 10.0, n: int = 400):
+    """A request log of ``n`` Poisson arrivals with prompt and output lengths around the given ones, imported."""
+    rng = np.random.default_rng(seed)
+    start = dt.datetime(2026, 1, 1)
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    for t in np.cumsum(rng.exponential(1 / rate, n)):
+        rows.append(f"{start + dt.timedelta(seconds=float(t)):%Y-%m-%d %H:%M:%S.%f},"
+                    f"{rng.integers(prompt // 2, prompt * 3 // 2)},{rng.integers(max(1, output // 2), output * 3 // 2)}")
+    log = folder / "requests.csv"
+    log.write_text("\n".join(rows) + "\n")
+    import_log(str(log), str(folder / "data"), preset="azure-llm-2023")
+    return folder / "data"
+
+
+def _recommend(*args):
+    return CliRunner().invoke(main, ["recommend", "--llm", *args], catch_exceptions=False)
+
+
+@pytest.mark.parametrize("prompt, output", [(4000, 16), (200, 800)], ids=["long-prompts", "long-outputs"])
+def test_each_phase_goes_where_its_figures_say_and_never_above_the_best_colocated_plan(tmp_path, catalog_file,
+                                                                                       prompt, output):
+    data = _recording(tmp_path, prompt, output, seed=prompt)
+    out = tmp_path / "plan"
+    done = _recommend(str(data), "--model", "llama-3.1-8b", "--catalog", str(catalog_file), "--engines",
+                      "gpu:test-compute,gpu:test-bandwidth", "--slo-ttft-ms", "1000", "--slo-tpot-ms", "60",
+                      "--min-rps", "20", "-o", str(out / "pipeline.yaml"))
+    assert done.exit_code == 0, done.output
+    plans = json.loads((out / "plans.json").read_text())
+    engines = {e["engine"]: e for e in plans["engines"]}
+    # The figures it prints: FLOP/s and bytes/s per unit of money, per device.
+    assert "TFLOP/s per $/h" in done.output and "GB/s per $/h" in done.output
+    most_flops = max(engines, key=lambda e: engines[e]["flops_per_dollar_hour"])
+    most_bandwidth = max(engines, key=lambda e: engines[e]["bytes_per_dollar_hour"])
+    assert (most_flops, most_bandwidth) == ("test-compute", "test-bandwidth")
+
+    def cheapest(role):  # the pool of that role needing the fewest devices (one price per device)
+        feasible = [e for e in engines.values() if e["pools"][role]["feasible"]]
+        return min(feasible, key=lambda e: e["pools"][role]["devices"])["engine"]
+
+    # Prefill (compute-bound) is cheapest where FLOP/s are, decode (bandwidth-bound) where bandwidth is.
+    assert cheapest("prefill") == most_flops and cheapest("decode") == most_bandwidth
+    chosen = plans["recommended"]
+    options = [chosen, *plans["alternatives"]]
+    priced = [o for o in options if o["feasible"] and o["tco"]["comparable"]]
+    assert chosen["feasible"] and chosen["tco"]["total"] == min(o["tco"]["total"] for o in priced)
+    colocated = [o["tco"]["total"] for o in priced if not o["disaggregated"]]
+    assert not colocated or chosen["tco"]["total"] <= min(colocated)
+    if chosen["disaggregated"]:
+        assert [p["device"] for p in chosen["pools"]] == [most_flops, most_bandwidth]
+        assert chosen["handoff"]["mean_ms"] > 0 and "KV hand-off" in done.output
+    else:
+        assert chosen["pools"][0]["device"] == (most_flops if prompt > output else most_bandwidth)
+    # The plan meets what it says at the rate and at 1.5x it, goodput per dollar and joules per token stated.
+    estimate = chosen["estimate"]
+    assert estimate["ttft_p95_ms_at_headroom"] <= 1000 and estimate["tpot_p95_ms_at_headroom"] <= 60
+    assert estimate["goodput_per_dollar"] > 0 and estimate["joules_per_output_token"] > 0
+    # pipeline.yaml carries the pools: device type, count, running sequences, token budget, KV capacity.
+    config = pipeline.load(out / "pipeline.yaml", catalog=load_catalog(str(catalog_file)))
+    assert set(config.llm.pools) == set(config.engines) == {s.engine for s in config.stages}
+    for name, pool in config.llm.pools.items():
+        engine = config.engines[name]
+        assert engine.count == pool.replicas * pool.tensor_parallel
+        assert pool.max_running == 256 and pool.kv_tokens > 0 and pool.token_budget > 0
+    assert config.slo.ttft_p95_ms == 1000 and config.slo.tpot_p95_ms == 60 and config.llm.model.name == "llama-3.1-8b"
+
+
+def test_long_prompts_on_a_colocated_pool_get_a_token_budget_that_keeps_decoding_within_its_target(tmp_path):
+    """A colocated engine chunking 4,000-token prompts 8,192 tokens at a time stalls its decoding sequences for a
+    whole pass of prompt work; the plan's smaller budget keeps them within the TPOT target with fewer devices."""
+    data = _recording(tmp_path, 4000, 64, seed=3)
+    out = tmp_path / "plan"
+    done = _recommend(str(data), "--model", "llama-3.1-8b", "--engines", "gpu:nvidia-h100-sxm", "--slo-ttft-ms",
+                      "2000", "--slo-tpot-ms", "40", "--min-rps", "10", "-o", str(out / "pipeline.yaml"))
+    assert done.exit_code == 0, done.output
+    plans = json.loads((out / "plans.json").read_text())
+    colocated = next(o for o in [plans["recommended"], *plans["alternatives"]] if not o["disaggregated"])
+    pool = colocated["pools"][0]
+    assert pool["feasible"] and pool["settings"]["token_budget"] < 8192
+    assert "half the TPOT target" in pool["settings"]["why"]
+
+
+def test_the_recorded_engine_is_planned_from_its_own_fitted_steps(tmp_path):
+    out = tmp_path / "plan"
+    done = _recommend(str(STREAM / "data"), "--min-rps", "6", "--max-running", "8", "-o", str(out / "pipeline.yaml"))
+    assert done.exit_code == 0, done.output
+    plans = json.loads((out / "plans.json").read_text())
+    chosen = plans["recommended"]
+    assert chosen["feasible"] and plans["model"] is None
+    # Targets default to what the recording shows; each replica of the recorded engine is a host without a price.
+    assert "(the recorded p95)" in plans["targets"]["why"]
+    assert not chosen["tco"]["comparable"] and any("recorded host" in u for u in chosen["tco"]["unknown"])
+    config = pipeline.load(out / "pipeline.yaml")
+    (name, pool), = [(n, p) for n, p in config.llm.pools.items() if p.role == "colocated"] or [(None, None)]
+    assert pool is not None and pool.max_running == 8 and not pool.step_model.get("roofline")
+    assert pool.step_model["rows"] > 0 and config.engines[name].kind == "cpu"
+
+
+def test_a_model_too_large_for_a_device_runs_tensor_parallel_or_is_excluded_saying_why():
+    catalog = load_catalog()
+    big = model_shape("llama-3.1-70b")
+    h100 = on_device(big, catalog.get("nvidia-h100-sxm"), longest=8192)
+    assert h100.tp == 2 and h100.kv_tokens > 8192  # 141 GB of weights need two 80 GB devices
+    with pytest.raises(Exception, match="less than llama-3.1-70b's weights"):
+        on_device(big, catalog.get("nvidia-t4"), longest=8192)
+    small = on_device(model_shape("llama-3.1-8b"), catalog.get("nvidia-l4"), longest=4096)
+    # The roofline: a decode pass reads the weights once, so one sequence or eight take about as long...
+    one, eight = (small.steps.decode_ns(n, n * 1000) for n in (1, 8))
+    assert one == pytest.approx(eight, rel=0.1)
+    # ... while a long prompt is compute: its pass grows with its tokens.
+    assert small.steps.prefill_ns(8000) > 3 * small.steps.prefill_ns(1000)
+
+
+def test_a_config_json_gives_the_model_s_shape(tmp_path):
+    config = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "intermediate_size": 14336, "vocab_size": 128256, "_name_or_path": "my-llama"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    shape = model_shape(str(path))
+    preset = model_shape("llama-3.1-8b")
+    assert shape.name == "my-llama" and shape.params == preset.params
+    assert 7.9e9 < shape.params < 8.1e9 and shape.kv_bytes_per_token("bf16") == 131072  # 2 x 32 x 8 x 128 x 2 bytes
+    moe = dict(config, num_local_experts=8, num_experts_per_tok=2)
+    path.write_text(json.dumps(moe))
+    mixture = model_shape(str(path))
+    assert mixture.params > 3 * shape.params and mixture.active_params < mixture.params / 2
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--engines", "gpu:nvidia-l4"], "needs the model's shape"),
+    (["--model", "no-such-model.json"], "expected a model's config.json"),
+    (["--model", "llama-3.1-8b", "--slo-p95-ms", "100"], "not for --llm"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected):
+    done = CliRunner().invoke(main, ["recommend", "--llm", str(STREAM / "data"), *args,
+                                     "-o", str(tmp_path / "p" / "pipeline.yaml")])
+    assert done.exit_code == 2 and expected in done.output and "Traceback" not in done.output
+    assert len(done.output.strip().splitlines()) == 1
+    assert not (tmp_path / "p").exists()
