@@ -1,17 +1,18 @@
-"""``loadprobe export``: a pipeline.yaml as a Triton model repository or a Ray Serve application."""
+"""``loadprobe export``: a pipeline.yaml as a Triton model repository, a Ray Serve application or vLLM engines."""
 
 from __future__ import annotations
 
 import click
 
-TARGETS = ("triton", "ray-serve")  # loadprobe.export.TARGETS, here so that --help imports nothing more
+TARGETS = ("triton", "ray-serve", "vllm")  # loadprobe.export.TARGETS, here so that --help imports nothing more
 
 
 @click.command()
 @click.argument("pipeline_file", metavar="PIPELINE", type=click.Path(dir_okay=False))
 @click.option("--to", "target", type=click.Choice(TARGETS), required=True,
               help="triton: a model repository (config.pbtxt per stage, an ensemble); ray-serve: serve_config.yaml "
-                   "and a module with a deployment per stage.")
+                   "and a module with a deployment per stage; vllm (a plan of recommend --llm): a vllm serve script "
+                   "per pool.")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(),
               help="The folder to write; it must be missing or empty unless --force.")
 @click.option("--executor", "executors", multiple=True, metavar="STAGE[@ENGINE]=MODULE:NAME",
@@ -23,7 +24,9 @@ TARGETS = ("triton", "ray-serve")  # loadprobe.export.TARGETS, here so that --he
               help="Write the executors' import paths without importing them here (the service's code is elsewhere).")
 @click.option("--strict", is_flag=True, help="Refuse, writing nothing, when the target drops a feature the plan uses.")
 @click.option("--force", is_flag=True, help="Write into a folder that is not empty, replacing the files written.")
-def export(pipeline_file, target, out_dir, executors, num_cpus, no_import_check, strict, force):
+@click.option("--catalog", "catalogs", multiple=True, type=click.Path(dir_okay=False),
+              help="Extra device catalog file (JSON) the plan's devices come from; repeatable.")
+def export(pipeline_file, target, out_dir, executors, num_cpus, no_import_check, strict, force, catalogs):
     """Write PIPELINE as the configuration of another model server.
 
     Every figure comes from the plan: batch windows, timeouts, instance or replica counts and
@@ -36,23 +39,26 @@ def export(pipeline_file, target, out_dir, executors, num_cpus, no_import_check,
         loadprobe export plan/pipeline.yaml --to triton -o triton-repo/ --executor decode=svc.steps:decode
         loadprobe export plan/pipeline.yaml --to ray-serve -o serve/ --executor decode=svc.steps:decode \\
             --executor backbone=svc.steps:backbone --executor backbone@gpu0=svc.steps:backbone_fp32
+        loadprobe export llm-plan/pipeline.yaml --to vllm -o vllm/
     """
     from pathlib import Path
 
     from .._errors import LoadprobeError
+    from ..catalog import load_catalog
     from ..export import export as run
     from ..pipeline.problems import PipelineError
 
     try:
         done = run(Path(pipeline_file), target, out_dir, executors=list(executors), force=force, strict=strict,
-                   num_cpus=num_cpus, check_imports=not no_import_check)
+                   num_cpus=num_cpus, check_imports=not no_import_check,
+                   catalog=load_catalog(*catalogs) if catalogs else None)
     except PipelineError as exc:  # one line here; `loadprobe validate` lists every problem
         if not exc.problems:
             raise
         first, more = exc.problems[0], len(exc.problems) - 1
         rest = f" ({more:,} more problem{'s' * (more != 1)}: loadprobe validate {pipeline_file})" if more else ""
         raise LoadprobeError(f"{first}; not a valid plan, nothing exported{rest}") from None
-    what = "Triton model repository" if target == "triton" else "Ray Serve application"
+    what = {"triton": "Triton model repository", "ray-serve": "Ray Serve application", "vllm": "vLLM engines"}[target]
     click.echo(f"export: {what} of {len(done.files):,} files in {done.out_dir}")
     for path in done.files:
         click.echo(f"  {path.relative_to(done.out_dir)}")

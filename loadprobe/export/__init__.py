@@ -1,4 +1,5 @@
-"""A plan as another server's configuration: a Triton model repository or a Ray Serve application.
+"""A plan as another server's configuration: a Triton model repository, a Ray Serve application, or (an LLM plan)
+vLLM engine arguments.
 
     from loadprobe.export import export
 
@@ -8,8 +9,9 @@
     done.missing      # "stage" / "stage@engine" that were given no executor
     done.warnings     # what will not schedule on the line-up the plan was sized on (README.md, "Resources")
 
-``to`` is ``"triton"`` (``triton``: one model per stage and an ensemble) or ``"ray-serve"``
-(``rayserve``: ``serve_config.yaml`` and a module with a deployment per stage). Executors are
+``to`` is ``"triton"`` (``triton``: one model per stage and an ensemble), ``"ray-serve"``
+(``rayserve``: ``serve_config.yaml`` and a module with a deployment per stage) or ``"vllm"`` (``vllm``: a
+launch script per pool of a plan with ``llm:``). Executors are
 named by import path (``executors``). Only text is written: neither tritonclient nor ray is
 needed to export. docs/export.md.
 """
@@ -28,7 +30,7 @@ from .losses import Loss
 
 __all__ = ["TARGETS", "Exported", "export"]
 
-TARGETS = ("triton", "ray-serve")
+TARGETS = ("triton", "ray-serve", "vllm")
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class Exported:
 
 def export(plan: PipelineConfig | str | os.PathLike, to: str, out_dir: str | os.PathLike, *,
            executors: Iterable[str] | Mapping[str, str] | None = None, force: bool = False, strict: bool = False,
-           num_cpus: float | None = None, check_imports: bool = True) -> Exported:
+           num_cpus: float | None = None, check_imports: bool = True, catalog=None) -> Exported:
     """Write ``plan`` (a PipelineConfig, or a pipeline.yaml path) for target ``to`` into ``out_dir``.
 
     ``out_dir`` must be missing or empty unless ``force`` (then the files the export writes are
@@ -56,7 +58,8 @@ def export(plan: PipelineConfig | str | os.PathLike, to: str, out_dir: str | os.
     ``num_cpus`` is what each Ray Serve replica reserves (ray-serve only; default: an equal share of the
     plan's cores, at most 1, so that the application fits the host it was planned for). Bad input
     is a LoadprobeError saying what to change; so is an executor that does not import here,
-    unless ``check_imports`` is False.
+    unless ``check_imports`` is False. ``catalog``: the hardware catalog the plan's devices are checked
+    against (default: the packaged one).
     """
     from ..pipeline.files import dump, load, loads
     from .executors import check_importable, executor_paths
@@ -68,7 +71,10 @@ def export(plan: PipelineConfig | str | os.PathLike, to: str, out_dir: str | os.
     if num_cpus is not None and not 0 < num_cpus <= 1024:
         raise LoadprobeError(f"num_cpus must be more than 0 and at most 1024, not {num_cpus:g}")
     # A config built in code is checked as a file is: its names become folders and identifiers.
-    config = loads(dump(plan), source="the plan given") if isinstance(plan, PipelineConfig) else load(plan)
+    config = (loads(dump(plan), source="the plan given", catalog=catalog) if isinstance(plan, PipelineConfig)
+              else load(plan, catalog=catalog))
+    if to == "vllm" and executors:
+        raise LoadprobeError("vLLM runs the model itself: executors (--executor) are for --to triton and ray-serve")
     paths = executor_paths(config, executors)
     if check_imports:
         check_importable(paths.values())
@@ -102,12 +108,21 @@ def _own(config: PipelineConfig, stage: str) -> str:
 
 
 def _needed(config: PipelineConfig, to: str) -> list[tuple[str, str]]:
-    """The (stage, engine) pairs the target runs code for: Triton only the stages' own engines."""
+    """The (stage, engine) pairs the target runs code for: Triton only the stages' own engines; vLLM none (it runs
+    the model itself)."""
+    if to == "vllm":
+        return []
     return [(s.name, e) for s in config.stages for e in (s.runs_on if to == "ray-serve" else (s.engine,))]
 
 
 def _render(config: PipelineConfig, to: str, paths, num_cpus: float | None):
     """The files, the losses and how the files fit the plan's line-up (``resources.Fit``)."""
+    if to == "vllm":
+        from .losses import vllm_losses
+        from .resources import Fit
+        from .vllm import vllm_files
+
+        return vllm_files(config), vllm_losses(config), Fit(asked=[])
     if to == "triton":
         from .losses import triton_losses
         from .resources import triton_fit

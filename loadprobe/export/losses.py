@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..pipeline.config import PipelineConfig, StageConfig
 from .placement import placements
 
-__all__ = ["Loss", "attempts", "fallback_text", "markdown", "ray_losses", "summary", "triton_losses"]
+__all__ = ["Loss", "attempts", "fallback_text", "markdown", "ray_losses", "summary", "triton_losses", "vllm_losses"]
 
 
 @dataclass(frozen=True)
@@ -158,6 +158,39 @@ def ray_losses(config: PipelineConfig, resources: dict[str, str]) -> list[Loss]:
     _uneven(config, losses, "executions (one replica per device)", fallbacks=True)
     _no_queue(config, losses, "max_queued_requests", "Ray takes -1 for no limit and no 0", fallbacks=True)
     return losses
+
+
+def vllm_losses(config: PipelineConfig) -> list[Loss]:
+    """What the plan asks that vLLM's engine arguments do not carry."""
+    llm = config.llm
+    out = []
+    for name, pool in llm.pools.items():
+        engine = config.engines[name]
+        if pool.replicas > 1:
+            out.append(Loss("replicas", name, f"{pool.replicas} replicas", f"one script, started once per replica "
+                            f"(./serve-{name}.sh 0 .. {pool.replicas - 1}); a load balancer in front spreads the "
+                            "requests (the plan was sized for requests spread at random or better)", False))
+        if engine.device:
+            out.append(Loss("device type", name, f"{engine.count} x {engine.device}", "not a vLLM flag: run the "
+                            "scripts on machines with those devices", True))
+        if engine.kind == "cpu":
+            out.append(Loss("KV capacity", name, f"{pool.kv_tokens or 'unbounded'} tokens", "vLLM's CPU backend "
+                            "sizes its cache in GiB (VLLM_CPU_KVCACHE_SPACE): set it to the tokens x your model's KV "
+                            "bytes per token", True))
+    if any(p.role == "prefill" for p in llm.pools.values()):
+        out.append(Loss("prefill/decode routing", "prefill, decode", "each request prefilled on the prefill pool, "
+                        f"its KV cache handed over ({llm.kv_link_gbps or 0:g} Gbit/s link), decoded on the decode "
+                        "pool", "the KV connector on both pools; the proxy that sends each request to a prefill "
+                        "replica (max_tokens 1) and then to a decode replica is not a flag: use vLLM's disaggregated "
+                        "serving proxy or your router", True))
+    if config.slo is not None and (config.slo.ttft_p95_ms or config.slo.tpot_p95_ms):
+        out.append(Loss("targets", "service-wide", f"TTFT p95 <= {config.slo.ttft_p95_ms:g} ms, TPOT p95 <= "
+                        f"{config.slo.tpot_p95_ms:g} ms", "vLLM has no latency target: check them with loadprobe "
+                        "verify on a recording of the engines", True))
+    queued = [n for n, e in config.engines.items() if n in llm.pools]
+    out.append(Loss("queue bound", ", ".join(queued), "new requests refused once max_queue wait",
+                    "vLLM queues without bound: a front end must refuse", True))
+    return out
 
 
 def markdown(losses: list[Loss]) -> str:
