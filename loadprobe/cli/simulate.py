@@ -18,15 +18,16 @@ from ._schedule import build_schedule, schedule_options
 @click.argument("plan", type=click.Path(dir_okay=False), required=False)
 @click.option("--llm", "llm_data", multiple=True, metavar="DATA",
               help="Simulate an LLM engine iteration by iteration, fitted to its recording DATA (the engine's spans, "
-                   "its OpenTelemetry spans, a 'loadprobe load --openai --record' client, or several); no PLAN. "
-                   "Without a schedule, the recording's own arrivals.")
+                   "its OpenTelemetry spans, a 'loadprobe load --openai --record' client, or several); with a PLAN "
+                   "of recommend --llm, its pools instead, DATA giving the requests' lengths. Without a schedule, "
+                   "the recording's own arrivals.")
 @click.option("--max-running", type=int, help="--llm: sequences the engine runs at once [default: 256].")
 @click.option("--token-budget", type=int, help="--llm: tokens per iteration, decodes and prompt chunks "
                                                "[default: unlimited].")
 @click.option("--kv-tokens", type=int, help="--llm: KV-cache capacity in tokens [default: unbounded].")
-@click.option("--kv-reserve", type=click.Choice(["paged", "request"]), default="paged", show_default=True,
+@click.option("--kv-reserve", type=click.Choice(["paged", "request"]),
               help="--llm: KV held as sequences grow, preempting when full (vLLM), or a prompt plus its whole output "
-                   "reserved at admission (the sample engine).")
+                   "reserved at admission (the sample engine) [default: paged].")
 @click.option("--chunked-prefill/--no-chunked-prefill", default=None,
               help="--llm: prompts share an iteration with the decodes (vLLM V1), or run in passes of their own "
                    "[default: as the recording shows, else on].")
@@ -73,15 +74,25 @@ def simulate(plan, llm_data, max_running, token_budget, kv_tokens, kv_reserve, c
         loadprobe simulate pipeline.yaml --trace trace.csv --preset azure-llm-2023 --speed 4
         loadprobe simulate pipeline.yaml --poisson --rate 300 --service-time backbone@npu0=lognormal:3:5
         loadprobe simulate --llm data/ --llm client/ --poisson --rate 6 --duration 60 --seed 1 --max-running 8
+        loadprobe simulate llm-plan/pipeline.yaml --llm data/ --poisson --rate 12 --duration 60
     """
+    llm_plan = _llm_plan(plan) if plan is not None else None
     if llm_data:
-        if plan is not None:
-            raise LoadprobeError(f"--llm simulates the engine recorded in {llm_data[0]}, not a plan: leave {plan} out")
+        if plan is not None and llm_plan is None:
+            raise LoadprobeError(f"--llm simulates an LLM engine, and {plan} is not an LLM plan (no llm: section): "
+                                 f"leave {plan} out to replay the engine recorded in {llm_data[0]}")
+        settings = {"max_running": max_running, "token_budget": token_budget, "kv_tokens": kv_tokens,
+                    "kv_reserve": kv_reserve, "chunked_prefill": chunked_prefill}
+        if llm_plan is not None and any(v is not None for v in settings.values()):
+            raise LoadprobeError(f"{plan} sets each pool's engine: leave out --max-running, --token-budget, --kv-tokens, "
+                                 "--kv-reserve and --chunked-prefill (or edit its llm.pools)")
         return _simulate_llm(llm_data, schedule, outdir, force, as_json, service=service, ttft_ms=slo_ttft_ms,
-                             tpot_ms=slo_tpot_ms, max_running=max_running, token_budget=token_budget,
-                             kv_tokens=kv_tokens, kv_reserve=kv_reserve, chunked_prefill=chunked_prefill)
+                             tpot_ms=slo_tpot_ms, plan=llm_plan, **settings)
     if plan is None:
         raise LoadprobeError("what to simulate? give a PLAN (pipeline.yaml or plans.json) or --llm DATA")
+    if llm_plan is not None:
+        raise LoadprobeError(f"{plan} is an LLM plan: give --llm DATA (a recording of the requests: their prompt and "
+                             "output lengths, and their arrivals when no schedule is given)")
     llm_only = {"--max-running": max_running, "--token-budget": token_budget, "--kv-tokens": kv_tokens,
                 "--slo-ttft-ms": slo_ttft_ms, "--slo-tpot-ms": slo_tpot_ms, "--service": service}
     stray = [name for name, value in llm_only.items() if value is not None]
@@ -128,7 +139,17 @@ def simulate(plan, llm_data, max_running, token_budget, kv_tokens, kv_reserve, c
     click.echo(f"\nwrote {out / 'simulation.json'}" + ("" if no_html else f" and {out / 'simulation.html'}"))
 
 
-def _simulate_llm(paths, schedule: dict, outdir, force: bool, as_json: bool, *, service, ttft_ms, tpot_ms,
+def _llm_plan(plan: str):
+    """``plan``'s PipelineConfig where it is a pipeline.yaml with an ``llm:`` section, else None."""
+    if plan.endswith(".json"):
+        return None
+    from ..pipeline.files import load
+
+    config = load(plan)
+    return config if config.llm is not None else None
+
+
+def _simulate_llm(paths, schedule: dict, outdir, force: bool, as_json: bool, *, service, ttft_ms, tpot_ms, plan=None,
                   **engine) -> None:
     """``--llm``: fit the engine recorded in ``paths``, replay the schedule (else its own arrivals) through it."""
     from ..simulator.llm.engine import EngineSettings
@@ -146,7 +167,7 @@ def _simulate_llm(paths, schedule: dict, outdir, force: bool, as_json: bool, *, 
     timed = any(schedule.get(k) is not None for k in ("rate", "process", "replay"))
     offsets, mode, seed, tokens = build_schedule(**schedule) if timed else (None, None, schedule.get("seed") or 0, None)
     result = simulate_llm(list(paths), offsets=offsets, tokens=tokens, mode=mode, seed=seed or 0, settings=settings,
-                          service=service, ttft_ms=ttft_ms, tpot_ms=tpot_ms)
+                          service=service, ttft_ms=ttft_ms, tpot_ms=tpot_ms, plan=plan)
     document = result.to_dict()
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -66,6 +66,7 @@ def verify(ctx, pipeline_file, data, tolerance, calibrate, output, seed, force):
 def _calibration(calibration) -> str:
     lines = [f"  hand-off delay {calibration.handoff_ms:.3g} ms per stage"]
     for name, stage in calibration.stages.items():
-        lines.append(f"  {name}: service times x {stage.service_time_scale:.3g} (observed p50 "
-                     f"{stage.observed_p50_ms:.3g} ms over {stage.executions:,} executions)")
+        lines.append(f"  {name}: service times x {stage.service_time_scale:.3g}"
+                     + (f" (observed p50 {stage.observed_p50_ms:.3g} ms over {stage.executions:,} executions)"
+                        if stage.observed_p50_ms is not None else ""))
     return "\n".join(lines)

@@ -245,6 +245,7 @@ class LlmPoolConfig:
     token_budget: int | None = None
     kv_tokens: int | None = None
     chunked_prefill: bool | None = None
+    front_end_ms: float | None = None  # work before the first token outside the iterations, as recorded
     step_model: Mapping[str, Any] = field(default_factory=dict)
     why: str | None = None
 

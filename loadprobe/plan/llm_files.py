@@ -49,6 +49,7 @@ def llm_pipeline(plan, option) -> PipelineConfig:
                                     precision=p.unit.precision, max_running=s.max_running,
                                     token_budget=s.token_budget, kv_tokens=s.kv_tokens,
                                     chunked_prefill=s.chunked_prefill, step_model=p.unit.steps.to_dict(),
+                                    front_end_ms=round(p.unit.ttft_offset_ms, 4) if p.unit.ttft_offset_ms else None,
                                     why=s.why)
     model = None if plan.model is None else LlmModelConfig(**plan.model.to_dict())
     llm = LlmConfig(model=model, pools=pools,

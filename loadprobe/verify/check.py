@@ -91,11 +91,15 @@ def verify(path, data: list, *, tolerance: float | None = None, seed: int = 0, c
     from ..simulator.result import simulate
 
     config = config or pipeline.load(path)
-    seen = observe(config, list(data), plan=str(path))
-    result = simulate(config, seen.arrivals_s, seed=seed)
     if tolerance is None:
         given = config.calibration.tolerance if config.calibration is not None else None
         tolerance = given if given is not None else DEFAULT_TOLERANCE
+    if config.llm is not None:  # an LLM plan: its pools replayed, TTFT/TPOT/E2E compared (verify.llm)
+        from .llm import verify_llm
+
+        return verify_llm(path, list(data), config=config, tolerance=tolerance, seed=seed)
+    seen = observe(config, list(data), plan=str(path))
+    result = simulate(config, seen.arrivals_s, seed=seed)
     return Verification(str(path), config, seen, result, _rows(config, seen, result), tolerance, seed)
 
 
@@ -144,6 +148,10 @@ def calibrate(report: Verification):
     where it ran often enough there); the runtime's hand-off delay per stage; where it was measured."""
     from ..pipeline.config import CalibrationConfig, StageCalibration
 
+    if report.config.llm is not None:
+        from .llm import calibrate_llm
+
+        return calibrate_llm(report)
     config, seen = report.config, report.observed
     stages = {}
     for stage in config.stages:

@@ -68,7 +68,7 @@ def test_a_faster_rate_waits_longer_for_its_first_token(tmp_path):
     (["--max-running", "8", str(REPO / "samples" / "vision" / "pipeline.yaml")], "--max-running"),
     (["--llm", str(REPO / "samples" / "data" / "vision")], "no LLM request"),
     (["--llm", str(STREAM / "data"), "--max-running", "0"], "--max-running 0"),
-    (["--llm", str(STREAM / "data"), str(REPO / "samples" / "vision" / "pipeline.yaml")], "not a plan"),
+    (["--llm", str(STREAM / "data"), str(REPO / "samples" / "vision" / "pipeline.yaml")], "not an LLM plan"),
 ])
 def test_what_cannot_be_simulated_is_one_line_and_exit_2(tmp_path, args, says):
     done = CliRunner().invoke(main, ["simulate", *args, "-o", str(tmp_path / "sim")])
@@ -100,3 +100,27 @@ def test_what_the_replay_asks_past_the_recording_is_said(tmp_path):
     assert any("longer than the recording's longest" in line for line in beyond), beyond
     own = _simulate("--llm", str(STREAM / "data"), *SAMPLE, "--json", "-o", str(tmp_path / "own"))
     assert not any("prompt" in line for line in json.loads(own.output)["beyond_recording"])
+
+
+def test_an_llm_plan_s_pools_replay_the_schedule_with_the_recording_s_lengths(tmp_path):
+    """``simulate PLAN --llm DATA``: the pools of a plan of ``recommend --llm`` replace the recorded engine; goodput is
+    judged against the plan's own targets."""
+    plan = tmp_path / "plan" / "pipeline.yaml"
+    made = CliRunner().invoke(main, ["recommend", "--llm", str(STREAM / "data"), "--max-running", "8", "--min-rps", "6",
+                                     "--slo-ttft-ms", "80", "--slo-tpot-ms", "8", "-o", str(plan)],
+                              catch_exceptions=False)
+    assert made.exit_code == 0, made.output
+    done = _simulate(str(plan), "--llm", str(STREAM / "data"), "--poisson", "--rate", "6", "--duration", "20",
+                     "--seed", "3", "-o", str(tmp_path / "sim"), "--json")
+    assert done.exit_code == 0, done.output
+    document = json.loads(done.output)
+    pools = document["plan"]["pools"]
+    assert {p["role"] for p in pools.values()} <= {"colocated", "prefill", "decode"}
+    assert document["llm"]["requests"] == document["workload"]["requests"] > 60
+    goodput = document["llm"]["goodput"]
+    assert (goodput["ttft_ms"], goodput["tpot_ms"]) == (80, 8)
+    assert document["llm"]["engine"]["running"]["peak"] <= 8 * sum(p["replicas"] for p in pools.values())
+    refused = _simulate(str(plan), "--llm", str(STREAM / "data"), "--max-running", "4", "-o", str(tmp_path / "x"))
+    assert refused.exit_code == 2 and "sets each pool's engine" in refused.output
+    needs_data = _simulate(str(plan), "--poisson", "--rate", "6", "-o", str(tmp_path / "y"))
+    assert needs_data.exit_code == 2 and "give --llm DATA" in needs_data.output

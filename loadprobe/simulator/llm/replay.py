@@ -47,23 +47,32 @@ class LlmSimulation:
     check: dict  # the recorded arrivals replayed against the recording, and the two corrections taken from it
     engine: dict  # iterations, preemptions, refused, KV use
     beyond: list  # where the replay went past what was recorded: each a sentence
+    plan: dict | None = None  # a plan's pools replayed instead of the recorded engine: name -> role, replicas, ...
 
     def to_dict(self) -> dict:
+        if self.plan is not None:
+            return {"kind": "llm", "workload": self.workload, "plan": self.plan, "engine": self.engine,
+                    "llm": _plain(self.llm)}
         return {"kind": "llm", "workload": self.workload, "engine_settings": self.settings.to_dict(),
                 "step_model": self.model.to_dict(), "check": self.check, "engine": self.engine,
                 "beyond_recording": self.beyond, "llm": _plain(self.llm)}
 
     def render(self) -> str:
         w, s = self.workload, self.settings
-        lines = [f"{w['requests']:,} requests, {w['mode']}; lengths: {w['lengths']}",
-                 f"engine: at most {s.max_running} running, "
-                 + (f"{s.token_budget:,} tokens per iteration, " if s.token_budget else "")
-                 + f"chunked prefill {'on' if s.chunked_prefill else 'off'}, KV cache "
-                 + (f"{s.kv_tokens:,} tokens ({s.kv_reserve})" if s.kv_tokens else "unbounded")
-                 + (f" -- {s.why}" if s.why else ""),
-                 f"step time: {self.model.describe()}",
-                 f"checked on the recording: {self.check['summary']}",
-                 *(f"beyond the recording: {line}" for line in self.beyond), ""]
+        lines = [f"{w['requests']:,} requests, {w['mode']}; lengths: {w['lengths']}"]
+        if self.plan is not None:
+            lines += [f"pool {name}: {p['replicas']} x {p['device'] or 'the recorded engine'} ({p['role']}), at most "
+                      f"{p['max_running']} running each; step time: {p['step_time']}"
+                      for name, p in self.plan["pools"].items()] + [""]
+        else:
+            lines += [f"engine: at most {s.max_running} running, "
+                      + (f"{s.token_budget:,} tokens per iteration, " if s.token_budget else "")
+                      + f"chunked prefill {'on' if s.chunked_prefill else 'off'}, KV cache "
+                      + (f"{s.kv_tokens:,} tokens ({s.kv_reserve})" if s.kv_tokens else "unbounded")
+                      + (f" -- {s.why}" if s.why else ""),
+                      f"step time: {self.model.describe()}",
+                      f"checked on the recording: {self.check['summary']}",
+                      *(f"beyond the recording: {line}" for line in self.beyond), ""]
         rows = [[name, f"{lat.p50:.2f}", f"{lat.p90:.2f}", f"{lat.p95:.2f}", f"{lat.p99:.2f}", f"{lat.count:,}"]
                 for name, lat in (("TTFT", self.llm.ttft_ms), ("TPOT", self.llm.tpot_ms), ("ITL", self.llm.itl_ms),
                                   ("E2E", self.llm.e2e_ms)) if lat is not None]
@@ -72,8 +81,9 @@ class LlmSimulation:
         lines.append("")
         if self.llm.output_tokens_per_s is not None:
             lines.append(f"output {self.llm.output_tokens_per_s.mean:,.0f} tokens/s; running {e['running_mean']:.2f} "
-                         f"sequences on average (peak {e['running_peak']:g}), {e['iterations']:,} iterations, "
-                         f"{e['preemptions']:,} preemptions, {e['refused']:,} refused (longer than the KV cache)")
+                         f"sequences on average (peak {e['running_peak']:g})"
+                         + (f", {e['iterations']:,} iterations" if "iterations" in e else "")
+                         + f", {e['preemptions']:,} preemptions, {e['refused']:,} refused (longer than the KV cache)")
         if g is not None:
             lines.append(f"goodput: {g.share:.1%} of requests ({g.requests:,}) within TTFT <= {g.ttft_ms:.3g} ms"
                          + (f" and TPOT <= {g.tpot_ms:.3g} ms" if g.tpot_ms is not None else ""))
@@ -82,13 +92,17 @@ class LlmSimulation:
 
 def simulate_llm(paths, *, offsets=None, tokens=None, mode: str | None = None, seed: int = 0,
                  settings: EngineSettings | None = None, service: str | None = None, ttft_ms: float | None = None,
-                 tpot_ms: float | None = None) -> LlmSimulation:
+                 tpot_ms: float | None = None, plan=None) -> LlmSimulation:
     """Fit the engine recorded under ``paths`` and replay ``offsets`` (seconds from the start; None: the
     recording's own arrivals) through it. ``tokens``: ``(tokens_in, tokens_out)`` per arrival (-1 where
-    unknown: drawn from the recording); ``ttft_ms``/``tpot_ms``: the goodput targets."""
+    unknown: drawn from the recording); ``ttft_ms``/``tpot_ms``: the goodput targets. ``plan``: an LLM plan
+    (a PipelineConfig with ``llm:``) whose pools replace the recorded engine (``pools.replay_plan``); the
+    recording then gives only the lengths (and, without ``offsets``, the arrivals)."""
     from ...analysis.run import llm_recording
 
     portrait, views = llm_recording(paths, service=service)
+    if plan is not None:
+        return _simulate_plan(plan, views, offsets, tokens, mode, seed, ttft_ms, tpot_ms)
     fitted = fit_recording(portrait, views, settings, seed)
     recorded, replayable, own, model, settings, check = (fitted.requests, fitted.replayable, fitted.own, fitted.model,
                                                          fitted.settings, fitted.check)
@@ -149,6 +163,46 @@ def fit_recording(portrait, views: dict, settings: EngineSettings | None = None,
     own = _recorded_workload(recorded, replayable)
     check = _calibrate(model, settings, recorded, replayable, own, portrait.llm, seed)
     return Fitted(recorded, replayable, own, model, settings, check)
+
+
+def _simulate_plan(plan, views: dict, offsets, tokens, mode, seed: int, ttft_ms, tpot_ms) -> LlmSimulation:
+    from .pools import pool_engine, replay_plan
+
+    recorded = max((views[k] for k in ("service", "client") if views.get(k) is not None),
+                   key=lambda v: int((v.tokens_out >= 1).sum()))
+    known = recorded.tokens_out >= 1
+    if offsets is None:
+        order = np.argsort(recorded.start[known], kind="stable")
+        start = recorded.start[known][order]
+        workload = Workload(start - start[0], np.maximum(recorded.tokens_in[known][order], 1),
+                            recorded.tokens_out[known][order])
+        how, mode = "the recording's", mode or f"the recording's {int(known.sum()):,} arrivals"
+    else:
+        workload, how = _workload(np.asarray(offsets, dtype=np.float64), tokens, recorded, known, seed)
+    if not len(workload):
+        raise LoadprobeError("no arrival to simulate: widen --duration or raise --rate")
+    replayed = replay_plan(plan, workload, seed)
+    if plan.slo is not None:  # goodput against the plan's own targets unless others are given
+        ttft_ms = ttft_ms if ttft_ms is not None else plan.slo.ttft_p95_ms
+        tpot_ms = tpot_ms if tpot_ms is not None else plan.slo.tpot_p95_ms
+    itl = Histogram()
+    itl.record(replayed.itl_ns)
+    served = _served_requests(workload, replayed, 0.0, 0.0)
+    section = llm_section(served, "simulated", itl if itl.total else None, ttft_ms, tpot_ms, engine_requests=served)
+    pools = {}
+    for name, pool in plan.llm.pools.items():
+        steps, settings = pool_engine(plan, name)
+        pools[name] = {"role": pool.role, "replicas": pool.replicas, "device": plan.engines[name].device,
+                       "max_running": pool.max_running, "token_budget": pool.token_budget,
+                       "kv_tokens": pool.kv_tokens, "step_time": steps.describe()}
+    running = section.engine.running if section.engine is not None else None
+    engine = {"preemptions": replayed.preemptions, "refused": replayed.refused,
+              "running_mean": running.mean if running else 0.0, "running_peak": running.peak if running else 0.0}
+    first = next(iter(plan.llm.pools))
+    steps, settings = pool_engine(plan, first)
+    return LlmSimulation(section, steps, settings, {"mode": mode, "requests": len(workload), "seed": seed,
+                                                    "lengths": how}, {}, engine, [],
+                         plan={"service": plan.service, "pools": pools})
 
 
 def _beyond(r: LlmRequests, keep: np.ndarray, model: StepModel, workload: Workload, served: Served) -> list:
@@ -239,7 +293,7 @@ def _workload(offsets: np.ndarray, tokens, r: LlmRequests, keep: np.ndarray, see
     return Workload(np.round(offsets * _NS_PER_S).astype(np.int64), tokens_in, tokens_out), how.rstrip(", ")
 
 
-def _served_requests(w: Workload, s: Served, ttft_offset_ms: float, tail_ms: float) -> LlmRequests:
+def _served_requests(w: Workload, s, ttft_offset_ms: float, tail_ms: float) -> LlmRequests:
     ran = s.first_ns >= 0
     shift = int(round(ttft_offset_ms * 1e6))
     first = np.where(ran, s.first_ns + shift, -1)
