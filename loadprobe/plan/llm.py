@@ -163,8 +163,11 @@ def plan_llm(paths, *, model, engines, ttft_ms: float | None, tpot_ms: float | N
     rate = rate if rate is not None else recorded_rate
     llm = portrait.llm
     ttft_ms, tpot_ms, targets_why = _targets(ttft_ms, tpot_ms, llm)
-    load = Load(rate=rate, prompts=np.maximum(requests.tokens_in[known], 1).astype(np.int64),
-                outputs=requests.tokens_out[known].astype(np.int64), ttft_ms=ttft_ms, tpot_ms=tpot_ms,
+    order = np.argsort(requests.start[known], kind="stable")
+    start = requests.start[known][order]
+    load = Load(rate=rate, arrivals_s=(start - start[0]) / 1e9,
+                prompts=np.maximum(requests.tokens_in[known][order], 1).astype(np.int64),
+                outputs=requests.tokens_out[known][order].astype(np.int64), ttft_ms=ttft_ms, tpot_ms=tpot_ms,
                 link_bytes_per_s=link_gbps * 1e9 / 8, seed=seed)
     if model is None and any(s.kind != "cpu" or s.device for s in engines):
         named = ", ".join(f"{s.kind}:{s.device}" if s.device else s.kind for s in engines if s.kind != "cpu" or s.device)

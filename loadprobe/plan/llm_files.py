@@ -142,7 +142,7 @@ def render_llm(plan) -> str:
     lines.append("(pool columns: devices needed; prefill is compute-bound, decode bandwidth-bound)")
     lines.append("")
     rows = [[o.name, _money(o) if o.feasible else "- (misses the targets)", _ms(o.figure("ttft_p95_ms")), _ms(o.figure("tpot_p95_ms")), f"{o.good_share:.1%}",
-             f"{o.goodput_per_dollar:,.4g}" if o.goodput_per_dollar else "-",
+             f"{o.goodput_per_dollar:,.4g}" if o.goodput_per_dollar and o.feasible else "-",
              f"{o.joules_per_output_token:.3g}" if o.joules_per_output_token is not None else "-"]
             for o in plan.options]
     lines += text_table(["plan", "cost", "TTFT p95 ms", "TPOT p95 ms", "goodput", "good req per $", "J/token"], rows)

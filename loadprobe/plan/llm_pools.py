@@ -3,13 +3,14 @@
 A pool is ``replicas`` copies of one engine (``Unit``: a device or a tensor-parallel group of them,
 its step-time model, its scheduler's settings) in one of three roles: ``colocated`` (each replica
 prefills and decodes), ``prefill`` (prompts only: their first token, then the KV cache is handed
-on) or ``decode`` (sequences arrive with their KV cache and only decode). Requests spread over the
-replicas at random, so each replica sees a Poisson stream at ``rate / replicas`` -- a front end
-that balances by load does better, so the sizing errs on the safe side -- and one replica replayed
-iteration by iteration (``simulator.llm.engine``) on ``REQUESTS`` requests, their (prompt, output)
-lengths drawn from the recording, gives the pool's TTFT and TPOT. ``size_pool`` finds the fewest
-replicas whose p95s meet the targets at ``HEADROOM`` x the rate, starting from a throughput
-estimate and bisecting.
+on) or ``decode`` (sequences arrive with their KV cache and only decode). The load is the
+recording's own arrivals, played faster or slower to the rate asked (``stream``), so its bursts
+are sized for, not a Poisson stream's calm; they go to the replicas in turn, as a load balancer in
+front of them sends them, and one replica replayed iteration by iteration (``simulator.llm.engine``)
+with the recorded (prompt, output) lengths gives the pool's TTFT and TPOT. ``size_pool`` finds the
+fewest replicas whose p95s meet the targets at ``HEADROOM`` x the rate, starting from a throughput
+estimate and bisecting; a unit that misses them even serving each request alone is infeasible
+however many replicas it has, and says so.
 
 In a disaggregated plan the decode pool's requests reach it after their first token and the KV
 hand-off (prompt tokens x KV bytes per token over the link), so its TPOT holds the hand-off and
@@ -25,16 +26,17 @@ Usage::
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..simulator.llm.engine import EngineSettings, Workload, run_engine
 from ..simulator.llm.steps import StepModel
 
-REQUESTS = 800  # per replayed replica: a p95 from 40 requests above it ...
+REQUESTS = 2000  # per replayed replica at most: a p95 from 100 requests above it ...
 TOKENS = 200_000  # ... or fewer where their outputs are long: a replay's time is in its output tokens
 MIN_REQUESTS = 200
+ALONE_GAP_S = 3600.0  # between requests replayed one at a time
 HEADROOM = 1.5  # a plan meets its targets at this many times the rate
 MAX_REPLICAS = 4096
 ROLES = ("colocated", "prefill", "decode")
@@ -96,15 +98,22 @@ class Pool:
 
 @dataclass
 class Load:
-    """What the pools serve: the rate, the recorded (prompt, output) lengths, the targets, the KV link."""
+    """What the pools serve: the recorded arrivals (s from the first, in order) and their (prompt, output) lengths,
+    the rate to serve them at, the targets, the KV link."""
 
     rate: float
+    arrivals_s: np.ndarray
     prompts: np.ndarray
     outputs: np.ndarray
     ttft_ms: float
     tpot_ms: float
     link_bytes_per_s: float
     seed: int = 0
+
+    @property
+    def recorded_rate(self) -> float:
+        span = float(self.arrivals_s[-1] - self.arrivals_s[0]) if len(self.arrivals_s) > 1 else 0.0
+        return (len(self.arrivals_s) - 1) / span if span > 0 else self.rate
 
     @property
     def mean_prompt(self) -> float:
@@ -120,13 +129,30 @@ def handoff_ms(unit: Unit, prompt_tokens, load: Load):
     return np.asarray(prompt_tokens) * unit.figures.get("kv_bytes_per_token", 0.0) / load.link_bytes_per_s * 1e3
 
 
-def replay(role: str, unit: Unit, load: Load, rate_per_replica: float) -> Outcome:
-    """One replica of a ``role`` pool at ``rate_per_replica`` requests/s: its TTFT and TPOT."""
-    rng = np.random.default_rng(load.seed)
-    count = int(np.clip(TOKENS / max(load.mean_output, 1.0), MIN_REQUESTS, REQUESTS))
-    arrivals = np.cumsum(rng.exponential(1.0 / rate_per_replica, count))
-    pick = rng.integers(0, len(load.prompts), count)
-    prompts, outputs = np.maximum(load.prompts[pick], 1), np.maximum(load.outputs[pick], 1)
+def stream(load: Load, rate: float, replicas: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What one of ``replicas`` replicas receives when the recording's arrivals come ``rate / recorded rate`` times
+    as fast and go to the replicas in turn: arrivals (s), prompts, outputs. Bursts stay bursts. A recording too short
+    for a p95 is played again after itself; one too long for a quick replay is cut to its busiest stretch."""
+    speed = rate / load.recorded_rate
+    arrivals, prompts, outputs = load.arrivals_s / speed, load.prompts, load.outputs
+    span = float(arrivals[-1]) + 1.0 / rate
+    copies = max(1, -(-MIN_REQUESTS * replicas // len(arrivals)))
+    if copies > 1:
+        arrivals = np.concatenate([arrivals + k * span for k in range(copies)])
+        prompts, outputs = np.tile(prompts, copies), np.tile(outputs, copies)
+    mine = np.arange(0, len(arrivals), replicas)
+    cap = int(np.clip(TOKENS / max(load.mean_output, 1.0), MIN_REQUESTS, REQUESTS))
+    if len(mine) > cap:  # the busiest ``cap`` consecutive arrivals: the stretch that decides a p95
+        t = arrivals[mine]
+        start = int(np.argmin(t[cap - 1:] - t[:len(t) - cap + 1]))
+        mine = mine[start:start + cap]
+    t = arrivals[mine]
+    return t - t[0], np.maximum(prompts[mine], 1), np.maximum(outputs[mine], 1)
+
+
+def replay(role: str, unit: Unit, load: Load, rate: float, replicas: int) -> Outcome:
+    """One replica of a ``role`` pool of ``replicas`` serving ``rate`` requests/s: its TTFT and TPOT."""
+    arrivals, prompts, outputs = stream(load, rate, replicas)
     ns = np.round(arrivals * 1e9).astype(np.int64)
     if role == "prefill":
         workload = Workload(ns, prompts, np.ones_like(outputs))
@@ -154,10 +180,16 @@ def replay(role: str, unit: Unit, load: Load, rate_per_replica: float) -> Outcom
     def pct(values, q):
         return float(np.percentile(values, q)) if values is not None and len(values) else None
 
-    return Outcome(rate_per_replica=rate_per_replica, ttft_p50_ms=pct(ttft, 50), ttft_p95_ms=pct(ttft, 95),
+    return Outcome(rate_per_replica=rate / replicas, ttft_p50_ms=pct(ttft, 50), ttft_p95_ms=pct(ttft, 95),
                    tpot_p50_ms=pct(tpot, 50), tpot_p95_ms=pct(tpot, 95), good_share=float(good.mean()),
                    busy=min(1.0, served.busy_ns / span) if span > 0 else 0.0, largest_batch=served.largest_batch,
                    preemptions=served.preemptions, refused=served.refused)
+
+
+def alone_replay(role: str, unit: Unit, load: Load) -> Outcome:
+    """Each recorded request on a replica of its own, one at a time: the best the unit can do for the targets."""
+    spaced = replace(load, arrivals_s=np.arange(len(load.arrivals_s), dtype=np.float64) * ALONE_GAP_S)
+    return replay(role, unit, spaced, 1.0 / ALONE_GAP_S, 1)
 
 
 def meets(role: str, outcome: Outcome, load: Load) -> bool:
@@ -175,7 +207,7 @@ def size_pool(role: str, unit: Unit, load: Load) -> Pool:
 
     def ok(n: int) -> bool:
         if n not in tried:
-            tried[n] = replay(role, unit, load, target / n)
+            tried[n] = replay(role, unit, load, target, n)
         return meets(role, tried[n], load)
 
     n = min(MAX_REPLICAS, max(1, math.ceil(target / _capacity(role, unit, load))))
@@ -185,9 +217,9 @@ def size_pool(role: str, unit: Unit, load: Load) -> Pool:
             hi //= 2
         lo = hi // 2 if hi > 1 else 0
     else:
-        alone = tried[MAX_REPLICAS] = replay(role, unit, load, target / MAX_REPLICAS)  # each replica nearly idle
+        alone = alone_replay(role, unit, load)
         if not meets(role, alone, load):
-            return Pool(role, unit, n, replay(role, unit, load, load.rate / n), tried[n], False,
+            return Pool(role, unit, n, replay(role, unit, load, load.rate, n), tried[n], False,
                         f"misses the targets however many replicas: a replica with almost nothing else to do "
                         f"gives {_outcome_text(alone)}")
         lo = n
@@ -197,7 +229,7 @@ def size_pool(role: str, unit: Unit, load: Load) -> Pool:
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-    at_rate = replay(role, unit, load, load.rate / hi)
+    at_rate = replay(role, unit, load, load.rate, hi)
     return Pool(role, unit, hi, at_rate, tried[hi], True,
                 f"{hi} replica(s) meet the targets at {target:.3g} req/s ({HEADROOM:g}x the rate: "
                 f"{_outcome_text(tried[hi])})" + (f"; {hi - 1} do not ({_outcome_text(tried[hi - 1])})"

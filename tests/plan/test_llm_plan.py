@@ -42,12 +42,13 @@ def catalog_file(tmp_path_factory):
     return path
 
 
-def _recording(folder, prompt: int, output: int, seed: int, rate: float = 10.0, n: int = 400):
-    """A request log of ``n`` Poisson arrivals with prompt and output lengths around the given ones, imported."""
+def _recording(folder, prompt: int, output: int, seed: int, rate: float = 10.0, n: int = 400, arrivals=None):
+    """A request log of ``n`` Poisson arrivals (or ``arrivals``, s) with prompt and output lengths around the given
+    ones, imported."""
     rng = np.random.default_rng(seed)
     start = dt.datetime(2026, 1, 1)
     rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
-    for t in np.cumsum(rng.exponential(1 / rate, n)):
+    for t in np.cumsum(rng.exponential(1 / rate, n)) if arrivals is None else arrivals:
         rows.append(f"{start + dt.timedelta(seconds=float(t)):%Y-%m-%d %H:%M:%S.%f},"
                     f"{rng.integers(prompt // 2, prompt * 3 // 2)},{rng.integers(max(1, output // 2), output * 3 // 2)}")
     log = folder / "requests.csv"
@@ -106,6 +107,30 @@ def test_each_phase_goes_where_its_figures_say_and_never_above_the_best_colocate
         assert engine.count == pool.replicas * pool.tensor_parallel
         assert pool.max_running == 256 and pool.kv_tokens > 0 and pool.token_budget > 0
     assert config.slo.ttft_p95_ms == 1000 and config.slo.tpot_p95_ms == 60 and config.llm.model.name == "llama-3.1-8b"
+
+
+def test_bursts_in_the_recording_are_sized_for_and_the_plan_holds_its_targets_on_the_recorded_arrivals(tmp_path):
+    """Two recordings at one mean rate: Poisson, and bursts (every 100 s, 10 s at 10x the mean). The plan of the
+    bursty one needs more devices, and its pools, replayed at the recorded arrivals, meet the targets it was made for."""
+    rng = np.random.default_rng(7)
+    bursts = np.sort(np.concatenate([k * 100 + rng.uniform(0, 10, 100) for k in range(6)]))
+    devices = {}
+    for name, arrivals in (("poisson", np.cumsum(rng.exponential(1.0, 600))), ("bursty", bursts)):
+        folder = tmp_path / name
+        folder.mkdir()
+        data = _recording(folder, 1500, 100, seed=11, arrivals=arrivals)
+        out = folder / "plan"
+        done = _recommend(str(data), "--model", "llama-3.1-8b", "--engines", "gpu:nvidia-l40s", "--slo-ttft-ms", "1000",
+                          "--slo-tpot-ms", "60", "-o", str(out / "pipeline.yaml"))
+        assert done.exit_code == 0, done.output
+        chosen = json.loads((out / "plans.json").read_text())["recommended"]
+        devices[name] = sum(p["devices"] for p in chosen["pools"])
+        replayed = CliRunner().invoke(main, ["simulate", str(out / "pipeline.yaml"), "--llm", str(data), "--json",
+                                             "-o", str(folder / "sim")], catch_exceptions=False)
+        assert replayed.exit_code == 0, replayed.output
+        llm = json.loads(replayed.output)["llm"]
+        assert llm["ttft_ms"]["p95"] <= 1000 and llm["tpot_ms"]["p95"] <= 60
+    assert devices["bursty"] > devices["poisson"]
 
 
 def test_long_prompts_on_a_colocated_pool_get_a_token_budget_that_keeps_decoding_within_its_target(tmp_path):
