@@ -53,7 +53,8 @@ def verify(ctx, pipeline_file, data, tolerance, calibrate, output, seed, force):
         shutil.copyfile(path, backup)
         save(corrected, path, overwrite=True)
         again = check(path, list(data), tolerance=tolerance, seed=seed)
-        click.echo(f"\ncalibrated {path} (the original kept as {backup}):\n" + _calibration(corrected.calibration))
+        click.echo(f"\ncalibrated {path} (the original kept as {backup}):\n"
+                   + _calibration(corrected.calibration, llm=corrected.llm is not None))
         click.echo("\n" + again.render())
         document["after"] = again.to_dict()
         report = again
@@ -63,10 +64,11 @@ def verify(ctx, pipeline_file, data, tolerance, calibrate, output, seed, force):
         ctx.exit(1)
 
 
-def _calibration(calibration) -> str:
-    lines = [f"  hand-off delay {calibration.handoff_ms:.3g} ms per stage"]
+def _calibration(calibration, llm: bool = False) -> str:
+    lines = [f"  work before the first token {calibration.handoff_ms:.3g} ms" if llm else
+             f"  hand-off delay {calibration.handoff_ms:.3g} ms per stage"]
     for name, stage in calibration.stages.items():
-        lines.append(f"  {name}: service times x {stage.service_time_scale:.3g}"
+        lines.append(f"  {name}: {'step' if llm else 'service'} times x {stage.service_time_scale:.3g}"
                      + (f" (observed p50 {stage.observed_p50_ms:.3g} ms over {stage.executions:,} executions)"
                         if stage.observed_p50_ms is not None else ""))
     return "\n".join(lines)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shlex
 
 import numpy as np
 import pytest
@@ -205,3 +206,25 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected):
     assert done.exit_code == 2 and expected in done.output and "Traceback" not in done.output
     assert len(done.output.strip().splitlines()) == 1
     assert not (tmp_path / "p").exists()
+
+
+def test_the_docs_worked_example_runs_as_written(tmp_path):
+    """docs/recommend.md's commands on the shipped Azure trace, each as written (paths under /tmp moved here): the
+    plan it prints is the one the doc shows, and the replay, the export and their files follow."""
+    text = (REPO / "docs" / "recommend.md").read_text()
+    section = text.split("## LLM serving", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    outputs = {}
+    for line in (line.strip() for line in block.splitlines() if line.strip()):
+        args = shlex.split(line.replace("/tmp/", f"{tmp_path}/"))
+        assert args[0] == "loadprobe"
+        done = CliRunner().invoke(main, [a.replace("samples/", str(REPO / "samples") + "/", 1) for a in args[1:]],
+                                  catch_exceptions=False)
+        assert done.exit_code == 0, (line, done.output)
+        outputs[args[1]] = done.output
+    shown = section.split("```console\n", 1)[1].split("```", 1)[0]
+    recommended = next(line for line in shown.splitlines() if line.startswith("recommended:"))
+    assert recommended.split(";")[0] in outputs["recommend"]
+    assert (tmp_path / "llm-vllm" / "serve-prefill.sh").exists() and (tmp_path / "llm-sim" / "simulation.json").exists()
+    llm = json.loads((tmp_path / "llm-sim" / "simulation.json").read_text())["llm"]
+    assert llm["ttft_ms"]["p95"] <= 2000 and llm["tpot_ms"]["p95"] <= 100  # the plan holds on the trace's arrivals
