@@ -161,6 +161,10 @@ def plan_llm(paths, *, model, engines, ttft_ms: float | None, tpot_ms: float | N
     rate_why = (f"{rate:g} req/s (given: --min-rps)" if rate is not None
                 else f"the recorded mean, {recorded_rate:.3g} req/s ({int(known.sum()):,} requests in {span_s:.3g} s)")
     rate = rate if rate is not None else recorded_rate
+    for option, value in (("--min-rps", rate), ("--slo-ttft-ms", ttft_ms), ("--slo-tpot-ms", tpot_ms),
+                          ("--kv-link-gbps", link_gbps)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise LoadprobeError(f"{option} {value:g}: expected a number above 0")
     llm = portrait.llm
     ttft_ms, tpot_ms, targets_why = _targets(ttft_ms, tpot_ms, llm)
     order = np.argsort(requests.start[known], kind="stable")

@@ -199,6 +199,9 @@ def test_a_config_json_gives_the_model_s_shape(tmp_path):
     (["--engines", "gpu:nvidia-l4"], "needs the model's shape"),
     (["--model", "no-such-model.json"], "expected a model's config.json"),
     (["--model", "llama-3.1-8b", "--slo-p95-ms", "100"], "not for --llm"),
+    (["--min-rps", "0"], "--min-rps 0: expected a number above 0"),
+    (["--slo-tpot-ms", "nan"], "--slo-tpot-ms nan: expected a number above 0"),
+    (["--model", "llama-3.1-70b", "--engines", "gpu:nvidia-t4"], "less than llama-3.1-70b's weights"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected):
     done = CliRunner().invoke(main, ["recommend", "--llm", str(STREAM / "data"), *args,

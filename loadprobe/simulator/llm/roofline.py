@@ -148,10 +148,10 @@ def on_device(shape: ModelShape, device, *, longest: int, step_ms: float = ENGIN
     precision = serving_precision(device)
     bandwidth, memory = device.memory_bandwidth_bytes_per_s, device.memory_bytes
     if precision is None or not bandwidth or not memory:
-        missing = [name for name, v in (("a 16/32-bit peak", precision), ("memory bandwidth", bandwidth),
-                                        ("memory size", memory)) if not v]
-        raise LoadprobeError(f"{device.id}: the catalog has no {' or '.join(missing)} for it, which an LLM's "
-                             "roofline needs; add them with --catalog")
+        missing = [name for name, v in (("a bf16, fp16 or fp32 peak", precision), ("its memory bandwidth", bandwidth),
+                                        ("its memory size", memory)) if not v]
+        raise LoadprobeError(f"{device.id}: the catalog lacks {', '.join(missing)}, which an LLM's roofline needs; "
+                             "add them with --catalog")
     weights, kv = shape.weights_bytes(precision), shape.kv_bytes_per_token(precision)
     for tp in TENSOR_PARALLEL:
         room = memory * tp * MEMORY_SHARE - weights
