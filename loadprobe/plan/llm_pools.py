@@ -33,9 +33,9 @@ import numpy as np
 from ..simulator.llm.engine import EngineSettings, Workload, run_engine
 from ..simulator.llm.steps import StepModel
 
-REQUESTS = 2000  # per replayed replica at most: a p95 from 100 requests above it ...
-TOKENS = 200_000  # ... or fewer where their outputs are long: a replay's time is in its output tokens
-MIN_REQUESTS = 200
+WINDOW = 5_000  # recorded requests every pool size is judged on at most (the busiest stretch where there are more) ...
+WINDOW_TOKENS = 1_000_000  # ... or fewer where their outputs are long: a replay's time is in its output tokens
+MIN_REQUESTS = 200  # per replayed replica at least: the window played again after itself where a replica has fewer
 ALONE_GAP_S = 3600.0  # between requests replayed one at a time
 HEADROOM = 1.5  # a plan meets its targets at this many times the rate
 MAX_REPLICAS = 4096
@@ -129,23 +129,31 @@ def handoff_ms(unit: Unit, prompt_tokens, load: Load):
     return np.asarray(prompt_tokens) * unit.figures.get("kv_bytes_per_token", 0.0) / load.link_bytes_per_s * 1e3
 
 
+def window(load: Load) -> slice:
+    """The stretch of the recording every pool size is judged on: all of it, or where it holds more requests than a
+    quick replay can take, its busiest stretch of that many -- the one that decides a p95. One for all sizes, so that
+    a pool of many replicas is not judged on calmer traffic than a pool of few."""
+    keep = int(np.clip(WINDOW_TOKENS / max(load.mean_output, 1.0), MIN_REQUESTS, WINDOW))
+    t = load.arrivals_s
+    if len(t) <= keep:
+        return slice(0, len(t))
+    start = int(np.argmin(t[keep - 1:] - t[:len(t) - keep + 1]))
+    return slice(start, start + keep)
+
+
 def stream(load: Load, rate: float, replicas: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """What one of ``replicas`` replicas receives when the recording's arrivals come ``rate / recorded rate`` times
-    as fast and go to the replicas in turn: arrivals (s), prompts, outputs. Bursts stay bursts. A recording too short
-    for a p95 is played again after itself; one too long for a quick replay is cut to its busiest stretch."""
-    speed = rate / load.recorded_rate
-    arrivals, prompts, outputs = load.arrivals_s / speed, load.prompts, load.outputs
+    """What one of ``replicas`` replicas receives when the recording's arrivals (its ``window``) come ``rate /
+    recorded rate`` times as fast and go to the replicas in turn: arrivals (s), prompts, outputs. Bursts stay bursts.
+    Where a replica would get fewer than ``MIN_REQUESTS``, the window is played again after itself."""
+    part = window(load)
+    arrivals = (load.arrivals_s[part] - load.arrivals_s[part][0]) * load.recorded_rate / rate
+    prompts, outputs = load.prompts[part], load.outputs[part]
     span = float(arrivals[-1]) + 1.0 / rate
     copies = max(1, -(-MIN_REQUESTS * replicas // len(arrivals)))
     if copies > 1:
         arrivals = np.concatenate([arrivals + k * span for k in range(copies)])
         prompts, outputs = np.tile(prompts, copies), np.tile(outputs, copies)
     mine = np.arange(0, len(arrivals), replicas)
-    cap = int(np.clip(TOKENS / max(load.mean_output, 1.0), MIN_REQUESTS, REQUESTS))
-    if len(mine) > cap:  # the busiest ``cap`` consecutive arrivals: the stretch that decides a p95
-        t = arrivals[mine]
-        start = int(np.argmin(t[cap - 1:] - t[:len(t) - cap + 1]))
-        mine = mine[start:start + cap]
     t = arrivals[mine]
     return t - t[0], np.maximum(prompts[mine], 1), np.maximum(outputs[mine], 1)
 

@@ -27,21 +27,17 @@ from .._table import text_table
 from ..formats import VERIFY
 from .observed import Observed, observe
 
-__all__ = ["DEFAULT_TOLERANCE", "MIN_EXECUTIONS", "Verification", "calibrate", "verify"]
+__all__ = ["DEFAULT_TOLERANCE", "MIN_EXECUTIONS", "Judged", "Verification", "calibrate", "tolerance_of", "verify"]
 
 DEFAULT_TOLERANCE = 0.10
 MIN_EXECUTIONS = 20  # a stage's scale is measured at the plan's batch size when it ran this often there
 
 
-@dataclass
-class Verification:
-    path: str
-    config: object
-    observed: Observed
-    predicted: object  # SimulationResult
-    rows: list  # {"what", "predicted", "observed", "error", "checked"}
+class Judged:
+    """A comparison's verdict over its ``rows`` (each ``{"error", "checked", ...}``) at its ``tolerance``."""
+
+    rows: list
     tolerance: float
-    seed: int
 
     @property
     def passed(self) -> bool:
@@ -51,6 +47,25 @@ class Verification:
     def worst(self) -> float | None:
         errors = [abs(r["error"]) for r in self.rows if r["checked"] and r["error"] is not None]
         return max(errors) if errors else None
+
+
+def tolerance_of(config, given: float | None) -> float:
+    """The tolerance a check uses: ``given``, else the file's ``calibration.tolerance``, else the default."""
+    if given is not None:
+        return given
+    found = config.calibration.tolerance if config.calibration is not None else None
+    return found if found is not None else DEFAULT_TOLERANCE
+
+
+@dataclass
+class Verification(Judged):
+    path: str
+    config: object
+    observed: Observed
+    predicted: object  # SimulationResult
+    rows: list  # {"what", "predicted", "observed", "error", "checked"}
+    tolerance: float
+    seed: int
 
     def to_dict(self) -> dict:
         return {"version": VERIFY.value, "pipeline": self.path, "data": self.observed.source,
@@ -91,13 +106,7 @@ def verify(path, data: list, *, tolerance: float | None = None, seed: int = 0, c
     from ..simulator.result import simulate
 
     config = config or pipeline.load(path)
-    if tolerance is None:
-        given = config.calibration.tolerance if config.calibration is not None else None
-        tolerance = given if given is not None else DEFAULT_TOLERANCE
-    if config.llm is not None:  # an LLM plan: its pools replayed, TTFT/TPOT/E2E compared (verify.llm)
-        from .llm import verify_llm
-
-        return verify_llm(path, list(data), config=config, tolerance=tolerance, seed=seed)
+    tolerance = tolerance_of(config, tolerance)
     seen = observe(config, list(data), plan=str(path))
     result = simulate(config, seen.arrivals_s, seed=seed)
     return Verification(str(path), config, seen, result, _rows(config, seen, result), tolerance, seed)
@@ -148,10 +157,6 @@ def calibrate(report: Verification):
     where it ran often enough there); the runtime's hand-off delay per stage; where it was measured."""
     from ..pipeline.config import CalibrationConfig, StageCalibration
 
-    if report.config.llm is not None:
-        from .llm import calibrate_llm
-
-        return calibrate_llm(report)
     config, seen = report.config, report.observed
     stages = {}
     for stage in config.stages:

@@ -26,6 +26,7 @@ import numpy as np
 from .._errors import LoadprobeError
 from .._table import text_table
 from ..formats import VERIFY
+from .check import Judged, tolerance_of
 
 DRAWS = 5  # replays with their own random draws: each figure is their median, so one draw's luck does not decide
 BISECTIONS = 10  # a scale changes the batches, which change the time: the scale is found by bisection (to ~1%)
@@ -33,7 +34,7 @@ BRACKET = 1e3  # the most a scale is sought away from the file's, either way
 
 
 @dataclass
-class LlmVerification:
+class LlmVerification(Judged):
     path: str
     config: object
     source: str
@@ -42,15 +43,6 @@ class LlmVerification:
     tolerance: float
     seed: int
     measured: dict  # the recording and the replay side by side, for calibrate_llm
-
-    @property
-    def passed(self) -> bool:
-        return all(r["error"] is not None and abs(r["error"]) <= self.tolerance for r in self.rows if r["checked"])
-
-    @property
-    def worst(self) -> float | None:
-        errors = [abs(r["error"]) for r in self.rows if r["checked"] and r["error"] is not None]
-        return max(errors) if errors else None
 
     def to_dict(self) -> dict:
         return {"version": VERIFY.value, "kind": "llm", "pipeline": self.path, "data": self.source,
@@ -78,7 +70,7 @@ class LlmVerification:
         return "\n".join(lines + ["", verdict])
 
 
-def verify_llm(path, data: list, *, config, tolerance: float, seed: int = 0) -> LlmVerification:
+def verify_llm(path, data: list, *, config, tolerance: float | None = None, seed: int = 0) -> LlmVerification:
     """``config`` (read from ``path``) replayed at the arrivals of the LLM recording ``data`` and compared."""
     from ..analysis.run import llm_recording
     from ..simulator.llm.engine import Workload
@@ -110,7 +102,8 @@ def verify_llm(path, data: list, *, config, tolerance: float, seed: int = 0) -> 
                          "error": None if pred is None or not obs else round(pred / obs - 1.0, 4), "checked": True})
     measured = {"observed": observed, "workload": workload}
     source = ", ".join(map(str, data))
-    return LlmVerification(str(path), config, source, int(keep.sum()), rows, tolerance, seed, measured)
+    return LlmVerification(str(path), config, source, int(keep.sum()), rows, tolerance_of(config, tolerance), seed,
+                           measured)
 
 
 def _figure(side: dict, observed: dict, what: str, q: int) -> float | None:

@@ -4,10 +4,13 @@ A step (``steps.StepModel``) reads every weight once and each running sequence's
 (memory: bytes over bandwidth) and computes two FLOPs per parameter for every token it carries,
 plus the prompt's attention over itself (compute: FLOPs over peak). Memory and compute overlap
 within a pass, so the pass takes the larger of the two (``StepModel.roofline``), plus the engine's
-own work per iteration (scheduling, sampling: host time the roofline does not see). Both roofs are
-taken at ``ASSUMED_EFFICIENCY`` of the published peak, and the estimate carries the error bound of
-every unmeasured time (``ESTIMATE_ERROR``: the real step may be a few times off either way); a
-recording of the engine on that device replaces it (``loadprobe verify --calibrate``).
+own work per iteration (scheduling, sampling: host time the roofline does not see). The roofs are
+taken at ``BANDWIDTH_EFFICIENCY`` and ``COMPUTE_EFFICIENCY`` of the published peaks: what
+AIConfigurator's measured kernel database for vLLM implies on two GPUs (A100 SXM, H100 SXM), held
+within 11% (RMS; worst x1.27) on two it was not fitted to (H200, L40S) -- benchmarks/llm_roofline.py.
+The estimate still carries the error bound of every unmeasured time (``ESTIMATE_ERROR``), as other
+devices and engines may reach less of their peaks; a recording of the engine on that device replaces
+it (``loadprobe verify --calibrate``).
 
 A model too large for one device runs tensor-parallel over 2, 4 or 8 of them (a "unit"): the
 smallest group whose memory holds the weights and room for the KV cache; the group's bandwidth and
@@ -29,9 +32,11 @@ from pathlib import Path
 
 from ..._errors import LoadprobeError
 from ...catalog import PRECISION_BYTES
-from ...estimate.servicetime import ASSUMED_EFFICIENCY, ESTIMATE_ERROR
+from ...estimate.servicetime import ESTIMATE_ERROR
 from .steps import StepModel
 
+BANDWIDTH_EFFICIENCY = 0.70  # of the published memory bandwidth a decode pass reaches (benchmarks/llm_roofline.py)
+COMPUTE_EFFICIENCY = 0.75  # of the published dense 16-bit FLOP/s a prefill pass reaches (the same fit)
 MEMORY_SHARE = 0.9  # of a unit's memory the engine may use (vLLM's --gpu-memory-utilization default)
 TENSOR_PARALLEL = (1, 2, 4, 8)
 ENGINE_STEP_MS = 2.0
@@ -161,16 +166,17 @@ def on_device(shape: ModelShape, device, *, longest: int, step_ms: float = ENGIN
         raise LoadprobeError(f"{device.id}: {TENSOR_PARALLEL[-1]} of them hold {memory * TENSOR_PARALLEL[-1] * MEMORY_SHARE / 1e9:,.0f} GB "
                              f"at {MEMORY_SHARE:.0%}, less than {shape.name}'s weights ({weights / 1e9:,.1f} GB at "
                              f"{precision}) and one {longest:,}-token request's KV cache ({kv * longest / 1e9:,.2f} GB)")
-    flops = device.peak(precision) * tp * ASSUMED_EFFICIENCY
-    read = bandwidth * tp * ASSUMED_EFFICIENCY
+    flops = device.peak(precision) * tp * COMPUTE_EFFICIENCY
+    read = bandwidth * tp * BANDWIDTH_EFFICIENCY
     steps = StepModel(iteration=step_ms * 1e6, per_prefill=0.0, per_prompt_token=2 * shape.active_params / flops * 1e9,
                       per_prompt_token_sq=2 * shape.layers * shape.attention_width / flops * 1e9,
                       per_sequence=2 * shape.active_params / flops * 1e9, per_context_token=kv / read * 1e9,
                       weights_ns=weights / read * 1e9, roofline=True,
-                      source=f"roofline of {tp} x {device.id} at {precision}, {ASSUMED_EFFICIENCY:.0%} of peak FLOP/s "
-                             f"and bandwidth (within {ESTIMATE_ERROR:g}x either way)")
+                      source=f"roofline of {tp} x {device.id} at {precision}, {COMPUTE_EFFICIENCY:.0%} of peak FLOP/s "
+                             f"and {BANDWIDTH_EFFICIENCY:.0%} of peak bandwidth (within {ESTIMATE_ERROR:g}x either way)")
     figures = {"flops_per_s": device.peak(precision) * tp, "bytes_per_s": bandwidth * tp, "memory_bytes": memory * tp,
-               "weights_bytes": weights, "kv_bytes_per_token": kv, "efficiency": ASSUMED_EFFICIENCY,
+               "weights_bytes": weights, "kv_bytes_per_token": kv, "compute_efficiency": COMPUTE_EFFICIENCY,
+               "bandwidth_efficiency": BANDWIDTH_EFFICIENCY,
                "error_factor": ESTIMATE_ERROR, "engine_step_ms": step_ms,
                "tensor_parallel_note": "" if tp == 1 else f"tensor-parallel over {tp}: the all-reduce between them "
                                                           "is not modelled"}
