@@ -39,9 +39,12 @@ class Judged:
     rows: list
     tolerance: float
 
+    def within(self, row: dict) -> bool:
+        return row["error"] is not None and abs(row["error"]) <= self.tolerance
+
     @property
     def passed(self) -> bool:
-        return all(r["error"] is not None and abs(r["error"]) <= self.tolerance for r in self.rows if r["checked"])
+        return all(self.within(r) for r in self.rows if r["checked"])
 
     @property
     def worst(self) -> float | None:
@@ -83,8 +86,7 @@ class Verification(Judged):
         rows = [[r["what"], _fmt(r["predicted"], r["unit"]), _fmt(r["observed"], r["unit"]),
                  "-" if r["error"] is None else (f"{r['error']:+.1%}" if r["unit"] != "share" else
                                                  f"{100 * r['error']:+.1f} pt"),
-                 ("yes" if r["error"] is not None and abs(r["error"]) <= self.tolerance else "NO") if r["checked"]
-                 else ""]
+                 ("yes" if self.within(r) else "NO") if r["checked"] else ""]
                 for r in self.rows]
         lines = [head, ""] + text_table(["", "predicted", "observed", "error", "within"], rows)
         if self.passed:

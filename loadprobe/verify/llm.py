@@ -56,7 +56,7 @@ class LlmVerification(Judged):
         rows = [[r["what"], f"{r['predicted']:.4g}" if r["predicted"] is not None else "-",
                  f"{r['observed']:.4g}" if r["observed"] is not None else "-",
                  "-" if r["error"] is None else f"{r['error']:+.1%}",
-                 "yes" if r["error"] is not None and abs(r["error"]) <= self.tolerance else "NO"] for r in self.rows]
+                 "yes" if self.within(r) else "NO"] for r in self.rows]
         lines = [head, ""] + text_table(["ms", "predicted", "observed", "error", "within"], rows)
         if self.passed:
             verdict = f"passed: TTFT, TPOT and E2E p50 and p95 within {self.tolerance:.0%}"
