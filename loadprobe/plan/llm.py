@@ -144,12 +144,12 @@ def plan_llm(paths, *, model, engines, ttft_ms: float | None, tpot_ms: float | N
     """Size, price and choose (module docstring). ``engines``: ``constraints.parse_engines``'s specs."""
     from ..analysis.run import llm_recording
     from ..pipeline.names import to_name
+    from ..simulator.llm.replay import lengths_view
     from .constraints import LineUp
     from .context import service_name
 
     portrait, views = llm_recording(paths, service=service)
-    requests = max((views[k] for k in ("service", "client") if views.get(k) is not None),
-                   key=lambda v: int((v.tokens_out >= 1).sum()))
+    requests = lengths_view(views)
     known = requests.tokens_out >= 1
     if known.sum() < 2:
         raise LoadprobeError(f"{', '.join(map(str, paths))}: fewer than 2 requests with their output tokens recorded; "

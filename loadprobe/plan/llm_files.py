@@ -21,9 +21,9 @@ from ..formats import PLANS
 from ..pipeline.config import (EngineConfig, LlmConfig, LlmModelConfig, LlmPoolConfig, PipelineConfig, SLOConfig,
                                StageConfig)
 from ..pipeline.json_schema import maximum
+from ..simulator.llm.pools import STAGE
 from .llm_pools import HEADROOM, Unit
 
-STAGE = {"colocated": "generate", "prefill": "prefill", "decode": "decode"}
 QUEUE_PER_SLOT = 4  # the runtime's queue bound per running sequence: a burst waits, a flood is refused
 
 

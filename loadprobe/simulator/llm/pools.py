@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...catalog import PRECISION_BYTES
 from .engine import EngineSettings, Workload, run_engine
+from .roofline import ModelShape
 from .steps import StepModel
 
-STAGE = {"colocated": "generate", "prefill": "prefill", "decode": "decode"}
+STAGE = {"colocated": "generate", "prefill": "prefill", "decode": "decode"}  # a pool's stage in pipeline.yaml
 
 
 @dataclass
@@ -53,10 +53,11 @@ def pool_engine(config, name: str) -> tuple[StepModel, EngineSettings]:
 
 
 def kv_bytes_per_token(config, name: str) -> float:
+    """The KV bytes of one token in pool ``name``: the model's (``roofline.ModelShape``) at the pool's precision."""
     model, pool = config.llm.model, config.llm.pools[name]
     if model is None:
         return 0.0
-    return 2 * model.layers * model.kv_width * PRECISION_BYTES.get(pool.precision or "bf16", 2)
+    return ModelShape.from_dict(vars(model)).kv_bytes_per_token(pool.precision or "bf16")
 
 
 def replay_plan(config, workload: Workload, seed: int = 0) -> Replayed:

@@ -165,11 +165,17 @@ def fit_recording(portrait, views: dict, settings: EngineSettings | None = None,
     return Fitted(recorded, replayable, own, model, settings, check)
 
 
+def lengths_view(views: dict) -> LlmRequests:
+    """Of a recording's views (``analysis.run.llm_recording``), the one with the most requests whose output
+    length is known: what a plan's load is drawn from (the engine's or the client's, whichever holds more)."""
+    return max((views[k] for k in ("service", "client") if views.get(k) is not None),
+               key=lambda v: int((v.tokens_out >= 1).sum()))
+
+
 def _simulate_plan(plan, views: dict, offsets, tokens, mode, seed: int, ttft_ms, tpot_ms) -> LlmSimulation:
     from .pools import pool_engine, replay_plan
 
-    recorded = max((views[k] for k in ("service", "client") if views.get(k) is not None),
-                   key=lambda v: int((v.tokens_out >= 1).sum()))
+    recorded = lengths_view(views)
     known = recorded.tokens_out >= 1
     if offsets is None:
         order = np.argsort(recorded.start[known], kind="stable")
