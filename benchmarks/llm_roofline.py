@@ -15,8 +15,11 @@ each as loadprobe / AIConfigurator on the kernels' time (loadprobe's step less t
 iteration, ``ENGINE_STEP_MS``, which a static estimate does not hold). loadprobe's two efficiencies
 (``roofline.BANDWIDTH_EFFICIENCY``, ``COMPUTE_EFFICIENCY``) were fitted to the A100 and H100 cells
 (``FITTED``); the H200 and L40S cells are the check they were not fitted to. 70B over four L40S
-(tensor parallel over PCIe, whose all-reduce loadprobe does not model) is reported apart. Run from
-outside the repository's root so that the installed loadprobe is imported.
+(tensor parallel over PCIe) is reported apart. The all-reduce of a tensor-parallel unit
+(``roofline.LINK_EFFICIENCY``, ``ALLREDUCE_LATENCY_US``) is also compared on its own against the
+all-reduce times AIConfigurator measured (vLLM's custom all-reduce under CUDA graphs, messages of 4 KB
+to 512 MB over 2, 4 and 8 GPUs): fitted on A100 and H100 (NVLink), checked on H200 (NVLink) and L40S
+(PCIe). Run from outside the repository's root so that the installed loadprobe is imported.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import time
 from pathlib import Path
 
 from loadprobe.catalog import load_catalog
-from loadprobe.simulator.llm.roofline import model_shape, on_device
+from loadprobe.simulator.llm.roofline import ALLREDUCE_LATENCY_US, LINK_EFFICIENCY, model_shape, on_device
 
 AIC = Path.home() / ".cache" / "loadprobe" / "aiconfigurator-0.12.0" / "bin" / "aiconfigurator"
 SYSTEMS = {"a100_sxm": "nvidia-a100-sxm-80gb", "h100_sxm": "nvidia-h100-sxm", "h200_sxm": "nvidia-h200",
@@ -42,7 +45,38 @@ DECODE_ISL = (512, 2048)
 PREFILL_ISL = (512, 2048, 8192)
 OSL = 128
 FITTED = ("a100_sxm", "h100_sxm")  # the systems loadprobe's efficiencies were fitted to; the rest check them
-APART = {("llama-3.1-70b", "l40s")}  # tensor parallel over PCIe: its all-reduce is not modelled
+APART = {("llama-3.1-70b", "l40s")}  # tensor parallel over four on PCIe: the all-reduce through the host
+
+
+def all_reduce_rows(aic_path: Path, catalog) -> list[dict]:
+    """loadprobe's all-reduce time against AIConfigurator's measured one, per system, GPU count and message."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    data = glob.glob(str(aic_path.parent.parent / "lib" / "python*" / "site-packages" / "aiconfigurator_core"
+                         / "systems" / "data"))
+    rows = []
+    for system, device_id in SYSTEMS.items():
+        found = sorted(glob.glob(f"{data[0]}/{system}/comm/vllm/*/custom_allreduce_perf.parquet")) if data else []
+        if not found:
+            continue
+        link = catalog.get(device_id).interconnect_bytes_per_s
+        for r in pq.read_table(found[-1]).to_pylist():
+            if r["backend"] != "vllm_graph" or r["message_size"] < 4096:
+                continue
+            n, size = r["num_gpus"], r["message_size"]
+            mine = ALLREDUCE_LATENCY_US * 1e-3 + 2 * (n - 1) / n * size / (link * LINK_EFFICIENCY) * 1e3
+            rows.append({"system": system, "gpus": n, "message_bytes": size, "aiconfigurator_ms": r["latency"],
+                         "loadprobe_ms": round(mine, 5), "ratio": round(mine / r["latency"], 3)})
+    return rows
+
+
+def summarise(rows: list[dict]) -> dict:
+    logs = [math.log(r["ratio"]) for r in rows]
+    return {"cells": len(logs), "geomean_ratio": round(math.exp(sum(logs) / len(logs)), 3),
+            "rms_log_error": round(math.sqrt(sum(x * x for x in logs) / len(logs)), 3),
+            "min": round(math.exp(min(logs)), 3), "max": round(math.exp(max(logs)), 3)}
 
 
 def aic(aic_path: Path, model: str, system: str, mode: str, batch: int, isl: int, osl: int, tp: int) -> float | None:
@@ -99,13 +133,18 @@ def main() -> None:
               "70B over 4 x L40S (PCIe)": lambda r: (r["model"], r["system"]) in APART}
     for group, chosen in groups.items():
         for phase in ("decode", "prefill"):
-            logs = [math.log(r["ratio"]) for r in rows if r["phase"] == phase and chosen(r)]
-            if logs:
-                summary[f"{group} {phase}"] = {
-                    "cells": len(logs), "geomean_ratio": round(math.exp(sum(logs) / len(logs)), 3),
-                    "rms_log_error": round(math.sqrt(sum(x * x for x in logs) / len(logs)), 3),
-                    "min": round(math.exp(min(logs)), 3), "max": round(math.exp(max(logs)), 3)}
-    document = {"rows": rows, "summary": summary, "seconds": round(time.perf_counter() - started, 1)}
+            picked = [r for r in rows if r["phase"] == phase and chosen(r)]
+            if picked:
+                summary[f"{group} {phase}"] = summarise(picked)
+    links = all_reduce_rows(args.aic, catalog)
+    for system in SYSTEMS:
+        for gpus in (2, 4, 8):
+            picked = [r for r in links if r["system"] == system and r["gpus"] == gpus]
+            if picked:
+                fitted = "fitted" if system in FITTED else "held out"
+                summary[f"all-reduce {system} x{gpus} ({fitted})"] = summarise(picked)
+    document = {"rows": rows, "all_reduce": links, "summary": summary,
+                "seconds": round(time.perf_counter() - started, 1)}
     if args.json:
         print(json.dumps(document, indent=2))
         return

@@ -39,14 +39,15 @@ KINDS = ("cpu", "gpu", "npu")
 DYNAMIC_SHAPES = ("native", "recompile", "poor")
 # Scalar figures: each must be positive when given, and cited in "sources".
 FIGURES = ("memory_bandwidth_bytes_per_s", "memory_bytes", "tdp_w", "idle_w", "price_usd", "hourly_usd",
-           "on_chip_bytes")
+           "on_chip_bytes", "interconnect_bytes_per_s")
 # Price and power figures: in the packaged catalog each is either given (cited; prices also dated) or null with
 # the reason in "unpublished", so that an unknown price or power is said, never read as zero.
 PRICES = ("price_usd", "hourly_usd")
 PRICE_POWER = ("tdp_w", "idle_w", *PRICES)
 FIELDS = ("kind", "vendor", "name", "peak_flops", *FIGURES, "dynamic_shapes", "int8", "sources", "dates",
           "unpublished", "aliases", "notes")
-OPTIONAL = ("notes", "idle_w", "hourly_usd", "on_chip_bytes", "dates", "unpublished")  # absent = null / empty
+OPTIONAL = ("notes", "idle_w", "hourly_usd", "on_chip_bytes", "interconnect_bytes_per_s", "dates",
+            "unpublished")  # absent = null / empty
 REQUIRED = tuple(f for f in FIELDS if f not in OPTIONAL)
 
 _PACKAGED = "loadprobe/devices.json"
@@ -82,6 +83,9 @@ class Device:
     # A dataflow NPU with no external DRAM (Hailo-8) keeps a model's weights in its on-chip memory: the most
     # weights it can hold, bytes. ``memory_bandwidth_bytes_per_s`` is then None: nothing streams from DRAM.
     on_chip_bytes: float | None = None
+    # The device's link to its peers in one server, bytes/s each way (NVLink; else its PCIe slot): what a
+    # tensor-parallel group's all-reduce runs over.
+    interconnect_bytes_per_s: float | None = None
     dates: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # field -> when its figure held
     unpublished: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # field -> why it is null
 

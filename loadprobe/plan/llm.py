@@ -206,9 +206,8 @@ def plan_llm(paths, *, model, engines, ttft_ms: float | None, tpot_ms: float | N
     options.sort(key=LlmOption.key)
     name = to_name(service_name(portrait))
     notes = [why for _, why in units if why is not None]
-    notes += [f"{u.name}: tensor-parallel over {u.tp}; the all-reduce between them is not modelled (measured against "
-              "AIConfigurator, 70B over four PCIe L40S prefills ~9x slower than its roofline: docs/benchmarks.md); "
-              "record it on the hardware and verify" for u in usable if u.tp > 1]
+    notes += [f"{u.name}: {u.figures['tensor_parallel_note']}; record it on the hardware and verify"
+              for u in usable if u.figures.get("tensor_parallel_note")]
     return LlmPlan(name, model, load, units, pools, options, pricing, catalog, targets_why, rate_why, notes)
 
 

@@ -4,6 +4,7 @@ phases apart, on the committed sample engine's stream, and on bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import shlex
@@ -17,6 +18,7 @@ from loadprobe.catalog import load_catalog
 from loadprobe.cli import main
 from loadprobe.record.importer import import_log
 from loadprobe.simulator.llm.roofline import model_shape, on_device
+from loadprobe.simulator.llm.steps import StepModel
 
 from ..conftest import REPO
 
@@ -178,6 +180,29 @@ def test_a_model_too_large_for_a_device_runs_tensor_parallel_or_is_excluded_sayi
     assert one == pytest.approx(eight, rel=0.1)
     # ... while a long prompt is compute: its pass grows with its tokens.
     assert small.steps.prefill_ns(8000) > 3 * small.steps.prefill_ns(1000)
+
+
+def test_a_tensor_parallel_unit_pays_its_all_reduces_over_the_device_link():
+    catalog = load_catalog()
+    big = model_shape("llama-3.1-70b")
+    h100 = catalog.get("nvidia-h100-sxm")
+    unit = on_device(big, h100, longest=8192)
+    unlinked = on_device(big, dataclasses.replace(h100, interconnect_bytes_per_s=None), longest=8192)
+    # Two all-reduces per layer, each a fixed time and a ring's 2(n-1)/n of the tokens' bf16 activations.
+    tokens, n = 4096, unit.tp
+    expected = 2 * 80 * (6e3 + 2 * (n - 1) / n * tokens * 8192 * 2 / (450e9 * 0.31) * 1e9)
+    assert unit.steps.prefill_ns(tokens) - unlinked.steps.prefill_ns(tokens) == pytest.approx(expected, rel=1e-9)
+    assert unit.steps.decode_ns(32, 32 * 1000) - unlinked.steps.decode_ns(32, 32 * 1000) == pytest.approx(
+        2 * 80 * (6e3 + 2 * (n - 1) / n * 32 * 8192 * 2 / (450e9 * 0.31) * 1e9), rel=1e-9)
+    assert "not counted" in unlinked.figures["tensor_parallel_note"]
+    # A slower link, a slower pass; the terms travel with the step model (pipeline.yaml's step_model).
+    slow = on_device(big, dataclasses.replace(h100, interconnect_bytes_per_s=32e9), longest=8192)
+    assert slow.steps.prefill_ns(tokens) > 2 * unit.steps.prefill_ns(tokens)
+    assert StepModel.from_dict(unit.steps.to_dict()).prefill_ns(tokens) == pytest.approx(unit.steps.prefill_ns(tokens))
+    # Past two devices over PCIe the plan says the all-reduce may run through the host.
+    l40s = on_device(big, catalog.get("nvidia-l40s"), longest=8192)
+    assert l40s.tp == 4 and "PCIe past two devices" in l40s.figures["tensor_parallel_note"]
+    assert on_device(model_shape("llama-3.1-8b"), h100, longest=8192).steps.link_ns == 0  # one device: none
 
 
 def test_a_config_json_gives_the_model_s_shape(tmp_path):

@@ -14,7 +14,11 @@ it (``loadprobe verify --calibrate``).
 
 A model too large for one device runs tensor-parallel over 2, 4 or 8 of them (a "unit"): the
 smallest group whose memory holds the weights and room for the KV cache; the group's bandwidth and
-FLOPs add up (the all-reduce between them is not modelled: said in the plan).
+FLOPs add up, and each pass ends every layer's attention and MLP with an all-reduce of its tokens'
+activations over the devices' link (the catalog's ``interconnect_bytes_per_s``): a ring's
+2 (n - 1) / n of the message at ``LINK_EFFICIENCY`` of the link, plus ``ALLREDUCE_LATENCY_US`` each --
+both fitted to AIConfigurator's measured vLLM all-reduce on NVLink (A100, H100), held on H200 and on
+two L40S over PCIe; past two devices over PCIe a server may be far slower (the plan says so).
 
 Usage::
 
@@ -37,6 +41,8 @@ from .steps import StepModel
 
 BANDWIDTH_EFFICIENCY = 0.70  # of the published memory bandwidth a decode pass reaches (benchmarks/llm_roofline.py)
 COMPUTE_EFFICIENCY = 0.75  # of the published dense 16-bit FLOP/s a prefill pass reaches (the same fit)
+LINK_EFFICIENCY = 0.31  # of the link's published bandwidth a ring all-reduce's bus reaches (the same database)
+ALLREDUCE_LATENCY_US = 6.0  # each all-reduce's fixed time (the same fit; 4-6 us measured on NVLink)
 MEMORY_SHARE = 0.9  # of a unit's memory the engine may use (vLLM's --gpu-memory-utilization default)
 TENSOR_PARALLEL = (1, 2, 4, 8)
 ENGINE_STEP_MS = 2.0
@@ -70,6 +76,11 @@ class ModelShape:
     attention_width: int  # attention heads x head size
     kv_width: int  # KV heads x head size
     source: str
+    hidden: int = 0  # the residual stream's width, what a tensor-parallel all-reduce carries per token (0: attention's)
+
+    @property
+    def width(self) -> int:
+        return self.hidden or self.attention_width
 
     def weights_bytes(self, precision: str) -> float:
         return self.params * PRECISION_BYTES[precision]
@@ -79,13 +90,14 @@ class ModelShape:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "params": self.params, "active_params": self.active_params, "layers": self.layers,
-                "attention_width": self.attention_width, "kv_width": self.kv_width, "source": self.source}
+                "attention_width": self.attention_width, "kv_width": self.kv_width, "hidden": self.width,
+                "source": self.source}
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelShape":
         return cls(name=str(d["name"]), params=float(d["params"]), active_params=float(d["active_params"]),
                    layers=int(d["layers"]), attention_width=int(d["attention_width"]), kv_width=int(d["kv_width"]),
-                   source=str(d.get("source", "")))
+                   source=str(d.get("source", "")), hidden=int(d.get("hidden", 0)))
 
 
 def model_shape(name_or_path: str) -> ModelShape:
@@ -128,7 +140,7 @@ def _shape(name: str, c: dict, source: str) -> ModelShape:
         layers * (attention + experts * per_expert) + embed)
     active = params - layers * (experts - routed) * per_expert
     return ModelShape(name=name, params=params, active_params=active, layers=layers, attention_width=heads * head,
-                      kv_width=kv_heads * head, source=source)
+                      kv_width=kv_heads * head, source=source, hidden=hidden)
 
 
 @dataclass(frozen=True)
@@ -168,19 +180,42 @@ def on_device(shape: ModelShape, device, *, longest: int, step_ms: float = ENGIN
                              f"{precision}) and one {longest:,}-token request's KV cache ({kv * longest / 1e9:,.2f} GB)")
     flops = device.peak(precision) * tp * COMPUTE_EFFICIENCY
     read = bandwidth * tp * BANDWIDTH_EFFICIENCY
+    link_ns, link_per_token, link_note = _all_reduces(shape, device, tp, precision)
     steps = StepModel(iteration=step_ms * 1e6, per_prefill=0.0, per_prompt_token=2 * shape.active_params / flops * 1e9,
                       per_prompt_token_sq=2 * shape.layers * shape.attention_width / flops * 1e9,
                       per_sequence=2 * shape.active_params / flops * 1e9, per_context_token=kv / read * 1e9,
-                      weights_ns=weights / read * 1e9, roofline=True,
+                      weights_ns=weights / read * 1e9, roofline=True, link_ns=link_ns, link_per_token=link_per_token,
                       source=f"roofline of {tp} x {device.id} at {precision}, {COMPUTE_EFFICIENCY:.0%} of peak FLOP/s "
                              f"and {BANDWIDTH_EFFICIENCY:.0%} of peak bandwidth (within {ESTIMATE_ERROR:g}x either way)")
     figures = {"flops_per_s": device.peak(precision) * tp, "bytes_per_s": bandwidth * tp, "memory_bytes": memory * tp,
                "weights_bytes": weights, "kv_bytes_per_token": kv, "compute_efficiency": COMPUTE_EFFICIENCY,
                "bandwidth_efficiency": BANDWIDTH_EFFICIENCY,
                "error_factor": ESTIMATE_ERROR, "engine_step_ms": step_ms,
-               "tensor_parallel_note": "" if tp == 1 else f"tensor-parallel over {tp}: the all-reduce between them "
-                                                          "is not modelled"}
+               "interconnect_bytes_per_s": device.interconnect_bytes_per_s, "tensor_parallel_note": link_note}
     return Unit(device=device.id, tp=tp, precision=precision, kv_tokens=int(room // kv), steps=steps, figures=figures)
+
+
+NVLINK_BYTES_PER_S = 100e9
+"""Links at least this fast each way are a GPU-to-GPU fabric (NVLink and the like); slower ones a PCIe slot."""
+
+
+def _all_reduces(shape: ModelShape, device, tp: int, precision: str) -> tuple[float, float, str]:
+    """(ns per pass, ns per token, a note) of a ``tp``-device unit's all-reduces: two per layer (after attention,
+    after the MLP), each of the pass's tokens' activations."""
+    if tp == 1:
+        return 0.0, 0.0, ""
+    link = device.interconnect_bytes_per_s
+    if not link:
+        return 0.0, 0.0, (f"tensor-parallel over {tp}: the catalog gives {device.id} no link between devices "
+                          "(interconnect_bytes_per_s), so the all-reduces are not counted")
+    count = 2 * shape.layers
+    per_token = count * 2 * (tp - 1) / tp * shape.width * PRECISION_BYTES[precision] / (link * LINK_EFFICIENCY) * 1e9
+    note = (f"tensor-parallel over {tp}: {count} all-reduces per pass over {link / 1e9:,.3g} GB/s each way "
+            f"(each {ALLREDUCE_LATENCY_US:g} us + the tokens' activations at {LINK_EFFICIENCY:.0%} of the link)")
+    if tp > 2 and link < NVLINK_BYTES_PER_S:
+        note += (f"; over PCIe past two devices a server without peer-to-peer runs them through the host, up to "
+                 f"10x slower (measured on 4 and 8 L40S), so this unit may be much slower than estimated")
+    return count * ALLREDUCE_LATENCY_US * 1e3, per_token, note
 
 
 def ridge_note(unit: Unit) -> str:

@@ -82,6 +82,10 @@ class StepModel:
     # while it computes, so it takes the larger of memory and compute, plus ``iteration`` (the engine's own work).
     weights_ns: float = 0.0
     roofline: bool = False
+    # A tensor-parallel roofline unit's all-reduces, after the pass: a fixed time per pass (their latency) and
+    # a time per token it carries (the activations over the link between the devices).
+    link_ns: float = 0.0
+    link_per_token: float = 0.0
 
     def step_ns(self, prefills: float = 0, prompt_tokens: float = 0, prompt_sq: float = 0, sequences: float = 0,
                 context_tokens: float = 0) -> float:
@@ -90,21 +94,28 @@ class StepModel:
         compute = (prompt_tokens * self.per_prompt_token + prompt_sq * self.per_prompt_token_sq
                    + sequences * self.per_sequence + self._excess(sequences))
         return self.scale * (self.iteration + prefills * self.per_prefill
-                             + self._pass(compute, context_tokens * self.per_context_token))
+                             + self._pass(compute, context_tokens * self.per_context_token)
+                             + self._link(prompt_tokens + sequences))
 
     def prefill_ns(self, prompt_tokens: float) -> float:
         """One prompt's pass of its own (chunked prefill off)."""
         compute = prompt_tokens * self.per_prompt_token + prompt_tokens ** 2 * self.per_prompt_token_sq
-        return self.scale * (self.per_prefill + (self._pass(compute, 0.0) if self.roofline else compute))
+        return self.scale * (self.per_prefill + (self._pass(compute, 0.0) if self.roofline else compute)
+                             + self._link(prompt_tokens))
 
     def decode_ns(self, sequences: float, context_tokens: float) -> float:
         """One decode pass over ``sequences`` attending over ``context_tokens`` in all."""
         return self.scale * (self.iteration + self._pass(sequences * self.per_sequence + self._excess(sequences),
-                                                         context_tokens * self.per_context_token))
+                                                         context_tokens * self.per_context_token)
+                             + self._link(sequences))
 
     def _pass(self, compute: float, memory: float) -> float:
         """A pass's compute and memory time: overlapped under a roofline, else (a fitted line) their sum."""
         return max(compute, self.weights_ns + memory) if self.roofline else compute + memory
+
+    def _link(self, tokens: float) -> float:
+        """A tensor-parallel pass's all-reduces over ``tokens`` (none without tokens or a group)."""
+        return self.link_ns + tokens * self.link_per_token if tokens > 0 and self.link_ns else 0.0
 
     def _excess(self, sequences: float) -> float:
         if not self.by_batch or sequences <= 0:
@@ -124,6 +135,8 @@ class StepModel:
                 "spread_prefill": round(self.spread_prefill, 4), "spread_decode": round(self.spread_decode, 4),
                 "drift": round(self.drift, 4), "drift_s": round(self.drift_s, 4),
                 **({"weights_ns": round(self.weights_ns, 3), "roofline": True} if self.roofline else {}),
+                **({"link_ns": round(self.link_ns, 3), "link_per_token": round(self.link_per_token, 5)}
+                   if self.link_ns else {}),
                 "rows": self.rows, "relative_rms_error": round(self.error, 4), "scale": round(self.scale, 4),
                 "source": self.source}
 
@@ -135,7 +148,8 @@ class StepModel:
                    by_batch={int(b): float(v) for b, v in (d.get("by_batch") or {}).items()},
                    spread_prefill=float(d.get("spread_prefill", 0.0)), spread_decode=float(d.get("spread_decode", 0.0)),
                    drift=float(d.get("drift", 0.0)), drift_s=float(d.get("drift_s", 0.0)),
-                   weights_ns=float(d.get("weights_ns", 0.0)), roofline=bool(d.get("roofline", False)))
+                   weights_ns=float(d.get("weights_ns", 0.0)), roofline=bool(d.get("roofline", False)),
+                   link_ns=float(d.get("link_ns", 0.0)), link_per_token=float(d.get("link_per_token", 0.0)))
 
     def describe(self) -> str:
         ms = lambda ns: f"{ns / 1e6:.3g} ms"  # noqa: E731
@@ -144,6 +158,8 @@ class StepModel:
             return (f"step = {ms(self.iteration)} + the larger of memory ({ms(self.weights_ns)} for the weights + "
                     f"{us(self.per_context_token)} per context token) and compute ({us(self.per_prompt_token)} per "
                     f"prompt token or decoding sequence + {self.per_prompt_token_sq:.3g} ns per prompt token squared)"
+                    + (f" + the all-reduces ({us(self.link_ns)} + {self.link_per_token:.3g} ns per token)"
+                       if self.link_ns else "")
                     + (f", x {self.scale:.3g}" if self.scale != 1.0 else "") + f" ({self.source})")
         return (f"step = {ms(self.iteration)} + {ms(self.per_prefill)} per prompt + {us(self.per_prompt_token)} per "
                 f"prompt token + {self.per_prompt_token_sq:.3g} ns per prompt token squared + "
