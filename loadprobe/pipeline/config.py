@@ -230,6 +230,7 @@ class LlmModelConfig:
     layers: int
     attention_width: int
     kv_width: int
+    hidden: int | None = None  # the residual stream's width (a tensor-parallel all-reduce per token); None: attention's
     source: str | None = None
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..simulator.llm.engine import EngineSettings, Workload, run_engine
+from ..simulator.llm.pools import handoff_ns
 from ..simulator.llm.steps import StepModel
 
 WINDOW = 5_000  # recorded requests every pool size is judged on at most (the busiest stretch where there are more) ...
@@ -125,8 +126,8 @@ class Load:
 
 
 def handoff_ms(unit: Unit, prompt_tokens, load: Load):
-    """The KV cache of ``prompt_tokens`` over the link, ms."""
-    return np.asarray(prompt_tokens) * unit.figures.get("kv_bytes_per_token", 0.0) / load.link_bytes_per_s * 1e3
+    """The KV cache of ``prompt_tokens`` over the link, ms (``simulator.llm.pools.handoff_ns``)."""
+    return handoff_ns(prompt_tokens, unit.figures.get("kv_bytes_per_token", 0.0), load.link_bytes_per_s) / 1e6
 
 
 def window(load: Load) -> slice:

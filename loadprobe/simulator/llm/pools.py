@@ -60,6 +60,13 @@ def kv_bytes_per_token(config, name: str) -> float:
     return ModelShape.from_dict(vars(model)).kv_bytes_per_token(pool.precision or "bf16")
 
 
+def handoff_ns(prompt_tokens, kv_bytes_per_token: float, link_bytes_per_s: float) -> np.ndarray:
+    """The KV cache of each request's ``prompt_tokens`` sent from its prefill pool to its decode pool over the link
+    (ns; none without a link): the one rule for the planner's sizing and the plan's replay."""
+    tokens = np.asarray(prompt_tokens, dtype=float)
+    return tokens * kv_bytes_per_token / link_bytes_per_s * 1e9 if link_bytes_per_s > 0 else np.zeros_like(tokens)
+
+
 def replay_plan(config, workload: Workload, seed: int = 0) -> Replayed:
     """``workload`` (arrivals in order, lengths) through ``config``'s pools."""
     pools = config.llm.pools
@@ -93,9 +100,8 @@ def replay_plan(config, workload: Workload, seed: int = 0) -> Replayed:
         for mine, served in run(by_role["prefill"], prefill_only, np.arange(n)):
             first[mine], admitted[mine] = served.first_ns, served.admitted_ns
         ok = first >= 0
-        link = (config.llm.kv_link_gbps or 0.0) * 1e9 / 8
-        handoff = (workload.tokens_in * kv_bytes_per_token(config, by_role["prefill"]) / link * 1e9
-                   if link > 0 else np.zeros(n))
+        handoff = handoff_ns(workload.tokens_in, kv_bytes_per_token(config, by_role["prefill"]),
+                             (config.llm.kv_link_gbps or 0.0) * 1e9 / 8)
         arrive = np.where(ok, first + np.round(handoff).astype(np.int64), -1)
         order = np.flatnonzero(ok)[np.argsort(arrive[ok], kind="stable")]
         decode = Workload(arrive, workload.tokens_in, workload.tokens_out, first_out_ns=first)

@@ -97,7 +97,7 @@ class ModelShape:
     def from_dict(cls, d: dict) -> "ModelShape":
         return cls(name=str(d["name"]), params=float(d["params"]), active_params=float(d["active_params"]),
                    layers=int(d["layers"]), attention_width=int(d["attention_width"]), kv_width=int(d["kv_width"]),
-                   source=str(d.get("source", "")), hidden=int(d.get("hidden", 0)))
+                   source=str(d.get("source", "")), hidden=int(d.get("hidden") or 0))
 
 
 def model_shape(name_or_path: str) -> ModelShape:
@@ -213,8 +213,8 @@ def _all_reduces(shape: ModelShape, device, tp: int, precision: str) -> tuple[fl
     note = (f"tensor-parallel over {tp}: {count} all-reduces per pass over {link / 1e9:,.3g} GB/s each way "
             f"(each {ALLREDUCE_LATENCY_US:g} us + the tokens' activations at {LINK_EFFICIENCY:.0%} of the link)")
     if tp > 2 and link < NVLINK_BYTES_PER_S:
-        note += (f"; over PCIe past two devices a server without peer-to-peer runs them through the host, up to "
-                 f"10x slower (measured on 4 and 8 L40S), so this unit may be much slower than estimated")
+        note += ("; over PCIe past two devices a server without peer-to-peer runs them through the host, up to "
+                 "10x slower (measured on 4 and 8 L40S), so this unit may be much slower than estimated")
     return count * ALLREDUCE_LATENCY_US * 1e3, per_token, note
 
 
