@@ -176,6 +176,7 @@ def main(argv=None) -> int:
               "unattributed_share": portrait.requests.unattributed_share,
               "host_work": plan.recommended.host[1].how if plan.recommended.host else None,
               "interpreter": next((n for n in plan.recommended.notes if "interpreter" in n), None),
+              "native_pools": next((n for n in plan.recommended.notes if n.startswith("CPU threads:")), None),
               "bottleneck": plan.recommended.estimate.bottleneck,
               "estimated_capacity_rps": estimate, "closed_loop_rps": measured, "ratio": estimate / measured}
     print(json.dumps(result, indent=2) if args.json else

@@ -31,7 +31,7 @@ from ..schema import engine_kind
 
 __all__ = ["CPU_SATURATED_PCT", "DEFAULT_CPU_CORES", "Contention", "HostWork", "Interpreter", "PlanContext",
            "calls_per_request", "contention_scale", "cpu_contention", "cpu_cores", "cpu_load_pct", "cpu_util",
-           "delay_ms", "host_cpu_capacity", "host_load_pct", "host_work", "interpreter", "plan_stages",
+           "delay_ms", "host_cpu_capacity", "host_load_pct", "host_work", "interpreter", "native_pools", "plan_stages",
            "recorded_kind", "service_name", "unattributed_ms"]
 
 DEFAULT_CPU_CORES = 4
@@ -56,6 +56,7 @@ class PlanContext:
     host: HostWork | None = None  # the host CPU's work outside the stages, per request (``host_work``)
     interpreter: Interpreter | None = None  # a Python service's interpreter lock (``interpreter``)
     contention: Contention | None = None  # a saturated recording's waits for a core (``cpu_contention``)
+    native_pools: str | None = None  # worker processes' native thread pools oversubscribing the cores (``native_pools``)
     host_cpu: object = None  # the host CPU as recorded, for stages recorded elsewhere (``recorded_host_cpu``)
 
     @property
@@ -329,16 +330,47 @@ BUSY_PROCESS_SHARE = 0.1
 (a pre-fork server's supervisor, a health-check sidecar: recorded, but serving nothing)."""
 
 
+def _workers(portrait) -> dict[str, float]:
+    """The recorded worker processes (``interpreter:<pid>`` device -> interpreter CPU ms over the recording): those at
+    least ``BUSY_PROCESS_SHARE`` as busy as the busiest."""
+    busy = {m.device: m.mean / 100.0 * m.seconds * 1000.0 for m in portrait.devices.metrics
+            if m.device.startswith("interpreter:") and m.metric == "cpu_pct"}
+    most = max(busy.values(), default=0.0)
+    return {d: b for d, b in busy.items() if most > 0 and b >= BUSY_PROCESS_SHARE * most}
+
+
+def native_pools(portrait) -> str | None:
+    """Why the recorded CPU figures are not the host's own when several worker processes each ran a pool of native
+    threads (BLAS, OpenMP, an inference runtime) and together they asked for more threads than the host has cores
+    (each process's Python thread and its busy native threads at their 95th percentile); None otherwise. Such pools
+    spin while they wait for work, so oversubscribed they slow each other down many times over under load."""
+    workers = _workers(portrait)
+    pools = {m.device: m.p95 for m in portrait.devices.metrics
+             if m.device in workers and m.metric == "native_threads"}
+    cores = cpu_cores(portrait)[0]
+    wanted = sum(1 + round(t) for t in pools.values())
+    if len(pools) < 2 or wanted <= cores or not any(round(t) >= 1 for t in pools.values()):
+        return None
+    most = max(round(t) for t in pools.values())
+    per_process = max(1, cores // len(workers))
+    return (f"{len(workers)} worker processes each ran up to {most} busy native thread{'s' if most != 1 else ''} "
+            f"(BLAS, OpenMP or an inference runtime's pool) beside its Python: {wanted} threads for {cores} cores. "
+            "Such pools spin while they wait for work, and oversubscribed they slow each other down many times over "
+            "under load -- the CPU stages' recorded times hold that fight, so neither they nor this plan's capacity "
+            f"say what the host does without it; limit each process to {per_process} thread{'s' if per_process != 1 else ''} "
+            f"(OMP_NUM_THREADS={per_process}, OPENBLAS_NUM_THREADS={per_process}, MKL_NUM_THREADS={per_process}, or "
+            "torch.set_num_threads) and record again")
+
+
 def interpreter(portrait) -> Interpreter | None:
     """The recorded service's interpreter lock, from its processes' sampled Python-thread CPU (``interpreter:<pid>``
     samples, which every recording process writes where the lock is on); None when not sampled."""
     requests = portrait.requests.count if portrait.requests is not None else 0
-    busy = [m.mean / 100.0 * m.seconds * 1000.0 for m in portrait.devices.metrics
-            if m.device.startswith("interpreter:") and m.metric == "cpu_pct"]
-    total = sum(busy)
+    total = sum(m.mean / 100.0 * m.seconds * 1000.0 for m in portrait.devices.metrics
+                if m.device.startswith("interpreter:") and m.metric == "cpu_pct")
     if not requests or total <= 0:
         return None
-    processes = sum(1 for b in busy if b >= BUSY_PROCESS_SHARE * max(busy))
+    processes = len(_workers(portrait))
     own = _own_work(portrait)
     cpu_work = _cpu_stage_ms(portrait) / requests + (own[2] if own is not None else 0.0)
     return Interpreter(processes, total / requests, cpu_work)

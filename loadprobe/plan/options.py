@@ -53,6 +53,8 @@ def assemble(name: str, decisions: list, specs, profiles, ctx: PlanContext, note
         notes.append(f"host CPU ({host}): {ctx.host.how}")
     if ctx.contention is not None:
         notes.append(f"CPU times: {ctx.contention.how}")
+    if ctx.native_pools is not None:
+        notes.append(f"CPU threads: {ctx.native_pools}")
     if python is not None:
         notes.append(f"{ctx.interpreter.how}" + (f"; this plan keeps {python[1]:.3g} ms of it per request on the "
                                                   "host, with the CPU work it keeps there"

@@ -312,15 +312,24 @@ class InterpreterSource:
         return {"available": False, "reason": self._reason} if self._reason else {"available": True}
 
     def read(self) -> list[tuple[str, str, float]]:
-        now, process, others = time.monotonic_ns(), time.process_time_ns(), self._other_threads_ns()
-        (last_at, last_process, last_others), self._last = self._last, (now, process, others)
+        now, process = time.monotonic_ns(), time.process_time_ns()
+        last_at, last_process, last_others = self._last
+        others, native_busy, native_ns = self._other_threads_ns(now - last_at)
+        self._last = (now, process, others)
+        if now <= last_at:
+            return []
         used = (process - last_process) - (others - last_others)
-        return [(self.device, "cpu_pct", max(0.0, 100.0 * used / (now - last_at)))] if now > last_at else []
+        return [(self.device, "cpu_pct", max(0.0, 100.0 * used / (now - last_at))),
+                (self.device, "native_threads", float(native_busy)),
+                (self.device, "native_cpu_pct", 100.0 * native_ns / (now - last_at))]
 
-    def _other_threads_ns(self) -> int:
-        """CPU (ns) used so far by the threads that are not the service's Python: native and the recorder's. One
-        that ended keeps its last reading, so what it used stays subtracted."""
-        service = {t.native_id for t in threading.enumerate() if t.name not in RECORDER_THREADS}
+    def _other_threads_ns(self, elapsed_ns: int) -> tuple[int, int, int]:
+        """CPU (ns) used so far by the threads that are not the service's Python (native and the recorder's), and of
+        the native ones (BLAS, OpenMP, an ONNX Runtime pool) how many were busy over ``elapsed_ns`` and what they
+        used then. One that ended keeps its last reading, so what it used stays subtracted."""
+        threads = threading.enumerate()
+        service = {t.native_id for t in threads if t.name not in RECORDER_THREADS}
+        recorder = {t.native_id for t in threads if t.name in RECORDER_THREADS}
         alive = {}
         for tid in map(int, os.listdir(self._TASKS)):
             if tid in service:
@@ -332,8 +341,15 @@ class InterpreterSource:
         for tid, ns in self._others.items():
             if alive.get(tid, -1) < ns:  # ended (or its id reused by a new thread): its last reading stays
                 self._retired_ns += ns
+        native = [ns - self._others.get(tid, 0) for tid, ns in alive.items() if tid not in recorder]
         self._others = alive
-        return self._retired_ns + sum(alive.values())
+        busy = sum(1 for used in native if used >= NATIVE_BUSY_SHARE * elapsed_ns)
+        return self._retired_ns + sum(alive.values()), busy, max(0, sum(native))
+
+
+NATIVE_BUSY_SHARE = 0.05
+"""A native thread counts as busy in a reading when it ran for at least this share of it: a BLAS pool's helper
+working or spinning, not one that woke once."""
 
 def _safe(call):
     try:

@@ -128,3 +128,29 @@ def test_the_plan_file_carries_the_bound_and_simulate_says_when_a_schedule_passe
         assert bound["max_rps"] == pytest.approx(python.max_rps, rel=1e-3)
         assert bound["share"] == pytest.approx(rate / python.max_rps, rel=0.1)
         assert ("past it" in comparison.render()) == past
+
+
+def test_worker_processes_whose_native_pools_oversubscribe_the_cores_are_named_with_the_fix(tmp_path):
+    """Issue #32: two uvicorn workers, each with a 2-thread OpenBLAS pool, on 2 cores served a tenth of what one
+    worker did, and the recording's stage times held the pools' fight. Each process samples how many native
+    threads were busy beside its Python; when the workers' threads outnumber the cores the plan says so and
+    how many threads each process should get."""
+    from loadprobe.plan.context import native_pools
+    from loadprobe.portrait import DeviceMetric
+
+    def with_pools(portrait, threads):
+        seconds = int(portrait.traffic.duration_s)
+        workers = sorted({m.device for m in portrait.devices.metrics if m.device.startswith("interpreter:")})
+        portrait.devices.metrics = [m for m in portrait.devices.metrics if m.metric != "native_threads"] + [
+            DeviceMetric("host-a", w, "native_threads", threads * 0.6, threads, threads, seconds) for w in workers]
+        return portrait
+
+    two, _ = _portrait(tmp_path, (2, 0.5), name="two")
+    assert native_pools(with_pools(two, 0)) is None  # no native pool: nothing to say
+    found = native_pools(with_pools(two, 1))
+    assert found is not None and "2 worker processes" in found and "4 threads for 2 cores" in found
+    assert "OMP_NUM_THREADS=1" in found
+    plan = recommend(two, Constraints.parse(engines="cpu"))
+    assert f"CPU threads: {found}" in plan.recommended.notes
+    one, _ = _portrait(tmp_path, (1, 0.5), name="one")
+    assert native_pools(with_pools(one, 1)) is None  # one process and its pool: as many threads as cores

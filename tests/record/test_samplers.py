@@ -163,11 +163,11 @@ def test_interpreter_counts_the_python_threads_not_the_recorders():
         source.read()  # from here on, with the thread seen
         time.sleep(0.6)
         if read_while_running:
-            ((device, metric, value),) = source.read()
+            (device, metric, value), *_ = source.read()
         stop.set()
         worker.join()
         if not read_while_running:
-            ((device, metric, value),) = source.read()
+            (device, metric, value), *_ = source.read()
         assert (device, metric) == (source.device, "cpu_pct")
         return value
 
@@ -178,3 +178,39 @@ def test_interpreter_counts_the_python_threads_not_the_recorders():
     source.read()  # a window of its own: what the threads above did before they ended is not in it
     time.sleep(0.3)
     assert source.read()[0][2] < 10.0
+
+
+def test_interpreter_counts_the_busy_native_threads_beside_the_python():
+    """A BLAS pool's helper threads run no Python: they are left out of the interpreter's CPU and counted as
+    busy native threads, which the planner reads to warn of worker processes oversubscribing the cores."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import numpy as np
+
+    from loadprobe.record.samplers import InterpreterSource
+
+    blas = [p for p in threadpoolctl.threadpool_info() if p.get("user_api") == "blas"]
+    if not blas or blas[0]["num_threads"] < 2:
+        pytest.skip("numpy's BLAS runs one thread here: no native pool to see")
+    source = InterpreterSource()
+
+    def python_only(stop):
+        while not stop.is_set():
+            sum(range(1000))
+
+    def matmul(stop):
+        a = np.random.default_rng(0).standard_normal((384, 384))
+        while not stop.is_set():
+            a @ a
+
+    readings = {}
+    for name, work in (("python", python_only), ("blas", matmul)):
+        stop = threading.Event()
+        worker = threading.Thread(target=work, args=(stop,))
+        worker.start()
+        source.read()
+        time.sleep(0.6)
+        readings[name] = {metric: value for _, metric, value in source.read()}
+        stop.set()
+        worker.join()
+    assert readings["python"]["native_threads"] == 0 and readings["python"]["native_cpu_pct"] < 5.0
+    assert readings["blas"]["native_threads"] >= 1 and readings["blas"]["native_cpu_pct"] > 10.0
