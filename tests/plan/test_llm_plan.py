@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import re
 import shlex
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from loadprobe import pipeline
+from loadprobe._errors import LoadprobeError
 from loadprobe.catalog import load_catalog
 from loadprobe.cli import main
 from loadprobe.record.importer import import_log
@@ -187,14 +189,19 @@ def test_a_tensor_parallel_unit_pays_its_all_reduces_over_the_device_link():
     big = model_shape("llama-3.1-70b")
     h100 = catalog.get("nvidia-h100-sxm")
     unit = on_device(big, h100, longest=8192)
-    unlinked = on_device(big, dataclasses.replace(h100, interconnect_bytes_per_s=None), longest=8192)
+    unlinked = dataclasses.replace(unit, steps=dataclasses.replace(unit.steps, link_ns=0.0, link_per_token=0.0))
     # Two all-reduces per layer, each a fixed time and a ring's 2(n-1)/n of the tokens' bf16 activations.
     tokens, n = 4096, unit.tp
     expected = 2 * 80 * (6e3 + 2 * (n - 1) / n * tokens * 8192 * 2 / (450e9 * 0.31) * 1e9)
     assert unit.steps.prefill_ns(tokens) - unlinked.steps.prefill_ns(tokens) == pytest.approx(expected, rel=1e-9)
     assert unit.steps.decode_ns(32, 32 * 1000) - unlinked.steps.decode_ns(32, 32 * 1000) == pytest.approx(
         2 * 80 * (6e3 + 2 * (n - 1) / n * 32 * 8192 * 2 / (450e9 * 0.31) * 1e9), rel=1e-9)
-    assert "not counted" in unlinked.figures["tensor_parallel_note"]
+    # A device with no link figure cannot be estimated tensor-parallel (an unknown is not free), nor one whose figures
+    # would make a prompt take hours.
+    with pytest.raises(LoadprobeError, match="no link between them"):
+        on_device(big, dataclasses.replace(h100, interconnect_bytes_per_s=None), longest=8192)
+    with pytest.raises(LoadprobeError, match="check its figures"):
+        on_device(big, dataclasses.replace(h100, interconnect_bytes_per_s=1.0), longest=8192)
     # A slower link, a slower pass; the terms travel with the step model (pipeline.yaml's step_model).
     slow = on_device(big, dataclasses.replace(h100, interconnect_bytes_per_s=32e9), longest=8192)
     assert slow.steps.prefill_ns(tokens) > 2 * unit.steps.prefill_ns(tokens)
@@ -218,6 +225,51 @@ def test_a_config_json_gives_the_model_s_shape(tmp_path):
     path.write_text(json.dumps(moe))
     mixture = model_shape(str(path))
     assert mixture.params > 3 * shape.params and mixture.active_params < mixture.params / 2
+
+
+@pytest.mark.parametrize("name, config, total, active, kv", [
+    ("Qwen3-30B-A3B", dict(hidden_size=2048, num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4,
+                           head_dim=128, intermediate_size=6144, moe_intermediate_size=768, num_experts=128,
+                           num_experts_per_tok=8, vocab_size=151936), 30.5e9, 3.3e9, 48 * 2 * 4 * 128 * 2),
+    ("DeepSeek-V3", dict(hidden_size=7168, num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128,
+                         q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                         intermediate_size=18432, moe_intermediate_size=2048, n_routed_experts=256, n_shared_experts=1,
+                         num_experts_per_tok=8, first_k_dense_replace=3, vocab_size=129280), 671e9, 37e9,
+     61 * (512 + 64) * 2),  # multi-head latent attention caches one 576-wide latent per layer
+    ("Mixtral-8x7B", dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                          intermediate_size=14336, num_local_experts=8, num_experts_per_tok=2, vocab_size=32000),
+     46.7e9, 12.9e9, 32 * 2 * 8 * 128 * 2),
+])
+def test_a_mixture_of_experts_counts_its_experts_as_its_model_card_does(tmp_path, name, config, total, active, kv):
+    """Each model's published total and active parameters (its Hugging Face model card) from its config.json."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    shape = model_shape(str(path))
+    assert shape.params == pytest.approx(total, rel=0.02) and shape.active_params == pytest.approx(active, rel=0.03)
+    assert shape.kv_bytes_per_token("bf16") == kv
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"hidden_size": 4}, "'hidden_size' must be at least num_attention_heads (32)"),
+    ({"hidden_size": float("nan")}, "'hidden_size' must be a whole number above 0"),
+    ({"hidden_size": float("inf")}, "'hidden_size' must be a whole number above 0"),
+    ({"num_local_experts": "eight", "num_experts_per_tok": 2}, "'num_local_experts' must be a whole number"),
+    ({"num_local_experts": [8], "num_experts_per_tok": 2}, "'num_local_experts' must be a whole number"),
+    ({"num_local_experts": -4, "num_experts_per_tok": 2}, "'num_local_experts' must be a whole number above 0"),
+    ({"num_local_experts": 8, "num_experts_per_tok": 9}, "'num_experts_per_tok' must be at most"),
+    ({"num_parameters": 0}, "'num_parameters' must be a number above 0"),
+    ({"num_parameters": "8e9"}, "'num_parameters' must be a number above 0"),
+    ({"tie_word_embeddings": "no"}, "'tie_word_embeddings' must be true or false"),
+    ({"text_config": {"num_hidden_layers": 32}}, "field 'text_config.hidden_size'"),
+])
+def test_a_config_json_with_a_bad_field_is_refused_in_one_line_naming_it(tmp_path, change, expected):
+    config = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "intermediate_size": 14336, "vocab_size": 128256, **change}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(LoadprobeError, match=re.escape(expected)) as raised:
+        model_shape(str(path))
+    assert str(path) in str(raised.value) and "\n" not in str(raised.value)
 
 
 @pytest.mark.parametrize("args, expected", [

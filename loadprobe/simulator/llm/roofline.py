@@ -115,32 +115,85 @@ def model_shape(name_or_path: str) -> ModelShape:
         raise LoadprobeError(f"--model {path}: not readable as JSON ({e}); give the model's config.json") from None
     if not isinstance(config, dict):
         raise LoadprobeError(f"--model {path}: expected a JSON object (a model's config.json)")
-    config = config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config
-    return _shape(str(config.get("_name_or_path") or path.parent.name or path.stem), config, str(path))
+    prefix = ""
+    if isinstance(config.get("text_config"), dict):  # a multimodal model's config: its language model's part
+        config, prefix = config["text_config"], "text_config."
+    return _shape(str(config.get("_name_or_path") or path.parent.name or path.stem), config, str(path), prefix)
 
 
-def _shape(name: str, c: dict, source: str) -> ModelShape:
-    def number(key: str, default=None) -> int:
+MOST = 1e15  # larger than any real model's dimension or parameter count: a typo, not a model
+
+
+def _shape(name: str, c: dict, source: str, prefix: str = "") -> ModelShape:
+    """A decoder-only transformer's shape from its config.json fields: dense or a mixture of experts (Mixtral's
+    ``num_local_experts``, Qwen's ``num_experts`` and ``moe_intermediate_size``, DeepSeek's ``n_routed_experts``,
+    shared experts and first dense layers), grouped-query or multi-head latent attention (DeepSeek's MLA)."""
+    def bad(key: str, value, expected: str) -> LoadprobeError:
+        return LoadprobeError(f"--model {source}: field {prefix + key!r} must be {expected}, got {value!r}; fix the "
+                              "config.json (a decoder-only transformer's, as Hugging Face publishes it)")
+
+    def number(key: str, default=None, *, zero: bool = False) -> int:
         value = c.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise LoadprobeError(f"--model {source}: field {key!r} must be a positive number, got {value!r}; "
-                                 "a decoder-only transformer's config.json has it")
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                or value < (0 if zero else 1) or value > MOST or value != int(value)):
+            raise bad(key, value, f"a whole number {'of 0 or more' if zero else 'above 0'}")
         return int(value)
+
+    def given(key: str) -> bool:
+        return c.get(key) is not None
 
     hidden, layers, heads = number("hidden_size"), number("num_hidden_layers"), number("num_attention_heads")
     kv_heads = number("num_key_value_heads", heads)
-    head = number("head_dim", hidden // heads) if c.get("head_dim") is not None else hidden // heads
-    mlp, vocab = number("intermediate_size"), number("vocab_size")
-    experts = int(c.get("num_local_experts") or c.get("num_experts") or 1)
-    routed = int(c.get("num_experts_per_tok") or experts) if experts > 1 else 1
-    attention = hidden * heads * head * 2 + hidden * kv_heads * head * 2  # Q and O, K and V
-    per_expert = 3 * hidden * mlp  # a gated MLP: gate, up, down
-    embed = vocab * hidden * (1 if c.get("tie_word_embeddings", False) else 2)
-    params = float(c["num_parameters"]) if isinstance(c.get("num_parameters"), (int, float)) else float(
-        layers * (attention + experts * per_expert) + embed)
-    active = params - layers * (experts - routed) * per_expert
-    return ModelShape(name=name, params=params, active_params=active, layers=layers, attention_width=heads * head,
-                      kv_width=kv_heads * head, source=source, hidden=hidden)
+    if given("head_dim"):
+        head = number("head_dim")
+    elif hidden < heads:
+        raise bad("hidden_size", hidden, f"at least num_attention_heads ({heads}) unless head_dim is given")
+    else:
+        head = hidden // heads
+    vocab = number("vocab_size")
+    tied = c.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise bad("tie_word_embeddings", tied, "true or false")
+    if given("kv_lora_rank"):  # multi-head latent attention: a compressed key-value latent per token is cached
+        rank, rope = number("kv_lora_rank"), number("qk_rope_head_dim")
+        nope, value_dim = number("qk_nope_head_dim"), number("v_head_dim")
+        q_rank = number("q_lora_rank") if given("q_lora_rank") else 0
+        query = (hidden * q_rank + q_rank * heads * (nope + rope)) if q_rank else hidden * heads * (nope + rope)
+        attention = query + hidden * (rank + rope) + rank * heads * (nope + value_dim) + heads * value_dim * hidden
+        attention_width, kv_width = heads * (nope + rope), (rank + rope + 1) // 2  # one latent, not a key and a value
+    else:
+        attention = hidden * heads * head * 2 + hidden * kv_heads * head * 2  # Q and O, K and V
+        attention_width, kv_width = heads * head, kv_heads * head
+    dense_mlp = 3 * hidden * number("intermediate_size")  # a gated MLP: gate, up, down
+    expert_keys = [k for k in ("num_local_experts", "num_experts", "n_routed_experts") if given(k)]
+    experts = number(expert_keys[0]) if expert_keys else 1
+    moe_layers = 0
+    if experts > 1:
+        routed = number("num_experts_per_tok")
+        if routed > experts:
+            raise bad("num_experts_per_tok", routed, f"at most {expert_keys[0]} ({experts})")
+        expert = 3 * hidden * (number("moe_intermediate_size") if given("moe_intermediate_size")
+                               else number("intermediate_size"))
+        shared = (3 * hidden * number("shared_expert_intermediate_size") if given("shared_expert_intermediate_size")
+                  else number("n_shared_experts", 0, zero=True) * expert)
+        step = number("decoder_sparse_step", 1)
+        dense_only = set(c.get("mlp_only_layers") or []) if isinstance(c.get("mlp_only_layers"), list) else set()
+        moe_layers = sum(1 for i in range(number("first_k_dense_replace", 0, zero=True), layers)
+                         if (i + 1) % step == 0 and i not in dense_only)
+        moe_all = experts * expert + shared + hidden * experts  # every expert, the shared ones, the router
+        moe_active = routed * expert + shared + hidden * experts
+    embed = vocab * hidden * (1 if tied else 2)
+    dense_layers = layers - moe_layers
+    params = float(layers * attention + dense_layers * dense_mlp + embed
+                   + (moe_layers * moe_all if moe_layers else 0))
+    active = params - (moe_layers * (moe_all - moe_active) if moe_layers else 0)
+    if given("num_parameters"):  # the model's own count, where its card gives one: the shape's count scaled to it
+        stated = c["num_parameters"]
+        if isinstance(stated, bool) or not isinstance(stated, (int, float)) or not 0 < stated <= MOST:
+            raise bad("num_parameters", stated, "a number above 0")
+        active, params = active * float(stated) / params, float(stated)
+    return ModelShape(name=name, params=params, active_params=active, layers=layers, attention_width=attention_width,
+                      kv_width=kv_width, source=source, hidden=hidden)
 
 
 @dataclass(frozen=True)
@@ -187,6 +240,10 @@ def on_device(shape: ModelShape, device, *, longest: int, step_ms: float = ENGIN
                       weights_ns=weights / read * 1e9, roofline=True, link_ns=link_ns, link_per_token=link_per_token,
                       source=f"roofline of {tp} x {device.id} at {precision}, {COMPUTE_EFFICIENCY:.0%} of peak FLOP/s "
                              f"and {BANDWIDTH_EFFICIENCY:.0%} of peak bandwidth (within {ESTIMATE_ERROR:g}x either way)")
+    slowest = steps.prefill_ns(longest)
+    if not math.isfinite(slowest) or slowest > MOST_STEP_NS:
+        raise LoadprobeError(f"{device.id}: by the catalog's figures one {longest:,}-token prompt would take "
+                             f"{slowest / 1e9:,.3g} s on {tp} of them; check its figures (--catalog)")
     figures = {"flops_per_s": device.peak(precision) * tp, "bytes_per_s": bandwidth * tp, "memory_bytes": memory * tp,
                "weights_bytes": weights, "kv_bytes_per_token": kv, "compute_efficiency": COMPUTE_EFFICIENCY,
                "bandwidth_efficiency": BANDWIDTH_EFFICIENCY,
@@ -195,6 +252,8 @@ def on_device(shape: ModelShape, device, *, longest: int, step_ms: float = ENGIN
     return Unit(device=device.id, tp=tp, precision=precision, kv_tokens=int(room // kv), steps=steps, figures=figures)
 
 
+MOST_STEP_NS = 3.6e12
+"""An hour for one prompt's pass: figures that give more are a typo, not a device (and beyond what a replay counts)."""
 NVLINK_BYTES_PER_S = 100e9
 """Links at least this fast each way are a GPU-to-GPU fabric (NVLink and the like); slower ones a PCIe slot."""
 
@@ -205,16 +264,18 @@ def _all_reduces(shape: ModelShape, device, tp: int, precision: str) -> tuple[fl
     if tp == 1:
         return 0.0, 0.0, ""
     link = device.interconnect_bytes_per_s
-    if not link:
-        return 0.0, 0.0, (f"tensor-parallel over {tp}: the catalog gives {device.id} no link between devices "
-                          "(interconnect_bytes_per_s), so the all-reduces are not counted")
+    if not link:  # an unknown figure must not read as free: the unit cannot be estimated
+        raise LoadprobeError(f"{device.id}: {shape.name} needs {tp} of them (tensor parallel), and the catalog gives "
+                             "no link between them (interconnect_bytes_per_s) for its all-reduces; add the figure with "
+                             "--catalog to plan on it")
     count = 2 * shape.layers
     per_token = count * 2 * (tp - 1) / tp * shape.width * PRECISION_BYTES[precision] / (link * LINK_EFFICIENCY) * 1e9
     note = (f"tensor-parallel over {tp}: {count} all-reduces per pass over {link / 1e9:,.3g} GB/s each way "
             f"(each {ALLREDUCE_LATENCY_US:g} us + the tokens' activations at {LINK_EFFICIENCY:.0%} of the link)")
     if tp > 2 and link < NVLINK_BYTES_PER_S:
-        note += ("; over PCIe past two devices a server without peer-to-peer runs them through the host, up to "
-                 "10x slower (measured on 4 and 8 L40S), so this unit may be much slower than estimated")
+        note += ("; over PCIe past two devices a server without peer-to-peer between its slots runs them through "
+                 "the host, 4-8x slower (AIConfigurator's measured 4 and 8 L40S), so this unit may be much slower than "
+                 "estimated")
     return count * ALLREDUCE_LATENCY_US * 1e3, per_token, note
 
 
