@@ -41,7 +41,7 @@ from ..estimate.queueing import IDLE_POWER_SHARE
 from ..estimate.tco import HOURS_PER_YEAR, price_line_up
 from ..simulator.llm.engine import EngineSettings
 from ..simulator.llm.roofline import on_device
-from .llm_pools import ROLES, Load, Pool, Unit, handoff_ms, size_pool
+from .llm_pools import ROLES, Load, Pool, Unit, handoff_ms, parallel_note, size_pool
 
 DEFAULT_TOKEN_BUDGET = 8192  # tokens per iteration: vLLM's --max-num-batched-tokens for its API server
 MIN_TOKEN_BUDGET = 64
@@ -112,7 +112,7 @@ class LlmOption:
                              "goodput_per_dollar": self.goodput_per_dollar,
                              "joules_per_output_token": self.joules_per_output_token},
                 "handoff": _handoff(self) if self.disaggregated else None,
-                "notes": [p.why for p in self.pools]}
+                "notes": [p.why for p in self.pools] + [n for n in map(parallel_note, self.pools) if n]}
 
 
 @dataclass
@@ -161,6 +161,9 @@ def plan_llm(paths, *, model, engines, ttft_ms: float | None, tpot_ms: float | N
     rate_why = (f"{rate:g} req/s (given: --min-rps)" if rate is not None
                 else f"the recorded mean, {recorded_rate:.3g} req/s ({int(known.sum()):,} requests in {span_s:.3g} s)")
     rate = rate if rate is not None else recorded_rate
+    if int((~known).sum()):  # nothing of a request the plan cannot size is dropped unsaid
+        rate_why += (f"; {int((~known).sum()):,} of the {len(known):,} recorded requests are left out of the load: no "
+                     "output tokens recorded for them")
     for option, value in (("--min-rps", rate), ("--slo-ttft-ms", ttft_ms), ("--slo-tpot-ms", tpot_ms),
                           ("--kv-link-gbps", link_gbps)):
         if value is not None and not (math.isfinite(value) and value > 0):
@@ -177,12 +180,18 @@ def plan_llm(paths, *, model, engines, ttft_ms: float | None, tpot_ms: float | N
         named = ", ".join(f"{s.kind}:{s.device}" if s.device else s.kind for s in engines if s.kind != "cpu" or s.device)
         raise LoadprobeError(f"--engines {named}: planning a device the model never ran on needs the model's shape: give "
                              "--model CONFIG.JSON (its Hugging Face config.json) or a preset name")
+    EngineSettings(kv_tokens=kv_tokens).check_holds(load.prompts, load.outputs)
+    specs = [spec for spec in engines if not (model is not None and spec.kind == "cpu" and not spec.device)]
+    if not specs:
+        raise LoadprobeError("--engines: with --model, name the devices to plan (gpu:ID, npu:ID or cpu:ID, from "
+                             "`loadprobe catalog`); the recorded engine itself is planned without --model")
     units = [_unit(spec, model, load, portrait, views, max_running, token_budget, kv_tokens, catalog, seed)
-             for spec in engines if not (model is not None and spec.kind == "cpu" and not spec.device)]
+             for spec in specs]
     usable = [u for u, why in units if why is None]
     if not usable:
         raise LoadprobeError("no engine of the line-up can serve the model: " + "; ".join(why for _, why in units))
-    pricing = pricing.decided(LineUp(engines=tuple(engines)), catalog)
+    # Bought or rented is decided on the devices that can serve: one excluded for its memory has no say.
+    pricing = pricing.decided(LineUp(engines=tuple(s for s, (_, why) in zip(specs, units) if why is None)), catalog)
     pools = {(u.name, role): (_colocated(u, load) if role == "colocated" else size_pool(role, u, load))
              for u in usable for role in ROLES}
 
@@ -244,7 +253,9 @@ def _colocated(unit: Unit, load: Load) -> Pool:
     per_token = unit.steps.per_prompt_token * unit.steps.scale
     if per_token <= 0:
         return pool
-    budget = max(MIN_TOKEN_BUDGET, 2 ** int(math.log2(max(load.tpot_ms * 1e6 / 2 / per_token, 1.0))))
+    # Never below a token per running sequence: vLLM refuses --max-num-batched-tokens under --max-num-seqs.
+    budget = max(MIN_TOKEN_BUDGET, unit.settings.max_running,
+                 2 ** int(math.log2(max(load.tpot_ms * 1e6 / 2 / per_token, 1.0))))
     if budget >= (unit.settings.token_budget or math.inf):
         return pool
     settings = replace(unit.settings, token_budget=budget,

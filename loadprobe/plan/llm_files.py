@@ -22,7 +22,7 @@ from ..pipeline.config import (EngineConfig, LlmConfig, LlmModelConfig, LlmPoolC
                                StageConfig)
 from ..pipeline.json_schema import maximum
 from ..simulator.llm.pools import STAGE
-from .llm_pools import HEADROOM, Unit
+from .llm_pools import HEADROOM, Unit, parallel_note
 
 QUEUE_PER_SLOT = 4  # the runtime's queue bound per running sequence: a burst waits, a flood is refused
 
@@ -50,7 +50,7 @@ def llm_pipeline(plan, option) -> PipelineConfig:
                                     token_budget=s.token_budget, kv_tokens=s.kv_tokens,
                                     chunked_prefill=s.chunked_prefill, step_model=p.unit.steps.to_dict(),
                                     front_end_ms=round(p.unit.ttft_offset_ms, 4) if p.unit.ttft_offset_ms else None,
-                                    why=s.why)
+                                    why="; ".join(w for w in (s.why, parallel_note(p)) if w))
     model = None if plan.model is None else LlmModelConfig(**plan.model.to_dict())
     llm = LlmConfig(model=model, pools=pools,
                     kv_link_gbps=plan.load.link_bytes_per_s * 8 / 1e9 if option.disaggregated else None)

@@ -125,6 +125,12 @@ class Load:
         return float(self.outputs.mean())
 
 
+def parallel_note(pool: Pool) -> str | None:
+    """What a pool's tensor-parallel unit assumes of its all-reduces, for its option's notes and pipeline.yaml."""
+    note = pool.unit.figures.get("tensor_parallel_note")
+    return f"{pool.unit.name}: {note}" if note else None
+
+
 def handoff_ms(unit: Unit, prompt_tokens, load: Load):
     """The KV cache of ``prompt_tokens`` over the link, ms (``simulator.llm.pools.handoff_ns``)."""
     return handoff_ns(prompt_tokens, unit.figures.get("kv_bytes_per_token", 0.0), load.link_bytes_per_s) / 1e6

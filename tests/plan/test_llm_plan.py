@@ -279,6 +279,8 @@ def test_a_config_json_with_a_bad_field_is_refused_in_one_line_naming_it(tmp_pat
     (["--min-rps", "0"], "--min-rps 0: expected a number above 0"),
     (["--slo-tpot-ms", "nan"], "--slo-tpot-ms nan: expected a number above 0"),
     (["--model", "llama-3.1-70b", "--engines", "gpu:nvidia-t4"], "less than llama-3.1-70b's weights"),
+    (["--kv-tokens", "10"], "--kv-tokens 10: the longest request needs 367 tokens of KV cache"),
+    (["--model", "llama-3.1-8b", "--engines", "cpu"], "--engines: with --model, name the devices to plan"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected):
     done = CliRunner().invoke(main, ["recommend", "--llm", str(STREAM / "data"), *args,
@@ -286,6 +288,23 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected):
     assert done.exit_code == 2 and expected in done.output and "Traceback" not in done.output
     assert len(done.output.strip().splitlines()) == 1
     assert not (tmp_path / "p").exists()
+
+
+def test_a_tensor_parallel_plan_carries_its_all_reduce_and_an_excluded_device_has_no_say_in_the_pricing(tmp_path):
+    """70B on a device with no link figure (Inferentia2: eight of them, tensor parallel) is excluded saying so; the
+    L40S that remains is priced on its own terms (rented, its hourly rate), and its unit's all-reduce note reaches the
+    option's notes in plans.json and the pool's reason in pipeline.yaml."""
+    out = tmp_path / "plan"
+    done = CliRunner().invoke(main, ["recommend", "--llm", str(STREAM / "data"), "--model", "llama-3.1-70b",
+                                     "--engines", "npu:aws-inferentia2,gpu:nvidia-l40s", "--slo-ttft-ms", "3000",
+                                     "--slo-tpot-ms", "150", "-o", str(out / "pipeline.yaml")])
+    assert done.exit_code == 0, done.output
+    assert "aws-inferentia2: llama-3.1-70b needs 8 of them (tensor parallel)" in done.output
+    assert "costs: rented" in done.output
+    plans = json.loads((out / "plans.json").read_text())
+    assert any("tensor-parallel over 4: 160 all-reduces" in n and "PCIe" in n for n in plans["recommended"]["notes"])
+    config = pipeline.load(out / "pipeline.yaml")
+    assert all("all-reduces" in pool.why for pool in config.llm.pools.values())
 
 
 def test_the_docs_worked_example_runs_as_written(tmp_path):

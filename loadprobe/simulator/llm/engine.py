@@ -58,6 +58,16 @@ class EngineSettings:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def check_holds(self, tokens_in, tokens_out, field: str = "--kv-tokens") -> None:
+        """Raise, naming ``field``, where the KV cache cannot hold the longest of these requests (prompt and output):
+        it would refuse it every time -- vLLM itself will not start with less than one longest request's cache."""
+        if self.kv_tokens is None or not len(tokens_in):
+            return
+        longest = int((np.asarray(tokens_in) + np.asarray(tokens_out)).max())
+        if self.kv_tokens < longest:
+            raise LoadprobeError(f"{field} {self.kv_tokens:,}: the longest request needs {longest:,} tokens of KV cache "
+                                 f"(its prompt and output); give {longest:,} or more")
+
 
 @dataclass
 class Workload:

@@ -81,6 +81,7 @@ def replay_plan(config, workload: Workload, seed: int = 0) -> Replayed:
     def run(name: str, part: Workload, who: np.ndarray):
         nonlocal preemptions, refused
         steps, settings = pool_engine(config, name)
+        settings.check_holds(part.tokens_in, part.tokens_out, f"llm.pools.{name}.kv_tokens")
         replicas = pools[name].replicas
         for k in range(replicas):
             mine = who[k::replicas]

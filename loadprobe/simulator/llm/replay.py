@@ -152,6 +152,8 @@ def fit_recording(portrait, views: dict, settings: EngineSettings | None = None,
     if recorded is None:
         recorded = views["service"]
     settings = settings or EngineSettings(why="vLLM's defaults: give the engine's own settings")
+    known = recorded.tokens_out >= 1
+    settings.check_holds(recorded.tokens_in[known], recorded.tokens_out[known])
     apart = prefills_apart(recorded)
     if settings.chunked_prefill is None:
         settings.chunked_prefill = apart is not True  # vLLM V1's default where the recording cannot tell
