@@ -100,14 +100,18 @@ class Device:
         """The maximum power figure (``tdp_w``): what a power budget must provision for."""
         return self.tdp_w
 
-    def figure_note(self, name: str) -> str:
-        """Where a price or power figure comes from, or why there is none: one line for plan notes."""
+    def figure_note(self, name: str, shown: str | None = None) -> str:
+        """Where a figure comes from, or why there is none: one line for plan notes.
+
+        ``shown`` is the figure as it should read (in units, say) instead of the bare number.
+        """
         value = getattr(self, name)
         if value is None:
             return f"{self.id} {name}: no figure ({self.unpublished.get(name, 'not in the catalog')})"
         source = self.sources.get(name, "no source")
         when = f", {self.dates[name]}" if name in self.dates else ""
-        return f"{self.id} {name} = {value:g} ({source}{when})"
+        shown = f"{value:g}" if shown is None else shown
+        return f"{self.id} {name} = {shown} ({source}{when})"
 
     def __hash__(self) -> int:  # the mappings are unhashable; equal devices share an id
         return hash(self.id)
@@ -223,7 +227,11 @@ def _read(path: str | Path) -> tuple[str, Any]:
     except OSError as exc:
         raise LoadprobeError(f"{label}: cannot read the device file ({exc.strerror or exc}); give the path of a "
                              f"JSON file shaped like loadprobe/devices.json") from None
-    return label, _parse(label, text, yaml=Path(path).suffix.lower() in (".yaml", ".yml"))
+    return label, _parse(label, text, yaml=_is_yaml(label))
+
+
+def _is_yaml(label: str) -> bool:
+    return Path(label).suffix.lower() in (".yaml", ".yml")
 
 
 def _parse(label: str, text: str, *, yaml: bool) -> Any:
@@ -290,7 +298,7 @@ def _check_field(label: str, device_id: str, key: str, value: Any) -> None:
     if key == "notes" and not isinstance(value, str):
         raise fail("expected a string")
     if key in FIGURES and value is not None and not _positive(value):
-        raise fail(_not_a_figure(value))
+        raise fail(_not_a_figure(label, value))
     if key == "peak_flops":
         if not isinstance(value, dict):
             raise fail("expected an object of precision: FLOP/s")
@@ -298,7 +306,7 @@ def _check_field(label: str, device_id: str, key: str, value: Any) -> None:
             if precision not in PRECISIONS:
                 raise fail(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
             if flops is not None and not _positive(flops):
-                raise fail(f"{precision} = {_not_a_figure(flops)}")
+                raise fail(f"{precision} = {_not_a_figure(label, flops)}")
     if key == "sources":
         if not isinstance(value, dict):
             raise fail("expected an object of field: URL or document and section")
@@ -391,9 +399,10 @@ def _device(label: str, device_id: str, entry: Mapping[str, Any], origin: tuple[
     )
 
 
-def _not_a_figure(value: Any) -> str:
-    # PyYAML reads 80e9 (no dot, no exponent sign) as text: the likeliest way to get a string here
-    hint = "; in YAML write 80.0e+9, not 80e9" if isinstance(value, str) else ""
+def _not_a_figure(label: str, value: Any) -> str:
+    # PyYAML reads 80e9 (no dot, no exponent sign) as text: the likeliest way to get a string from a YAML file
+    # (in JSON a string is a quoted number, and the YAML advice would mislead)
+    hint = "; in YAML write 80.0e+9, not 80e9" if isinstance(value, str) and _is_yaml(label) else ""
     return f"{value!r} is not a positive number (or null when unknown){hint}"
 
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Mapping
 
 import click
 
-FIGURES = ("price_usd", "hourly_usd", "tdp_w", "idle_w")
+# How each of catalog.FIGURES reads in text: scale and unit. A figure missing here still shows, as a bare number.
+UNITS = {"memory_bandwidth_bytes_per_s": (1e9, "GB/s"), "memory_bytes": (2**30, "GiB"), "tdp_w": (1, "W"),
+         "idle_w": (1, "W"), "price_usd": (1, "USD"), "hourly_usd": (1, "USD/h"), "on_chip_bytes": (1e6, "MB"),
+         "interconnect_bytes_per_s": (1e9, "GB/s")}
 
 
 @click.command()
@@ -24,7 +29,7 @@ def catalog(device_ids, catalogs, as_json):
         loadprobe catalog --catalog site-devices.json
     """
     from .._table import text_table
-    from ..catalog import load_catalog
+    from ..catalog import FIGURES, load_catalog
 
     found = load_catalog(*catalogs)
     devices = [found.get(d) for d in device_ids] if device_ids else list(found)
@@ -32,9 +37,8 @@ def catalog(device_ids, catalogs, as_json):
         click.echo(json.dumps([_plain(d) for d in devices], indent=2))
         return
     if not device_ids:
-        rows = [[d.id, d.kind, d.name, _peak(d), _num(d.memory_bandwidth_bytes_per_s, 1e9, "GB/s"),
-                 _num(d.memory_bytes, 2**30, "GiB"), _num(d.tdp_w, 1, "W"), _num(d.price_usd, 1, "USD", ",.0f"),
-                 _num(d.hourly_usd, 1, "USD/h", ".2f")] for d in devices]
+        rows = [[d.id, d.kind, d.name, _peak(d), _num(d, "memory_bandwidth_bytes_per_s"), _num(d, "memory_bytes"),
+                 _num(d, "tdp_w"), _num(d, "price_usd", ",.0f"), _num(d, "hourly_usd", ".2f")] for d in devices]
         click.echo("\n".join(line.rstrip() for line in text_table(
             ["id", "kind", "name", "peak (best precision)", "memory bandwidth", "memory", "max power", "price", "rent"],
             rows)))
@@ -46,10 +50,8 @@ def catalog(device_ids, catalogs, as_json):
                    f"int8: {'yes' if d.int8 else 'no'}")
         for precision, flops in sorted(d.peak_flops.items()):
             click.echo(f"  peak {precision}: {flops / 1e12:,.4g} TFLOP/s")
-        click.echo(f"  memory bandwidth: {_num(d.memory_bandwidth_bytes_per_s, 1e9, 'GB/s')}; memory: "
-                   f"{_num(d.memory_bytes, 2**30, 'GiB')}")
-        for name in FIGURES:
-            click.echo(f"  {d.figure_note(name).removeprefix(d.id + ' ')}")
+        for name in FIGURES:  # every figure, so a new one cannot be left out; ",.6g" rounds no more than :g
+            click.echo(f"  {d.figure_note(name, _num(d, name, ',.6g')).removeprefix(d.id + ' ')}")
         if d.notes:
             click.echo(f"  notes: {d.notes}")
 
@@ -61,12 +63,16 @@ def _peak(d) -> str:
     return f"{flops / 1e12:,.4g} TFLOP/s {precision}"
 
 
-def _num(value, scale: float, unit: str, spec: str = ",.4g") -> str:
-    return "-" if value is None else f"{value / scale:{spec}} {unit}"
+def _num(d, name: str, spec: str = ",.4g") -> str:
+    """Figure ``name`` of device ``d`` in its unit, or "-" where it has none."""
+    value = getattr(d, name)
+    scale, unit = UNITS.get(name, (1, ""))
+    return "-" if value is None else f"{value / scale:{spec}} {unit}".rstrip()
 
 
 def _plain(d) -> dict:
-    keys = ("id", "kind", "vendor", "name", "memory_bandwidth_bytes_per_s", "memory_bytes", "dynamic_shapes", "int8",
-            *FIGURES, "notes")
-    return {k: getattr(d, k) for k in keys} | {"peak_flops": dict(d.peak_flops), "sources": dict(d.sources),
-                                               "dates": dict(d.dates), "unpublished": dict(d.unpublished)}
+    """Every field of the device, as stored (SI units): a field added to Device shows without a change here."""
+    def plain(value):
+        return dict(value) if isinstance(value, Mapping) else list(value) if isinstance(value, tuple) else value
+
+    return {f.name: plain(getattr(d, f.name)) for f in dataclasses.fields(d)}

@@ -182,12 +182,45 @@ def test_catalog_lists_every_device_and_shows_each_figure_with_its_source_or_why
     ids = [line.split()[0] for line in listed.output.splitlines()[2:] if line and not line.startswith(" ")]
     assert set(load_catalog().ids()) <= set(ids)
     one = CliRunner().invoke(main, ["catalog", "nvidia-l4"])
-    assert one.exit_code == 0 and "tdp_w = 72 (" in one.output and "price_usd: no figure (" in one.output
+    assert one.exit_code == 0 and "tdp_w = 72 W (" in one.output and "price_usd: no figure (" in one.output
     as_json = json.loads(CliRunner().invoke(main, ["catalog", "--json"]).output)
     assert {d["id"] for d in as_json} == set(load_catalog().ids())
     unknown = CliRunner().invoke(main, ["catalog", "nvidia-l5"])
     assert unknown.exit_code == 2 and "did you mean nvidia-l4" in unknown.output
     assert "loadprobe catalog lists them" in unknown.output and "load_catalog()" not in unknown.output
+
+
+def test_catalog_shows_every_figure_of_a_device_in_text_and_json(tmp_path):
+    """The interconnect and on-chip figures too, with units and source, or "no figure"; an override shows."""
+    from loadprobe.catalog import FIGURES, load_catalog
+    from loadprobe.cli.catalog import UNITS
+
+    assert set(UNITS) == set(FIGURES)  # a new figure gets a unit, not a bare number
+    h100 = load_catalog().get("nvidia-h100-sxm")
+    text = CliRunner().invoke(main, ["catalog", "nvidia-h100-sxm", "google-tpu-v5e"]).output
+    h100_text, tpu_text = text.split("\ngoogle-tpu-v5e: ")
+    assert all(f"\n  {name}" in part for name in FIGURES for part in (h100_text, tpu_text))
+    assert f"\n  interconnect_bytes_per_s = 450 GB/s ({h100.sources['interconnect_bytes_per_s']})\n" in h100_text
+    assert "\n  on_chip_bytes: no figure (not in the catalog)\n" in h100_text
+    assert "\n  interconnect_bytes_per_s: no figure (not in the catalog)\n" in tpu_text
+    h100_json, tpu_json = json.loads(CliRunner().invoke(main, ["catalog", "nvidia-h100-sxm", "google-tpu-v5e",
+                                                               "--json"]).output)
+    assert set(FIGURES) <= set(h100_json) and set(FIGURES) <= set(tpu_json)
+    assert (h100_json["interconnect_bytes_per_s"], h100_json["on_chip_bytes"]) == (450e9, None)
+    assert h100_json["sources"]["interconnect_bytes_per_s"] == h100.sources["interconnect_bytes_per_s"]
+    assert tpu_json["interconnect_bytes_per_s"] is None and "interconnect_bytes_per_s" not in tpu_json["sources"]
+
+    site = tmp_path / "site.json"
+    site.write_text(json.dumps({"version": "1.0", "devices": {"google-tpu-v5e": {
+        "interconnect_bytes_per_s": 200e9, "on_chip_bytes": 48e6,
+        "sources": {"interconnect_bytes_per_s": "our ICI measurement", "on_chip_bytes": "our datasheet"}}}}))
+    text = CliRunner().invoke(main, ["catalog", "google-tpu-v5e", "--catalog", str(site)]).output
+    assert "\n  interconnect_bytes_per_s = 200 GB/s (our ICI measurement)\n" in text
+    assert "\n  on_chip_bytes = 48 MB (our datasheet)\n" in text
+    [tpu_json] = json.loads(CliRunner().invoke(main, ["catalog", "google-tpu-v5e", "--catalog", str(site),
+                                                      "--json"]).output)
+    assert (tpu_json["interconnect_bytes_per_s"], tpu_json["on_chip_bytes"]) == (200e9, 48e6)
+    assert tpu_json["origin"] == ["loadprobe/devices.json", str(site)]
 
 
 def test_errors_point_the_right_way_for_files_of_another_kind(tmp_path):

@@ -144,6 +144,19 @@ def test_yaml_override(tmp_path):
     path.write_text("devices:\n  nvidia-t4:\n    memory_bytes: 16e9\n    sources: {memory_bytes: x}\n")
     with pytest.raises(LoadprobeError, match=r"'16e9' is not a positive number .*write 80.0e\+9"):
         load_catalog(path)
+    path = tmp_path / "site.YML"  # the suffix, in any case, says YAML
+    path.write_text("devices:\n  nvidia-t4:\n    peak_flops: {fp16: 65e12}\n    sources: {peak_flops: x}\n")
+    with pytest.raises(LoadprobeError, match=r"fp16 = '65e12' is not a positive number .*write 80.0e\+9"):
+        load_catalog(path)
+
+
+def test_a_quoted_figure_in_json_gets_no_yaml_advice(tmp_path):
+    path = write(tmp_path, {"nvidia-t4": {"memory_bytes": "16e9", "sources": {"memory_bytes": "x"}}})
+    with pytest.raises(LoadprobeError, match=r"'16e9' is not a positive number \(or null when unknown\)$"):
+        load_catalog(path)
+    path = write(tmp_path, {"nvidia-t4": {"peak_flops": {"fp16": "65e12"}, "sources": {"peak_flops": "x"}}})
+    with pytest.raises(LoadprobeError, match=r"fp16 = '65e12' is not a positive number \(or null when unknown\)$"):
+        load_catalog(path)
 
 
 @pytest.mark.parametrize("devices, expected", [
