@@ -19,7 +19,13 @@ __all__ = ["refuse_existing"]
 
 
 def refuse_existing(paths: Iterable[str | os.PathLike], force: bool, option: str = "-o") -> None:
-    """Raise a LoadprobeError for the first of ``paths`` that exists (a dangling link too), unless ``force``."""
+    """Raise a LoadprobeError for the first of ``paths`` that exists (a dangling link too), unless ``force``; and,
+    forced or not, for one that would go under a file (no folder can be made there)."""
+    paths = list(paths)
+    for path in paths:
+        blocked = next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
+        if blocked is not None:
+            raise LoadprobeError(f"{path}: {blocked} is a file, not a folder; choose another {option}")
     if force:
         return
     for path in paths:

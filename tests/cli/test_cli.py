@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import click
 import pytest
@@ -172,6 +173,16 @@ def test_every_writing_command_refuses_its_earlier_output_before_working_and_rep
             f"loadprobe: error: {outputs[0]} exists; pass --force to replace it or choose another -o"], name
         assert {p: p.read_bytes() for p in outputs} == before, name
         assert CliRunner().invoke(main, [*args, "--force"]).exit_code == 0, name
+    # An output under a file cannot be made, forced or not: one line naming the file.
+    (tmp_path / "a-file").write_text("kept")
+    for name, (args, _) in commands.items():
+        under = [*args[:-1], str(tmp_path / "a-file" / "out" / Path(args[-1]).name)]
+        for extra in ([], ["--force"]):
+            done = CliRunner().invoke(main, [*under, *extra])
+            (line,) = done.output.strip().splitlines()
+            assert done.exit_code == 2 and line.startswith(f"loadprobe: error: {under[-1]}") and line.endswith(
+                f": {tmp_path / 'a-file'} is a file, not a folder; choose another -o"), (name, done.output)
+    assert (tmp_path / "a-file").read_text() == "kept"
 
 
 def test_catalog_lists_every_device_and_shows_each_figure_with_its_source_or_why_not():
