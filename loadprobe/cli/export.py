@@ -58,8 +58,12 @@ def export(pipeline_file, target, out_dir, executors, num_cpus, no_import_check,
         first, more = exc.problems[0], len(exc.problems) - 1
         rest = f" ({more:,} more problem{'s' * (more != 1)}: loadprobe validate {pipeline_file})" if more else ""
         raise LoadprobeError(f"{first}; not a valid plan, nothing exported{rest}") from None
-    what = {"triton": "Triton model repository", "ray-serve": "Ray Serve application", "vllm": "vLLM engines"}[target]
-    click.echo(f"export: {what} of {len(done.files):,} files in {done.out_dir}")
+    files = f"{len(done.files):,} files"
+    if target == "vllm":  # a script per pool and a README: not one thing the files make up
+        click.echo(f"export: {files} for vLLM in {done.out_dir}")
+    else:
+        what = {"triton": "Triton model repository", "ray-serve": "Ray Serve application"}[target]
+        click.echo(f"export: {what} of {files} in {done.out_dir}")
     for path in done.files:
         click.echo(f"  {path.relative_to(done.out_dir)}")
     if done.dropped:
