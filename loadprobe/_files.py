@@ -13,6 +13,7 @@ Usage::
     write_file("report/portrait.json", text)                    # replaced whole
     write_file(run_dir / "run.json", data, durable=True)        # ... and kept through a power cut
     write_file("plan/pipeline.yaml", text, overwrite=False)     # FileExistsError if it exists
+    write_file("vllm/serve-engine.sh", text, mode=0o755)        # executable from the moment it has its name
 
     with pending_file(run_dir / "spans-00001.parquet", durable=True, overwrite=False) as tmp:
         writer = pq.ParquetWriter(tmp, schema); ...; writer.close()
@@ -92,13 +93,18 @@ def pending_file(target: str | os.PathLike, *, durable: bool = False, overwrite:
 
 
 def write_file(target: str | os.PathLike, data: bytes | str, *, durable: bool = False,
-               overwrite: bool = True) -> Path:
-    """Write ``data`` (text is encoded as UTF-8) to ``target`` through a temporary file; returns ``target``."""
+               overwrite: bool = True, mode: int | None = None) -> Path:
+    """Write ``data`` (text is encoded as UTF-8) to ``target`` through a temporary file; returns ``target``.
+
+    ``mode`` (0o755 for a script) is set on the temporary file, so the target never appears without it.
+    """
     if isinstance(data, str):
         data = data.encode("utf-8")
     with pending_file(target, durable=durable, overwrite=overwrite) as path:
         with open(path, "xb") as handle:
             handle.write(data)
+        if mode is not None:
+            os.chmod(path, mode)
     return Path(target)
 
 

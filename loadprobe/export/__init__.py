@@ -31,6 +31,7 @@ from .losses import Loss
 __all__ = ["TARGETS", "Exported", "export"]
 
 TARGETS = ("triton", "ray-serve", "vllm")
+SCRIPT = ".sh"  # written executable: vLLM's serve-POOL.sh is started as ./serve-POOL.sh N
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,8 @@ def export(plan: PipelineConfig | str | os.PathLike, to: str, out_dir: str | os.
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            written.append(write_file(target, text, overwrite=force))
+            written.append(write_file(target, text, overwrite=force,
+                                      mode=0o755 if relative.endswith(SCRIPT) else None))
         except FileExistsError:
             raise LoadprobeError(f"{target} appeared while exporting; not replaced (pass --force to replace it)") \
                 from None

@@ -169,7 +169,8 @@ def vllm_losses(config: PipelineConfig) -> list[Loss]:
         if pool.replicas > 1:
             out.append(Loss("replicas", name, f"{pool.replicas} replicas", f"one script, started once per replica "
                             f"(./serve-{name}.sh 0 .. {pool.replicas - 1}); a load balancer in front spreads the "
-                            "requests (the plan was sized for requests spread at random or better)", False))
+                            "requests (the plan was sized for requests sent to the replicas in turn, round robin)",
+                            False))
         if engine.device:
             out.append(Loss("device type", name, f"{engine.count} x {engine.device}", "not a vLLM flag: run the "
                             "scripts on machines with those devices", True))
@@ -177,6 +178,12 @@ def vllm_losses(config: PipelineConfig) -> list[Loss]:
             out.append(Loss("KV capacity", name, f"{pool.kv_tokens or 'unbounded'} tokens", "vLLM's CPU backend "
                             "sizes its cache in GiB (VLLM_CPU_KVCACHE_SPACE): set it to the tokens x your model's KV "
                             "bytes per token", True))
+        elif engine.kind != "gpu" and pool.kv_tokens is not None:
+            out.append(Loss("KV capacity", name, f"{pool.kv_tokens} tokens", "not a flag: --num-gpu-blocks-override "
+                            "and --gpu-memory-utilization are written for GPU pools only; on a "
+                            f"{engine.device or engine.kind} vLLM's backend (its TPU backend, or the vendor's plugin) "
+                            "sizes the cache from the memory it finds: check the KV tokens it reports at start against "
+                            "these", True))
     if any(p.role == "prefill" for p in llm.pools.values()):
         out.append(Loss("prefill/decode routing", "prefill, decode", "each request prefilled on the prefill pool, "
                         f"its KV cache handed over ({llm.kv_link_gbps or 0:g} Gbit/s link), decoded on the decode "

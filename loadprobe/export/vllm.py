@@ -112,7 +112,8 @@ def _readme(config: PipelineConfig, losses: list[Loss]) -> str:
         f"Written by `loadprobe export --to vllm` from pipeline.yaml (`loadprobe recommend --llm`). Model: {model}; "
         "set `MODEL` to your checkpoint's path or Hugging Face id before starting a script.", "",
         *rows, "",
-        "Each script starts one replica: `./serve-POOL.sh N` runs replica N on its own devices "
-        "(`CUDA_VISIBLE_DEVICES`) and port. The flags are the plan's; regenerate with `loadprobe export` rather "
-        "than edit them.", "",
+        "Each script starts one replica: `./serve-POOL.sh N` runs replica N on its own port"
+        + (" and, for a GPU pool, its own GPUs (`CUDA_VISIBLE_DEVICES`)"
+           if any(config.engines[n].kind == "gpu" for n in llm.pools) else "")
+        + ". The flags are the plan's; regenerate with `loadprobe export` rather than edit them.", "",
         markdown(losses)])

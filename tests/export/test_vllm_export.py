@@ -132,8 +132,6 @@ def test_a_replica_starts_on_its_own_devices_and_port(tmp_path, plans):
     assert re.search(r"devices=4,5 args=serve /models/mine --port 8002 ", started)
 
 
-@pytest.mark.xfail(strict=True, reason="export writes every file through _files.write_file at 0644 "
-                   "(loadprobe/export/__init__.py), which takes no mode; the scripts need 0755")
 def test_the_scripts_are_executable(tmp_path, plans):
     done = export(plans["disaggregated"], "vllm", tmp_path / "out")
     for path in done.files:
@@ -161,8 +159,6 @@ def test_the_documented_example_starts_a_script_the_documented_plan_writes(tmp_p
     assert started.startswith(f"devices= args=serve /models/llama-3.1-8b --port {8000 + int(replica)} ")
 
 
-@pytest.mark.xfail(strict=True, reason="vllm_losses (loadprobe/export/losses.py) lists the KV capacity of CPU pools "
-                   "only")
 def test_a_tpu_pool_s_kv_capacity_is_listed_as_not_carried_over(tmp_path, tpu_plan):
     done = export(tpu_plan, "vllm", tmp_path / "out")
     ((name, pool),) = tpu_plan.llm.pools.items()
@@ -174,8 +170,6 @@ def test_a_tpu_pool_s_kv_capacity_is_listed_as_not_carried_over(tmp_path, tpu_pl
     assert [loss.where for loss in done.dropped if loss.feature == "KV capacity"] == [name]  # and on the terminal
 
 
-@pytest.mark.xfail(strict=True, reason="the replicas note (loadprobe/export/losses.py) says the plan was sized for "
-                   "requests spread at random")
 def test_the_readme_says_the_replicas_were_sized_for_requests_sent_in_turn(tmp_path, plans):
     export(plans["colocated"], "vllm", tmp_path / "out")
     (replicas,) = [line for line in _section((tmp_path / "out" / "README.md").read_text(), "Approximated")
