@@ -94,10 +94,11 @@ class LlmOption:
         return None if self.power_w is None else self.power_w / (self.load.rate * self.load.mean_output)
 
     def key(self) -> tuple:
-        """Cheapest first among the feasible and priced; then fewer devices; colocated before disaggregated."""
+        """Cheapest first among the feasible and priced; then fewer devices; colocated before disaggregated. Where
+        none is feasible, the one serving the most requests within the targets first."""
         total = self.cost.get("total") if self.cost.get("comparable") else None
-        return (not self.feasible, total is None, total or 0.0, sum(p.devices for p in self.pools),
-                self.disaggregated)
+        return (not self.feasible, 0.0 if self.feasible else -self.good_share, total is None, total or 0.0,
+                sum(p.devices for p in self.pools), self.disaggregated)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "feasible": self.feasible, "meets_slo": self.feasible,

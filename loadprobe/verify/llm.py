@@ -60,9 +60,12 @@ class LlmVerification(Judged):
         lines = [head, ""] + text_table(["ms", "predicted", "observed", "error", "within"], rows)
         if self.passed:
             verdict = f"passed: TTFT, TPOT and E2E p50 and p95 within {self.tolerance:.0%}"
-        elif self.config.calibration is None:
+        elif self.config.calibration is None or not self.config.calibration.source.startswith(
+                f"loadprobe verify on {self.source}:"):  # none, or measured on another recording
             verdict = (f"FAILED: error {self.worst:.1%} > the tolerance of {self.tolerance:.0%}; loadprobe verify "
-                       "--calibrate corrects the pools' step times and the work before the first token")
+                       "--calibrate corrects the pools' step times and the work before the first token"
+                       + ("" if self.config.calibration is None else
+                          f" on this recording (the file's calibration is from {self.config.calibration.source})"))
         else:
             verdict = (f"FAILED: error {self.worst:.1%} > the tolerance of {self.tolerance:.0%} with the file's "
                        f"calibration ({self.config.calibration.source}): what remains is not the step times' scale "

@@ -62,3 +62,13 @@ def test_a_plan_whose_steps_are_twice_too_slow_is_flagged_then_calibrated_back(p
     assert (plan.parent / "pipeline.yaml.bak").read_text().count("calibration:") == 0
     after = json.loads((plan.parent / "verify.json").read_text())["after"]
     assert after["passed"] and after["calibrated"]
+
+
+def test_a_calibration_from_another_recording_is_not_taken_as_this_one_s(plan):
+    """A plan carrying a calibration measured elsewhere (here a hand-written 2x) that fails against this recording
+    is pointed at --calibrate on it, which then corrects it -- not told that the calibration has done its part."""
+    plan.write_text(plan.read_text() + "calibration: {source: elsewhere, stages: {generate: {service_time_scale: 2.0}}}\n")
+    done = _verify(plan)
+    assert done.exit_code == 1 and "--calibrate" in done.output and "(the file's calibration is from elsewhere)" \
+        in done.output and "what the replay does not model" not in done.output
+    assert _verify(plan, "--calibrate").exit_code == 0

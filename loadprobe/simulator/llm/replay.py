@@ -61,7 +61,9 @@ class LlmSimulation:
         w, s = self.workload, self.settings
         lines = [f"{w['requests']:,} requests, {w['mode']}; lengths: {w['lengths']}"]
         if self.plan is not None:
-            lines += [f"pool {name}: {p['replicas']} x {p['device'] or 'the recorded engine'} ({p['role']}), at most "
+            lines += [f"pool {name}: {p['replicas']} x {p['device'] or 'the recorded engine'}"
+                      + (f" tensor-parallel over {p['tensor_parallel']} ({p['replicas'] * p['tensor_parallel']} devices)"
+                         if p.get("tensor_parallel", 1) > 1 else "") + f" ({p['role']}), at most "
                       f"{p['max_running']} running each; step time: {p['step_time']}"
                       for name, p in self.plan["pools"].items()] + [""]
         else:
@@ -200,7 +202,8 @@ def _simulate_plan(plan, views: dict, offsets, tokens, mode, seed: int, ttft_ms,
     pools = {}
     for name, pool in plan.llm.pools.items():
         steps, settings = pool_engine(plan, name)
-        pools[name] = {"role": pool.role, "replicas": pool.replicas, "device": plan.engines[name].device,
+        pools[name] = {"role": pool.role, "replicas": pool.replicas, "tensor_parallel": pool.tensor_parallel,
+                       "device": plan.engines[name].device,
                        "max_running": pool.max_running, "token_budget": pool.token_budget,
                        "kv_tokens": pool.kv_tokens, "step_time": steps.describe()}
     running = section.engine.running if section.engine is not None else None
