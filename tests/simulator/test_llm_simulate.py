@@ -63,11 +63,25 @@ def test_a_faster_rate_waits_longer_for_its_first_token(tmp_path):
     assert p95(12) > p95(3)
 
 
+def test_settings_that_cannot_reproduce_the_recording_say_so_and_take_no_time_off_the_first_token(tmp_path):
+    """One token per iteration starves every prompt: the replay of the recording's own arrivals is far slower than
+    the recording. No negative work before the first token is taken to hide it, and the check says why."""
+    done = _simulate("--llm", str(STREAM / "data"), "--token-budget", "1", "--chunked-prefill", "-o",
+                     str(tmp_path / "sim"), "--json")
+    assert done.exit_code == 0, done.output
+    document = json.loads(done.output)
+    assert document["check"]["ttft_offset_ms"] >= 0
+    assert "these settings do not reproduce the engine as recorded" in document["check"]["summary"]
+    llm = document["llm"]
+    assert llm["ttft_ms"]["count"] == llm["e2e_ms"]["count"] and llm["ttft_ms"]["p50"] <= llm["e2e_ms"]["p50"]
+
+
 @pytest.mark.parametrize("args, says", [
     ([], "give a PLAN"),
     (["--max-running", "8", str(REPO / "samples" / "vision" / "pipeline.yaml")], "--max-running"),
     (["--llm", str(REPO / "samples" / "data" / "vision")], "no LLM request"),
     (["--llm", str(STREAM / "data"), "--max-running", "0"], "--max-running 0"),
+    (["--llm", str(STREAM / "data"), "--kv-tokens", "10"], "--kv-tokens 10: the longest request needs"),
     (["--llm", str(STREAM / "data"), str(REPO / "samples" / "vision" / "pipeline.yaml")], "not an LLM plan"),
 ])
 def test_what_cannot_be_simulated_is_one_line_and_exit_2(tmp_path, args, says):

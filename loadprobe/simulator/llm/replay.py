@@ -264,7 +264,9 @@ def _calibrate(model: StepModel, settings: EngineSettings, r: LlmRequests, keep:
     served = run_engine(own, model, settings, seed)
     ran = served.first_ns >= 0
     # The median: a request that queued longer in the engine than in its replay says nothing of the work outside.
-    offset_ns = float(np.median(rec_first[ran] - served.first_ns[ran] + own.arrival_ns[ran]))
+    # Never below none: a replay slower than the recording has no work to take back (its settings are not the
+    # recorded engine's; the comparison below says so).
+    offset_ns = max(0.0, float(np.median(rec_first[ran] - served.first_ns[ran] + own.arrival_ns[ran])))
     outside = shown.ttft_split_ms.outside_ms if (shown is not None and shown.source == "client" and
                                                  shown.ttft_split_ms is not None and
                                                  shown.ttft_split_ms.outside_ms is not None) else 0.0
@@ -285,7 +287,11 @@ def _calibrate(model: StepModel, settings: EngineSettings, r: LlmRequests, keep:
             "client_outside_ms": outside, "tail_ms": tail_ns / 1e6, "compared": compared,
             "summary": f"{int(ran.sum()):,} recorded arrivals replayed: {summary}; step times x {model.scale:.3g}, "
                        f"{offset_ns / 1e6 + outside:.3g} ms added to each TTFT (work before the first token that "
-                       f"no step holds" + (", the client's view" if outside else "") + ")"}
+                       f"no step holds" + (", the client's view" if outside else "") + ")"
+                       + (f"; these settings do not reproduce the engine as recorded: its replay's median TTFT is "
+                          f"{compared['ttft_p50_ms']['error'] + 1:.3g}x the recorded one"
+                          if (compared.get("ttft_p50_ms") or {}).get("error") is not None
+                          and compared["ttft_p50_ms"]["error"] > 1.0 else "")}
 
 
 def _workload(offsets: np.ndarray, tokens, r: LlmRequests, keep: np.ndarray, seed: int) -> tuple[Workload, str]:
