@@ -204,8 +204,8 @@ def plan_llm(paths, *, model, engines, ttft_ms: float | None, tpot_ms: float | N
                              price_per_kwh=pricing.price_per_kwh, power_w=power,
                              power_unknown=[p.unit.device_id for p in chosen if p.unit.device_id and power is None])
         if any(p.unit.device is None for p in chosen):  # each replica of the recorded engine is a host like it
-            cost = dict(cost, comparable=False, unknown=[*cost["unknown"], "the recorded host's price (plan on a "
-                                                         "catalog CPU with --engines cpu:DEVICE and --model)"])
+            cost = dict(cost, comparable=False, unknown=[*cost["unknown"], "the recorded host's price: plan on a "
+                                                         "catalog CPU with --engines cpu:DEVICE and --model"])
         return LlmOption(name, chosen, cost, power, load)
 
     options = [option(f"colocated on {u.name}", [pools[(u.name, "colocated")]]) for u in usable]

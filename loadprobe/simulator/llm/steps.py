@@ -182,8 +182,13 @@ def fit_steps(requests, *, chunked: bool, source: str = "recorded requests") -> 
     if first_tokens:
         prefill_rows, prefill_targets = _prefill_rows(requests, chunked, whole=True)
     if len(targets) < MIN_ROWS:
+        timed = int(requests.with_first.sum())
         raise LoadprobeError(f"only {len(targets)} request(s) with a first token and two or more output tokens: "
-                             f"the step model needs {MIN_ROWS} or more; record longer, or with longer outputs")
+                             f"the step model needs {MIN_ROWS} or more; "
+                             + ("record longer, or with longer outputs" if timed else
+                                "none of its requests times its first token (an imported trace of arrivals and "
+                                "lengths): record the engine itself, or plan a model on catalog devices "
+                                "(recommend --llm DATA --model ...)"))
     x = np.vstack([rows, prefill_rows])
     y = np.concatenate([targets, prefill_targets])
     what = f"{source}: {len(targets):,} decodes" + (
