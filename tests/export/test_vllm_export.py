@@ -32,13 +32,17 @@ STREAM = REPO / "samples" / "data" / "llm-stream" / "data"
 DOCS = REPO / "docs"
 
 
+def _plan(model: str, engines: str):
+    """The recording planned for ``model`` on ``engines`` at 30 req/s, TTFT 2 s and TPOT 100 ms."""
+    catalog = load_catalog()
+    return plan_llm([str(STREAM)], model=model_shape(model), engines=parse_engines(engines, catalog), ttft_ms=2000,
+                    tpot_ms=100, rate=30, pricing=Pricing(), catalog=catalog)
+
+
 @pytest.fixture(scope="module")
 def plans():
     """The colocated and the disaggregated plan of a 70B model on H100s (tensor-parallel) at 30 req/s."""
-    catalog = load_catalog()
-    plan = plan_llm([str(STREAM)], model=model_shape("llama-3.1-70b"), engines=parse_engines("gpu:nvidia-h100-sxm",
-                                                                                               catalog),
-                    ttft_ms=2000, tpot_ms=100, rate=30, pricing=Pricing(), catalog=catalog)
+    plan = _plan("llama-3.1-70b", "gpu:nvidia-h100-sxm")
     colocated = next(o for o in plan.options if not o.disaggregated)
     apart = next(o for o in plan.options if o.disaggregated)
     return {"colocated": llm_pipeline(plan, colocated), "disaggregated": llm_pipeline(plan, apart)}
@@ -47,10 +51,7 @@ def plans():
 @pytest.fixture(scope="module")
 def tpu_plan():
     """The colocated plan of an 8B model on TPU v6e (an NPU pool), as docs/recommend.md's worked example recommends."""
-    catalog = load_catalog()
-    plan = plan_llm([str(STREAM)], model=model_shape("llama-3.1-8b"), engines=parse_engines("npu:google-tpu-v6e",
-                                                                                              catalog),
-                    ttft_ms=2000, tpot_ms=100, rate=30, pricing=Pricing(), catalog=catalog)
+    plan = _plan("llama-3.1-8b", "npu:google-tpu-v6e")
     return llm_pipeline(plan, next(o for o in plan.options if not o.disaggregated))
 
 
