@@ -157,12 +157,10 @@ def stream(load: Load, rate: float, replicas: int) -> tuple[np.ndarray, np.ndarr
     prompts, outputs = load.prompts[part], load.outputs[part]
     span = float(arrivals[-1]) + 1.0 / rate
     copies = max(1, -(-MIN_REQUESTS * replicas // len(arrivals)))
-    if copies > 1:
-        arrivals = np.concatenate([arrivals + k * span for k in range(copies)])
-        prompts, outputs = np.tile(prompts, copies), np.tile(outputs, copies)
-    mine = np.arange(0, len(arrivals), replicas)
-    t = arrivals[mine]
-    return t - t[0], np.maximum(prompts[mine], 1), np.maximum(outputs[mine], 1)
+    # This replica's turns among the window played ``copies`` times, without making the copies the others get.
+    copy, at = np.divmod(np.arange(0, copies * len(arrivals), replicas), len(arrivals))
+    t = arrivals[at] + copy * span
+    return t - t[0], np.maximum(prompts[at], 1), np.maximum(outputs[at], 1)
 
 
 def replay(role: str, unit: Unit, load: Load, rate: float, replicas: int) -> Outcome:
@@ -240,6 +238,10 @@ def size_pool(role: str, unit: Unit, load: Load) -> Pool:
         lo = n
         hi = min(MAX_REPLICAS, n * 2)
         while not ok(hi):
+            if hi == MAX_REPLICAS:
+                return Pool(role, unit, hi, replay(role, unit, load, load.rate, hi), tried[hi], False,
+                            f"misses the targets even with {MAX_REPLICAS:,} replicas ({_outcome_text(tried[hi])}); "
+                            "plan a lower rate, or a larger device")
             lo, hi = hi, min(MAX_REPLICAS, hi * 2)
     while hi - lo > 1:
         mid = (lo + hi) // 2

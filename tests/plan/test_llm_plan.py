@@ -327,3 +327,38 @@ def test_the_docs_worked_example_runs_as_written(tmp_path):
     assert list((tmp_path / "llm-vllm").glob("serve-*.sh")) and (tmp_path / "llm-sim" / "simulation.json").exists()
     llm = json.loads((tmp_path / "llm-sim" / "simulation.json").read_text())["llm"]
     assert llm["ttft_ms"]["p95"] <= 2000 and llm["tpot_ms"]["p95"] <= 100  # the plan holds on the trace's arrivals
+
+
+def test_a_rate_past_the_largest_pool_ends_saying_so(tmp_path):
+    """100,000 req/s of the recorded engine needs more replicas than any pool is sized to: each pool stops at the
+    largest size, misses, says so, and the option serving the most requests within the targets comes first (this
+    used to search forever)."""
+    out = tmp_path / "plan"
+    done = CliRunner().invoke(main, ["recommend", "--llm", str(STREAM / "data"), "--min-rps", "100000",
+                                     "-o", str(out / "pipeline.yaml")])
+    assert done.exit_code == 0, done.output
+    plans = json.loads((out / "plans.json").read_text())
+    options = [plans["recommended"], *plans["alternatives"]]
+    assert not any(o["feasible"] for o in options)
+    assert any("misses the targets even with 4,096 replicas" in n for n in plans["recommended"]["notes"])
+    assert plans["recommended"]["estimate"]["good_share"] == max(o["estimate"]["good_share"] for o in options)
+
+
+def test_a_replica_s_stream_is_its_turns_of_the_recording_played_again_after_itself():
+    """``stream`` picks one replica's turns without making the others': the same as playing the window as many
+    times as needed and taking every n-th request."""
+    from loadprobe.plan.llm_pools import MIN_REQUESTS, Load, stream
+
+    rng = np.random.default_rng(3)
+    arrivals = np.cumsum(rng.exponential(0.25, 150))
+    load = Load(rate=4.0, arrivals_s=arrivals - arrivals[0], prompts=rng.integers(1, 500, 150),
+                outputs=rng.integers(1, 200, 150), ttft_ms=1000.0, tpot_ms=50.0, link_bytes_per_s=1e10, seed=0)
+    for replicas in (1, 3, 64):
+        t, prompts, outputs = stream(load, 8.0, replicas)
+        scaled = load.arrivals_s * load.recorded_rate / 8.0
+        span = scaled[-1] + 1 / 8.0
+        copies = max(1, -(-MIN_REQUESTS * replicas // 150))
+        every = np.concatenate([scaled + k * span for k in range(copies)])[::replicas]
+        assert np.allclose(t, every - every[0]) and len(t) >= MIN_REQUESTS
+        assert np.array_equal(prompts, np.tile(load.prompts, copies)[::replicas])
+        assert np.array_equal(outputs, np.tile(load.outputs, copies)[::replicas])
