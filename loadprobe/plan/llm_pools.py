@@ -37,6 +37,7 @@ from ..simulator.llm.steps import StepModel
 WINDOW = 5_000  # recorded requests every pool size is judged on at most (the busiest stretch where there are more) ...
 WINDOW_TOKENS = 1_000_000  # ... or fewer where their outputs are long: a replay's time is in its output tokens
 MIN_REQUESTS = 200  # per replayed replica at least: the window played again after itself where a replica has fewer
+FEWEST_REQUESTS = 20  # ... or as few as this where outputs are so long that 200 would pass WINDOW_TOKENS
 ALONE_GAP_S = 3600.0  # between requests replayed one at a time
 HEADROOM = 1.5  # a plan meets its targets at this many times the rate
 MAX_REPLICAS = 4096
@@ -151,12 +152,15 @@ def window(load: Load) -> slice:
 def stream(load: Load, rate: float, replicas: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What one of ``replicas`` replicas receives when the recording's arrivals (its ``window``) come ``rate /
     recorded rate`` times as fast and go to the replicas in turn: arrivals (s), prompts, outputs. Bursts stay bursts.
-    Where a replica would get fewer than ``MIN_REQUESTS``, the window is played again after itself."""
+    Where a replica would get fewer than ``MIN_REQUESTS`` (fewer where outputs are very long), the window is played
+    again after itself."""
     part = window(load)
     arrivals = (load.arrivals_s[part] - load.arrivals_s[part][0]) * load.recorded_rate / rate
     prompts, outputs = load.prompts[part], load.outputs[part]
     span = float(arrivals[-1]) + 1.0 / rate
-    copies = max(1, -(-MIN_REQUESTS * replicas // len(arrivals)))
+    # Fewer where outputs are very long (a replay's time and memory are in its output tokens), never below a few.
+    wanted = int(np.clip(WINDOW_TOKENS / max(load.mean_output, 1.0), FEWEST_REQUESTS, MIN_REQUESTS))
+    copies = max(1, -(-wanted * replicas // len(arrivals)))
     # This replica's turns among the window played ``copies`` times, without making the copies the others get.
     copy, at = np.divmod(np.arange(0, copies * len(arrivals), replicas), len(arrivals))
     t = arrivals[at] + copy * span
