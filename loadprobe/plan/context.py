@@ -56,7 +56,7 @@ class PlanContext:
     host: HostWork | None = None  # the host CPU's work outside the stages, per request (``host_work``)
     interpreter: Interpreter | None = None  # a Python service's interpreter lock (``interpreter``)
     contention: Contention | None = None  # a saturated recording's waits for a core (``cpu_contention``)
-    native_pools: str | None = None  # worker processes' native thread pools oversubscribing the cores (``native_pools``)
+    native_pools: str | None = None  # worker processes' native pools oversubscribing the cores (``native_pools``)
     host_cpu: object = None  # the host CPU as recorded, for stages recorded elsewhere (``recorded_host_cpu``)
 
     @property
@@ -330,11 +330,16 @@ BUSY_PROCESS_SHARE = 0.1
 (a pre-fork server's supervisor, a health-check sidecar: recorded, but serving nothing)."""
 
 
-def _workers(portrait) -> dict[str, float]:
-    """The recorded worker processes (``interpreter:<pid>`` device -> interpreter CPU ms over the recording): those at
-    least ``BUSY_PROCESS_SHARE`` as busy as the busiest."""
-    busy = {m.device: m.mean / 100.0 * m.seconds * 1000.0 for m in portrait.devices.metrics
+def _interpreter_ms(portrait) -> dict[str, float]:
+    """Each recorded process's interpreter CPU over the recording (``interpreter:<pid>`` device -> ms)."""
+    return {m.device: m.mean / 100.0 * m.seconds * 1000.0 for m in portrait.devices.metrics
             if m.device.startswith("interpreter:") and m.metric == "cpu_pct"}
+
+
+def _workers(portrait) -> dict[str, float]:
+    """The recorded worker processes (as ``_interpreter_ms``): those at least ``BUSY_PROCESS_SHARE`` as busy as the
+    busiest."""
+    busy = _interpreter_ms(portrait)
     most = max(busy.values(), default=0.0)
     return {d: b for d, b in busy.items() if most > 0 and b >= BUSY_PROCESS_SHARE * most}
 
@@ -353,21 +358,21 @@ def native_pools(portrait) -> str | None:
         return None
     most = max(round(t) for t in pools.values())
     per_process = max(1, cores // len(workers))
+    threads = f"{per_process} thread{'s' if per_process != 1 else ''}"
     return (f"{len(workers)} worker processes each ran up to {most} busy native thread{'s' if most != 1 else ''} "
             f"(BLAS, OpenMP or an inference runtime's pool) beside its Python: {wanted} threads for {cores} cores. "
             "Such pools spin while they wait for work, and oversubscribed they slow each other down many times over "
             "under load -- the CPU stages' recorded times hold that fight, so neither they nor this plan's capacity "
-            f"say what the host does without it; limit each process to {per_process} thread{'s' if per_process != 1 else ''} "
-            f"(OMP_NUM_THREADS={per_process}, OPENBLAS_NUM_THREADS={per_process}, MKL_NUM_THREADS={per_process}, or "
-            "torch.set_num_threads) and record again")
+            f"say what the host does without it; limit each process to {threads} (OMP_NUM_THREADS={per_process}, "
+            f"OPENBLAS_NUM_THREADS={per_process}, MKL_NUM_THREADS={per_process}, or torch.set_num_threads) and record "
+            "again")
 
 
 def interpreter(portrait) -> Interpreter | None:
     """The recorded service's interpreter lock, from its processes' sampled Python-thread CPU (``interpreter:<pid>``
     samples, which every recording process writes where the lock is on); None when not sampled."""
     requests = portrait.requests.count if portrait.requests is not None else 0
-    total = sum(m.mean / 100.0 * m.seconds * 1000.0 for m in portrait.devices.metrics
-                if m.device.startswith("interpreter:") and m.metric == "cpu_pct")
+    total = sum(_interpreter_ms(portrait).values())
     if not requests or total <= 0:
         return None
     processes = len(_workers(portrait))

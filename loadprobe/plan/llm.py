@@ -113,7 +113,7 @@ class LlmOption:
                              "goodput_per_dollar": self.goodput_per_dollar,
                              "joules_per_output_token": self.joules_per_output_token},
                 "handoff": _handoff(self) if self.disaggregated else None,
-                "notes": [p.why for p in self.pools] + [n for n in map(parallel_note, self.pools) if n]}
+                "notes": [p.why for p in self.pools] + [n for n in (parallel_note(p.unit) for p in self.pools) if n]}
 
 
 @dataclass
@@ -216,8 +216,7 @@ def plan_llm(paths, *, model, engines, ttft_ms: float | None, tpot_ms: float | N
     options.sort(key=LlmOption.key)
     name = to_name(service_name(portrait))
     notes = [why for _, why in units if why is not None]
-    notes += [f"{u.name}: {u.figures['tensor_parallel_note']}; record it on the hardware and verify"
-              for u in usable if u.figures.get("tensor_parallel_note")]
+    notes += [f"{note}; record it on the hardware and verify" for note in map(parallel_note, usable) if note]
     return LlmPlan(name, model, load, units, pools, options, pricing, catalog, targets_why, rate_why, notes)
 
 

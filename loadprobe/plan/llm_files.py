@@ -50,7 +50,7 @@ def llm_pipeline(plan, option) -> PipelineConfig:
                                     token_budget=s.token_budget, kv_tokens=s.kv_tokens,
                                     chunked_prefill=s.chunked_prefill, step_model=p.unit.steps.to_dict(),
                                     front_end_ms=round(p.unit.ttft_offset_ms, 4) if p.unit.ttft_offset_ms else None,
-                                    why="; ".join(w for w in (s.why, parallel_note(p)) if w))
+                                    why="; ".join(w for w in (s.why, parallel_note(p.unit)) if w))
     model = None if plan.model is None else LlmModelConfig(**plan.model.to_dict())
     llm = LlmConfig(model=model, pools=pools,
                     kv_link_gbps=plan.load.link_bytes_per_s * 8 / 1e9 if option.disaggregated else None)

@@ -126,10 +126,11 @@ class Load:
         return float(self.outputs.mean())
 
 
-def parallel_note(pool: Pool) -> str | None:
-    """What a pool's tensor-parallel unit assumes of its all-reduces, for its option's notes and pipeline.yaml."""
-    note = pool.unit.figures.get("tensor_parallel_note")
-    return f"{pool.unit.name}: {note}" if note else None
+def parallel_note(unit: Unit) -> str | None:
+    """What a tensor-parallel unit assumes of its all-reduces: for the plan's, its options' and pipeline.yaml's
+    notes (None for a unit of one device)."""
+    note = unit.figures.get("tensor_parallel_note")
+    return f"{unit.name}: {note}" if note else None
 
 
 def handoff_ms(unit: Unit, prompt_tokens, load: Load):
@@ -137,11 +138,17 @@ def handoff_ms(unit: Unit, prompt_tokens, load: Load):
     return handoff_ns(prompt_tokens, unit.figures.get("kv_bytes_per_token", 0.0), load.link_bytes_per_s) / 1e6
 
 
+def _within_tokens(load: Load, fewest: int, most: int) -> int:
+    """How many of the load's requests hold about ``WINDOW_TOKENS`` output tokens, kept between ``fewest`` and
+    ``most``: a replay's time and memory are in its output tokens."""
+    return int(np.clip(WINDOW_TOKENS / max(load.mean_output, 1.0), fewest, most))
+
+
 def window(load: Load) -> slice:
     """The stretch of the recording every pool size is judged on: all of it, or where it holds more requests than a
     quick replay can take, its busiest stretch of that many -- the one that decides a p95. One for all sizes, so that
     a pool of many replicas is not judged on calmer traffic than a pool of few."""
-    keep = int(np.clip(WINDOW_TOKENS / max(load.mean_output, 1.0), MIN_REQUESTS, WINDOW))
+    keep = _within_tokens(load, MIN_REQUESTS, WINDOW)
     t = load.arrivals_s
     if len(t) <= keep:
         return slice(0, len(t))
@@ -159,7 +166,7 @@ def stream(load: Load, rate: float, replicas: int) -> tuple[np.ndarray, np.ndarr
     prompts, outputs = load.prompts[part], load.outputs[part]
     span = float(arrivals[-1]) + 1.0 / rate
     # Fewer where outputs are very long (a replay's time and memory are in its output tokens), never below a few.
-    wanted = int(np.clip(WINDOW_TOKENS / max(load.mean_output, 1.0), FEWEST_REQUESTS, MIN_REQUESTS))
+    wanted = _within_tokens(load, FEWEST_REQUESTS, MIN_REQUESTS)
     copies = max(1, -(-wanted * replicas // len(arrivals)))
     # This replica's turns among the window played ``copies`` times, without making the copies the others get.
     copy, at = np.divmod(np.arange(0, copies * len(arrivals), replicas), len(arrivals))

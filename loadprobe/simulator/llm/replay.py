@@ -62,8 +62,9 @@ class LlmSimulation:
         lines = [f"{w['requests']:,} requests, {w['mode']}; lengths: {w['lengths']}"]
         if self.plan is not None:
             lines += [f"pool {name}: {p['replicas']} x {p['device'] or 'the recorded engine'}"
-                      + (f" tensor-parallel over {p['tensor_parallel']} ({p['replicas'] * p['tensor_parallel']} devices)"
-                         if p.get("tensor_parallel", 1) > 1 else "") + f" ({p['role']}), at most "
+                      + (f" tensor-parallel over {p['tensor_parallel']} "
+                         f"({p['replicas'] * p['tensor_parallel']} devices)" if p.get("tensor_parallel", 1) > 1 else "")
+                      + f" ({p['role']}), at most "
                       f"{p['max_running']} running each; step time: {p['step_time']}"
                       for name, p in self.plan["pools"].items()] + [""]
         else:
@@ -281,6 +282,7 @@ def _calibrate(model: StepModel, settings: EngineSettings, r: LlmRequests, keep:
                 a, b = float(np.percentile(rec, q)) / 1e6, float(np.percentile(sim, q)) / 1e6
                 compared[f"{name}_p{q}_ms"] = {"recorded": round(a, 4), "replayed": round(b, 4),
                                                "error": round(b / a - 1.0, 4) if a > 0 else None}
+    slower = (compared.get("ttft_p50_ms") or {}).get("error")  # the replay's median TTFT over the recording's, - 1
     summary = ", ".join(f"{k.split('_')[0].upper()} p{k.split('_')[1][1:]} {v['replayed']:.3g} ms against "
                         f"{v['recorded']:.3g} recorded" for k, v in compared.items())
     return {"requests": int(ran.sum()), "step_scale": round(model.scale, 4), "ttft_offset_ms": offset_ns / 1e6 + outside,
@@ -289,9 +291,7 @@ def _calibrate(model: StepModel, settings: EngineSettings, r: LlmRequests, keep:
                        f"{offset_ns / 1e6 + outside:.3g} ms added to each TTFT (work before the first token that "
                        f"no step holds" + (", the client's view" if outside else "") + ")"
                        + (f"; these settings do not reproduce the engine as recorded: its replay's median TTFT is "
-                          f"{compared['ttft_p50_ms']['error'] + 1:.3g}x the recorded one"
-                          if (compared.get("ttft_p50_ms") or {}).get("error") is not None
-                          and compared["ttft_p50_ms"]["error"] > 1.0 else "")}
+                          f"{slower + 1:.3g}x the recorded one" if slower is not None and slower > 1.0 else "")}
 
 
 def _workload(offsets: np.ndarray, tokens, r: LlmRequests, keep: np.ndarray, seed: int) -> tuple[Workload, str]:

@@ -7,7 +7,7 @@ within a pass, so the pass takes the larger of the two (``StepModel.roofline``),
 own work per iteration (scheduling, sampling: host time the roofline does not see). The roofs are
 taken at ``BANDWIDTH_EFFICIENCY`` and ``COMPUTE_EFFICIENCY`` of the published peaks: what
 AIConfigurator's measured kernel database for vLLM implies on two GPUs (A100 SXM, H100 SXM), held
-within 11% (RMS; worst x1.27) on two it was not fitted to (H200, L40S) -- benchmarks/llm_roofline.py.
+within 13% (RMS; worst x1.23) on two it was not fitted to (H200, L40S) -- benchmarks/llm_roofline.py.
 The estimate still carries the error bound of every unmeasured time (``ESTIMATE_ERROR``), as other
 devices and engines may reach less of their peaks; a recording of the engine on that device replaces
 it (``loadprobe verify --calibrate``).
@@ -167,7 +167,7 @@ def _shape(name: str, c: dict, source: str, prefix: str = "") -> ModelShape:
     dense_mlp = 3 * hidden * number("intermediate_size")  # a gated MLP: gate, up, down
     expert_keys = [k for k in ("num_local_experts", "num_experts", "n_routed_experts") if given(k)]
     experts = number(expert_keys[0]) if expert_keys else 1
-    moe_layers = 0
+    moe_layers = moe_all = moe_active = 0
     if experts > 1:
         routed = number("num_experts_per_tok")
         if routed > experts:
@@ -184,9 +184,8 @@ def _shape(name: str, c: dict, source: str, prefix: str = "") -> ModelShape:
         moe_active = routed * expert + shared + hidden * experts
     embed = vocab * hidden * (1 if tied else 2)
     dense_layers = layers - moe_layers
-    params = float(layers * attention + dense_layers * dense_mlp + embed
-                   + (moe_layers * moe_all if moe_layers else 0))
-    active = params - (moe_layers * (moe_all - moe_active) if moe_layers else 0)
+    params = float(layers * attention + dense_layers * dense_mlp + embed + moe_layers * moe_all)
+    active = params - moe_layers * (moe_all - moe_active)
     if given("num_parameters"):  # the model's own count, where its card gives one: the shape's count scaled to it
         stated = c["num_parameters"]
         if isinstance(stated, bool) or not isinstance(stated, (int, float)) or not 0 < stated <= MOST:
@@ -237,7 +236,8 @@ def on_device(shape: ModelShape, device, *, longest: int, step_ms: float = ENGIN
     steps = StepModel(iteration=step_ms * 1e6, per_prefill=0.0, per_prompt_token=2 * shape.active_params / flops * 1e9,
                       per_prompt_token_sq=2 * shape.layers * shape.attention_width / flops * 1e9,
                       per_sequence=2 * shape.active_params / flops * 1e9, per_context_token=kv / read * 1e9,
-                      weights_ns=weights / read * 1e9, roofline=True, link_ns=link_ns, link_per_token=link_per_token,
+                      weights_ns=weights / read * 1e9, roofline=True, link_ns=link_ns,
+                      link_per_token=link_per_token,
                       source=f"roofline of {tp} x {device.id} at {precision}, {COMPUTE_EFFICIENCY:.0%} of peak FLOP/s "
                              f"and {BANDWIDTH_EFFICIENCY:.0%} of peak bandwidth (within {ESTIMATE_ERROR:g}x either way)")
     slowest = steps.prefill_ns(longest)
