@@ -128,8 +128,13 @@ def join_client(part: Partial, table: pa.Table, cols: SpanColumns, client: Clien
     parent = cols.parent.copy()
     parent[rows] = _outside(cols.span_id)
     valid = cols.valid[rows]
-    # The server's time inside the request is not the client's own (at most all of the client's time).
-    inner = np.minimum(cols.dur[rows], client.dur[where])[valid]
+    # A part of a request is no longer than the request: a WSGI span ends when its body is closed,
+    # which under load can be after the client read the response. Clipped to the client's span, the
+    # server's time is also what is taken off the client's own (at most all of it).
+    dur = cols.dur.copy()
+    seen = client.dur[where]
+    dur[rows] = np.where(seen > 0, np.minimum(dur[rows], seen), dur[rows])
+    inner = np.minimum(dur[rows], seen)[valid]
     codes, ns = sum_by(client.stage[where][valid], inner)
     for code, value in zip(codes.tolist(), ns.tolist()):
         sp = part.stage(client.stages[code])
@@ -138,7 +143,7 @@ def join_client(part: Partial, table: pa.Table, cols: SpanColumns, client: Clien
     part.request_self_ns -= int(inner.sum())
     # The server span's own time (less its children's, as the kernels take it) is time in no probed
     # stage, as a root's is: kept apart, since the client span's self time is now the requests' own.
-    part.joined_server_self_ns += _self_time(cols, rows[valid])
+    part.joined_server_self_ns += _self_time(cols._replace(dur=dur), rows[valid])
     part.joined_requests += int(rows.size)
     # Their parent is the client's span, in another file: joined here, not unjoined (the kernels
     # count every valid child whose parent is not in its file).
@@ -146,7 +151,7 @@ def join_client(part: Partial, table: pa.Table, cols: SpanColumns, client: Clien
     # The server's host served them: its energy per request counts them.
     for second, n in count_values(cols.ts[rows] // NS_PER_S).items():
         part.host_arrivals[(host, second)] = part.host_arrivals.get((host, second), 0) + n
-    return cols._replace(parent=parent), Joined(int(rows.size), int(found.size - rows.size))
+    return cols._replace(parent=parent, dur=dur), Joined(int(rows.size), int(found.size - rows.size))
 
 
 def _self_time(cols: SpanColumns, rows: np.ndarray) -> int:

@@ -249,3 +249,37 @@ def test_a_server_traced_with_opentelemetry_pairs_with_the_client_by_the_trace_i
     from loadprobe.analysis.run import services
 
     assert services([tmp_path]) == ["traced"]
+
+
+class _SlowClose:
+    """A response body whose close() runs on after the client has all of it (a WSGI span ends at close)."""
+
+    def __iter__(self):
+        yield b"ok"
+
+    def close(self):
+        time.sleep(0.02)
+
+
+def _slow_close(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+    return _SlowClose()
+
+
+@pytest.mark.timeout(300)
+def test_a_server_span_ending_after_its_client_span_stays_inside_the_request(tmp_path):
+    loadprobe.start(tmp_path / "server-data", service="web", sample_devices=False, flush_interval_s=0.05)
+    try:
+        with serve_wsgi(LoadprobeWSGIMiddleware(_slow_close, route=lambda environ: "infer")) as base:
+            done = _cli("load", base + "/infer", "--concurrency", 1, "--requests", 20, "--record",
+                        tmp_path / "client-data")
+    finally:
+        loadprobe.stop()
+    assert done.returncode == 0, done.stderr
+    alone = loadprobe.analyze([tmp_path / "server-data"]).stage("GET infer")
+    portrait = loadprobe.analyze([tmp_path / "client-data", tmp_path / "server-data"])
+    outer, http = portrait.stage("client"), portrait.stage("GET infer")
+    assert portrait.requests.joined_requests == 20
+    # Alone, the server's span holds the 20 ms close; joined, it is cut at the client's end.
+    assert alone.latency_ms.mean > 20 and http.latency_ms.mean <= outer.latency_ms.mean + 1e-9
+    assert 0 < http.share <= 1 + 1e-9 and outer.self_share >= 0
