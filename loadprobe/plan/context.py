@@ -102,20 +102,25 @@ def recorded_kind(stage) -> str:
 
 def cpu_cores(portrait) -> tuple[int, str]:
     """The host's cores: as run.json recorded them, else busy core-seconds / CPU utilisation."""
-    recorded = [h.get("logical_cores") for h in (getattr(portrait.data_quality, "host_hardware", None) or {}).values()
-                if isinstance(h.get("logical_cores"), int) and h.get("logical_cores") > 0]
-    if recorded:
-        cores = min(recorded)
-        return cores, f"{cores} cores: the recorded host's logical cores (run.json)"
+    cores = recorded_cores(portrait)
+    if cores is not None:
+        return cores, f"{cores} core{'s' if cores != 1 else ''}: the recorded host's logical cores (run.json)"
     util = cpu_util(portrait)
     duration = portrait.traffic.duration_s if portrait.traffic else None
     busy = _cpu_busy_ms(portrait)
     if util and util > 5 and duration:
         cores = max(1, round(busy / 1000.0 / duration / (util / 100.0)))
-        return cores, (f"{cores} cores: the CPU stages kept {busy / 1000.0 / duration:.2f} cores busy at "
+        return cores, (f"{cores} core{'s' if cores != 1 else ''}: the CPU stages kept {busy / 1000.0 / duration:.2f} cores busy at "
                        f"{util:.0f}% CPU utilisation")
     why = "no CPU utilisation was recorded" if not util else f"CPU utilisation ({util:.1f}%) too low to infer from"
     return DEFAULT_CPU_CORES, f"{DEFAULT_CPU_CORES} cores assumed: {why}; give --cpu-cores"
+
+
+def recorded_cores(portrait) -> int | None:
+    """The host's logical cores as run.json recorded them (the fewest of several hosts'), or None."""
+    recorded = [h.get("logical_cores") for h in (getattr(portrait.data_quality, "host_hardware", None) or {}).values()
+                if isinstance(h.get("logical_cores"), int) and h.get("logical_cores") > 0]
+    return min(recorded, default=None)
 
 
 def _cpu_stage_ms(portrait, *, as_recorded: bool = False) -> float:
@@ -129,24 +134,37 @@ def _cpu_stage_ms(portrait, *, as_recorded: bool = False) -> float:
 
 @dataclass(frozen=True)
 class Contention:
-    """A recording made while the host's cores were saturated: its CPU stages' and own times hold waits for a core."""
+    """A recording made while the host's cores or its interpreter lock were saturated: its CPU stages' and own times
+    hold waits for them."""
 
-    scale: float  # the share of the recorded CPU time that was work: the cores' busy time / the time asked of them
+    scale: float  # the share of the recorded CPU time that was work: the time given / the time asked of it
     how: str
 
 
 def cpu_contention(portrait) -> Contention | None:
-    """When the CPU stages and the service's own time asked more of the cores than they had while the host CPU
-    was saturated (``CPU_SATURATED_PCT``), the excess was waiting for a core: each request's CPU times shrink
-    by ``scale`` = busy core time / asked, as processor sharing would have stretched them. None otherwise --
-    a stage that waits on I/O also holds more wall time than cores, but leaves them idle."""
-    util, traffic = cpu_util(portrait), portrait.traffic
+    """When the CPU stages and the service's own time held more CPU time than the saturated resource gave --
+    the host's cores (``CPU_SATURATED_PCT`` busy) or a Python service's interpreter lock (its worker processes'
+    interpreters that busy) -- the excess was waiting for it: each request's CPU times shrink by ``scale`` =
+    the time given / held, as processor sharing would have stretched them (the smaller scale when both were
+    saturated). None otherwise -- a stage that waits on I/O also holds more wall time than cores, but leaves
+    them idle."""
+    traffic = portrait.traffic
     requests = portrait.requests.count if portrait.requests is not None else 0
-    if util is None or util < CPU_SATURATED_PCT or not traffic or not traffic.duration_s or not requests:
+    if not traffic or not traffic.duration_s or not requests:
         return None
-    cores = cpu_cores(portrait)[0]
     asked_ms = _cpu_stage_ms(portrait, as_recorded=True) + requests * unattributed_ms(portrait)
-    busy_ms = cores * traffic.duration_s * 1000.0 * util / 100.0
+    found = [c for c in (_cores_contention(portrait, asked_ms), _lock_contention(portrait, asked_ms, requests))
+             if c is not None]
+    return min(found, key=lambda c: c.scale, default=None)
+
+
+def _cores_contention(portrait, asked_ms: float) -> Contention | None:
+    """``cpu_contention`` for the host's cores: what they gave is cores x duration x utilisation (cores as
+    recorded: inferred ones come from the very CPU times in question)."""
+    util, cores = cpu_util(portrait), recorded_cores(portrait)
+    if util is None or util < CPU_SATURATED_PCT or cores is None:
+        return None
+    busy_ms = cores * portrait.traffic.duration_s * 1000.0 * util / 100.0
     if asked_ms <= busy_ms:
         return None
     scale = busy_ms / asked_ms
@@ -154,6 +172,29 @@ def cpu_contention(portrait) -> Contention | None:
                              f"own time held {asked_ms / busy_ms:.3g}x the core time the {cores} cores gave, so "
                              f"{1 - scale:.0%} of it was waiting for a core and is taken out (each CPU time x "
                              f"{scale:.3g}); record below saturation for figures to plan on")
+
+
+def _lock_contention(portrait, asked_ms: float, requests: int) -> Contention | None:
+    """``cpu_contention`` for a Python service's interpreter lock: with its worker processes' interpreters
+    saturated, requests queue for the lock inside the stages (threads of one process, each holding it in turn)
+    while cores stand idle; what the processes gave is the CPU they were sampled using."""
+    workers = _workers(portrait)
+    util = [m for m in portrait.devices.metrics if m.device in workers and m.metric == "cpu_pct"]
+    seconds = sum(m.seconds for m in util)
+    busiest = sum(m.mean * m.seconds for m in util) / seconds if seconds else 0.0
+    if busiest < CPU_SATURATED_PCT:
+        return None
+    sampled = process_cpu_ms(portrait)
+    busy_ms = sampled * requests if sampled else sum(workers.values())
+    if asked_ms <= busy_ms:
+        return None
+    scale = busy_ms / asked_ms
+    processes = f"{len(workers)} worker process{'es' if len(workers) != 1 else ''}"
+    return Contention(scale, f"recorded while the Python interpreter was saturated ({busiest:.0f}% busy in "
+                             f"{processes}): its CPU stages and own time held {asked_ms / busy_ms:.3g}x the CPU "
+                             f"the processes used, so {1 - scale:.0%} of it was waiting for the interpreter lock "
+                             f"and is taken out (each CPU time x {scale:.3g}); record below saturation for "
+                             "figures to plan on")
 
 
 def contention_scale(portrait) -> float:

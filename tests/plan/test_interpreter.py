@@ -110,6 +110,51 @@ def test_a_recording_made_on_saturated_cores_is_planned_without_its_waits(tmp_pa
     assert embed.service.mean_ms == pytest.approx(portrait.stage("embed").self_ms_mean * found.scale, rel=0.02)
 
 
+def test_a_recording_made_with_the_interpreter_saturated_is_planned_without_its_lock_waits(tmp_path):
+    """A FastAPI thread pool saturated by a closed loop: sixteen threads of one process queue for the
+    interpreter lock inside a stage that releases it 100 times (a 0.5 ms stage recorded at 19 ms) while the
+    two cores stand 37% idle; the plan said 101 req/s where the service had carried 382. Waiting for the
+    lock is waiting, as for a core: the time the stages held beyond the CPU the process used is taken out."""
+    from loadprobe.plan.context import cpu_contention
+    from loadprobe.portrait import DeviceMetric
+
+    portrait, served = _portrait(tmp_path, (1, 1.0))
+    assert cpu_contention(portrait) is None  # its interpreter was not saturated
+    requests = portrait.requests.count
+    # The same recording as if the stages had held 3x the CPU its one process used, its interpreter 95% busy
+    # and the host's cores far from saturated.
+    duration = round(requests * served.work_ms / 3 / 1000.0 / 0.95)  # whole seconds, as samples count them
+    scale = 0.95 * duration * 1000.0 / (requests * served.work_ms)  # about a third
+    device = next(m.device for m in portrait.devices.metrics if m.device.startswith("interpreter:"))
+    portrait.devices.metrics = [m for m in portrait.devices.metrics if m.metric != "cpu_pct"] + [
+        DeviceMetric("host-a", device, "cpu_pct", 95.0, 99.0, 100.0, duration),
+        DeviceMetric("host-a", "process", "cpu_pct", 95.0, 99.0, 100.0, duration),
+        DeviceMetric("host-a", "cpu", "util_pct", 60.0, 65.0, 70.0, duration)]
+    portrait.traffic.duration_s = duration
+    found = cpu_contention(portrait)
+    assert found.scale == pytest.approx(scale, rel=0.03) and "interpreter lock" in found.how
+    plan = recommend(portrait, Constraints.parse(engines="cpu"))
+    recorded_rps = requests / duration
+    assert plan.recommended.estimate.max_rps == pytest.approx(recorded_rps / 0.95, rel=0.05)
+    assert plan.recommended.estimate.bottleneck == INTERPRETER
+    assert any(note.startswith("CPU times: recorded while the Python interpreter was saturated")
+               for note in plan.recommended.notes)
+    embed = next(d for d in plan.recommended.decisions if d.stage == "embed")
+    assert embed.service.mean_ms == pytest.approx(portrait.stage("embed").self_ms_mean * found.scale, rel=0.02)
+    # Without run.json (an imported trace) the cores are inferred from these very CPU times: their
+    # saturation is not judged (it once recursed), the lock's still is.
+    portrait.data_quality.host_hardware = {}
+    portrait.devices.metrics = [m if m.device != "cpu" else DeviceMetric("host-a", "cpu", "util_pct", 99.0, 100.0,
+                                                                         100.0, m.seconds)
+                                for m in portrait.devices.metrics]
+    assert cpu_contention(portrait).scale == pytest.approx(found.scale)
+    # Busy, not saturated: nothing is taken out.
+    portrait.devices.metrics = [m if m.device != device else DeviceMetric("host-a", device, "cpu_pct", 70.0, 80.0,
+                                                                          90.0, m.seconds)
+                                for m in portrait.devices.metrics]
+    assert cpu_contention(portrait) is None
+
+
 def test_the_plan_file_carries_the_bound_and_simulate_says_when_a_schedule_passes_it(tmp_path):
     from loadprobe.pipeline import files as pipeline_files
     from loadprobe.simulator.compare import simulate_plans
