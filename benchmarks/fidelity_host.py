@@ -4,19 +4,19 @@
                                        [--rows 64] [--steps matrix|small] [--endpoint sync|async]
                                        [--keep DIR] [--json]
 
-The service (written to a temporary folder, served by uvicorn on 127.0.0.1): two ``@probe`` numpy
-steps per request and, outside them, the framework's own work -- request parsing, a pydantic
-model, a JSON response of a few hundred numbers -- so that a good share of each request's time is
-in no probed stage. ``--steps matrix`` (default): the steps are BLAS matrix work on ``--rows`` rows
-(the interpreter lock released while it runs, BLAS threads beside it); ``--steps small``: ``--rows``
-small numpy calls on a 64-vector each (the issue's own service: ``tanh`` holds the lock, each ``sort`` lets
-go of it for a microsecond). ``--endpoint sync`` runs the handler in FastAPI's thread pool, ``async`` on the
-event loop. It is recorded under ``loadprobe record`` while ``loadprobe load`` sends an open-loop Poisson load well under saturation; ``loadprobe analyze`` and ``loadprobe recommend
---engines cpu`` then estimate what the host carries (the all-CPU plan's capacity). Then the same
-service, recorded the same way, is saturated by a closed loop (``loadprobe load --concurrency``)
-and its throughput measured; that recording, made at saturation, is planned too (its plan should carry what
-it carried). Prints the estimates, the throughput and their ratios; exit 1 when the estimate is off by more
-than 25%. The load client runs on the same host, as a user's would.
+The service (written to a temporary folder, served by uvicorn on 127.0.0.1): two ``@probe`` numpy steps per
+request and, outside them, the framework's own work -- request parsing, a pydantic model, a JSON response of
+a few hundred numbers -- so that a good share of each request's time is in no probed stage. ``--steps
+matrix`` (default): the steps are BLAS matrix work on ``--rows`` rows (the interpreter lock released while
+it runs, BLAS threads beside it); ``--steps small``: ``--rows`` small numpy calls on a 64-vector each (the
+issue's own service: ``tanh`` holds the lock, each ``sort`` lets go of it for a microsecond). ``--endpoint
+sync`` runs the handler in FastAPI's thread pool, ``async`` on the event loop. It is recorded under
+``loadprobe record`` while ``loadprobe load`` sends an open-loop Poisson load well under saturation;
+``loadprobe analyze`` and ``loadprobe recommend --engines cpu`` then estimate what the host carries (the
+all-CPU plan's capacity). Then the same service, recorded the same way, is saturated by a closed loop
+(``loadprobe load --concurrency``) and its throughput measured; that recording, made at saturation, is
+planned too (its plan should carry what it carried). Prints the estimates, the throughput and their ratios;
+exit 1 when the estimate is off by more than 25%. The load client runs on the same host, as a user's would.
 """
 
 from __future__ import annotations
@@ -181,7 +181,8 @@ def main(argv=None) -> int:
         if args.keep:
             shutil.copytree(folder, args.keep, ignore=shutil.ignore_patterns("__pycache__"))
     measured = closed["succeeded"] / closed["elapsed_s"]
-    result = {"workers": args.workers, "steps": args.steps, "endpoint": args.endpoint, "rows": args.rows, "recorded_rate_rps": args.rate,
+    result = {"workers": args.workers, "steps": args.steps, "endpoint": args.endpoint, "rows": args.rows,
+              "recorded_rate_rps": args.rate,
               "recorded_p50_ms": open_loop.get("latency_ms", {}).get("p50"),
               "unattributed_share": portrait.requests.unattributed_share,
               "host_work": plan.recommended.host[1].how if plan.recommended.host else None,
@@ -195,10 +196,12 @@ def main(argv=None) -> int:
                                       "contention": next((n for n in saturated.notes if n.startswith("CPU times:")),
                                                          None)}}
     print(json.dumps(result, indent=2) if args.json else
-          f"uvicorn x{args.workers}, {args.steps} steps: recorded at {args.rate:g} req/s ({portrait.requests.unattributed_share:.0%} of "
+          f"uvicorn x{args.workers}, {args.steps} steps: recorded at {args.rate:g} req/s "
+          f"({portrait.requests.unattributed_share:.0%} of "
           f"request time in no probed stage); estimated host capacity {estimate:.0f} req/s; closed loop "
-          f"(concurrency {args.concurrency}) {measured:.0f} req/s; ratio {estimate / measured:.2f}; from the closed loop's "
-          f"own recording {saturated.estimate.max_rps:.0f} req/s (ratio {saturated.estimate.max_rps / measured:.2f})")
+          f"(concurrency {args.concurrency}) {measured:.0f} req/s; ratio {estimate / measured:.2f}; "
+          f"from the closed loop's own recording {saturated.estimate.max_rps:.0f} req/s "
+          f"(ratio {saturated.estimate.max_rps / measured:.2f})")
     return 0 if abs(estimate / measured - 1) <= 0.25 else 1
 
 

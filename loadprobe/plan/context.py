@@ -110,7 +110,8 @@ def cpu_cores(portrait) -> tuple[int, str]:
     busy = _cpu_busy_ms(portrait)
     if util and util > 5 and duration:
         cores = max(1, round(busy / 1000.0 / duration / (util / 100.0)))
-        return cores, (f"{cores} core{'s' if cores != 1 else ''}: the CPU stages kept {busy / 1000.0 / duration:.2f} cores busy at "
+        return cores, (f"{cores} core{'s' if cores != 1 else ''}: the CPU stages kept {busy / 1000.0 / duration:.2f} "
+                       "cores busy at "
                        f"{util:.0f}% CPU utilisation")
     why = "no CPU utilisation was recorded" if not util else f"CPU utilisation ({util:.1f}%) too low to infer from"
     return DEFAULT_CPU_CORES, f"{DEFAULT_CPU_CORES} cores assumed: {why}; give --cpu-cores"

@@ -105,7 +105,8 @@ def test_a_recording_made_on_saturated_cores_is_planned_without_its_waits(tmp_pa
     plan = recommend(portrait, Constraints.parse(engines="cpu"))
     recorded_rps = portrait.requests.count / portrait.traffic.duration_s
     assert plan.recommended.estimate.max_rps == pytest.approx(recorded_rps, rel=0.05)
-    assert any(note.startswith("CPU times: recorded while the host CPU was saturated") for note in plan.recommended.notes)
+    assert any(note.startswith("CPU times: recorded while the host CPU was saturated")
+               for note in plan.recommended.notes)
     embed = next(d for d in plan.recommended.decisions if d.stage == "embed")
     assert embed.service.mean_ms == pytest.approx(portrait.stage("embed").self_ms_mean * found.scale, rel=0.02)
 
