@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import glob
-import sys
 from pathlib import Path
 
 import click
 
 from ..analysis.kernels import KERNELS, OLD_NAMES  # the names only: stdlib, no numpy or pyarrow
+from ._progress import ProgressBar
 
 
 @click.command()
@@ -69,28 +69,13 @@ def analyze(data, output, as_json, no_html, since, until, service, host, device,
         targets = {service: Path(output)}
     paths = {name: _targets(folder, no_html, force) for name, folder in targets.items()}  # all refused before work
 
-    bar = None
-
-    def progress(done: int, total: int) -> None:
-        nonlocal bar
-        if total < 20 or as_json or not sys.stderr.isatty():
-            return
-        if bar is None:
-            bar = click.progressbar(length=total, label="analysing", file=sys.stderr)
-            bar.__enter__()
-        bar.update(1)
-
     for name, (json_path, html_path) in paths.items():
-        try:
+        with ProgressBar("analysing", least=20, quiet=as_json) as progress:
             portrait = run_analysis(list(data), since=since, until=until,
                                     service=glob.escape(name) if each_service else service, host=host, device=device,
                                     precision=precision, catalog=catalogs, engine=engine, workers=workers,
                                     scheduler=scheduler, progress=progress, kernel=kernel, slo_ttft_ms=slo_ttft_ms,
                                     slo_tpot_ms=slo_tpot_ms)
-        finally:
-            if bar is not None:
-                bar.__exit__(None, None, None)
-                bar = None
         path = portrait.save(json_path)
         size = None
         if html_path is not None:

@@ -9,6 +9,7 @@ import click
 
 from .._files import inside, write_file
 from ._outputs import refuse_existing
+from ._progress import ProgressBar
 
 
 @click.command()
@@ -107,15 +108,17 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, slo_p50_ms, slo_t
         from ..plan.llm_files import llm_pipeline, llm_plans_dict, render_llm
         from ..simulator.llm.roofline import model_shape
 
-        plan = plan_llm(list(source), model=model_shape(model) if model else None,
-                        engines=parse_engines(engines or default_llm_engines(catalog, model), catalog),
-                        ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, rate=min_rps, catalog=catalog,
-                        pricing=Pricing(years=years, price_per_kwh=price_per_kwh, rent=rent,
-                                        prices=parse_prices(prices, catalog),
-                                        hourly_rates=parse_prices(hourly_rates, catalog, option="--hourly-rate",
-                                                                  example="nvidia-l4=0.8")),
-                        max_running=max_running, token_budget=token_budget, kv_tokens=kv_tokens,
-                        link_gbps=kv_link_gbps, service=service, seed=seed)
+        with ProgressBar("planning", quiet=as_json) as progress:
+            plan = plan_llm(list(source), model=model_shape(model) if model else None,
+                            engines=parse_engines(engines or default_llm_engines(catalog, model), catalog),
+                            ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, rate=min_rps, catalog=catalog,
+                            pricing=Pricing(years=years, price_per_kwh=price_per_kwh, rent=rent,
+                                            prices=parse_prices(prices, catalog),
+                                            hourly_rates=parse_prices(hourly_rates, catalog, option="--hourly-rate",
+                                                                      example="nvidia-l4=0.8")),
+                            max_running=max_running, token_budget=token_budget, kv_tokens=kv_tokens,
+                            link_gbps=kv_link_gbps, service=service, seed=seed,
+                            progress=progress)
         _write(path, plans_path, llm_pipeline(plan, plan.recommended), llm_plans_dict(plan), render_llm(plan), force,
                as_json, catalog)
         return

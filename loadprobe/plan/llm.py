@@ -141,8 +141,10 @@ class LlmPlan:
 def plan_llm(paths, *, model, engines, ttft_ms: float | None, tpot_ms: float | None, rate: float | None, pricing,
              catalog, max_running: int = 256, token_budget: int | None = DEFAULT_TOKEN_BUDGET,
              kv_tokens: int | None = None, link_gbps: float = DEFAULT_LINK_GBPS, service: str | None = None,
-             seed: int = 0) -> LlmPlan:
-    """Size, price and choose (module docstring). ``engines``: ``constraints.parse_engines``'s specs."""
+             seed: int = 0, progress=None) -> LlmPlan:
+    """Size, price and choose (module docstring). ``engines``: ``constraints.parse_engines``'s specs;
+    ``progress(done, total)``, where given, is called as each engine is placed and each of its pools sized
+    (a large rate or long outputs take minutes)."""
     from ..analysis.run import llm_recording
     from ..pipeline.names import to_name
     from ..simulator.llm.replay import lengths_view
@@ -153,8 +155,14 @@ def plan_llm(paths, *, model, engines, ttft_ms: float | None, tpot_ms: float | N
     requests = lengths_view(views)
     known = requests.tokens_out >= 1
     if known.sum() < 2:
-        raise LoadprobeError(f"{', '.join(map(str, paths))}: fewer than 2 requests with their output tokens recorded; "
-                             "an LLM plan needs each request's prompt and output lengths")
+        n = len(known)
+        what = ("it holds one request" if n == 1 and known.any() else
+                "its one request has no output tokens recorded" if n == 1 else
+                f"only 1 of its {n:,} requests has its output tokens recorded" if known.any() else
+                f"none of its {n:,} requests has its output tokens recorded")
+        raise LoadprobeError(f"{', '.join(map(str, paths))}: {what}; an LLM plan needs at least 2 requests with their "
+                             "prompt and output lengths: record a longer run, with the requests' token counts "
+                             "(docs/recording.md, LLM requests)")
     span_s = float(requests.start[known].max() - requests.start[known].min()) / 1e9
     recorded_rate = (int(known.sum()) - 1) / span_s if span_s > 0 else None
     if rate is None and recorded_rate is None:
@@ -186,15 +194,28 @@ def plan_llm(paths, *, model, engines, ttft_ms: float | None, tpot_ms: float | N
     if not specs:
         raise LoadprobeError("--engines: with --model, name the devices to plan (gpu:ID, npu:ID or cpu:ID, from "
                              "`loadprobe catalog`); the recorded engine itself is planned without --model")
-    units = [_unit(spec, model, load, portrait, views, max_running, token_budget, kv_tokens, catalog, seed)
-             for spec in specs]
+    total, done = len(specs) * (1 + len(ROLES)), 0
+
+    def advance(steps: int = 1) -> None:
+        nonlocal done
+        done += steps
+        if progress is not None:
+            progress(done, total)
+
+    units = []
+    for spec in specs:
+        units.append(_unit(spec, model, load, portrait, views, max_running, token_budget, kv_tokens, catalog, seed))
+        advance(1 if units[-1][1] is None else 1 + len(ROLES))  # an excluded engine has no pools to size
     usable = [u for u, why in units if why is None]
     if not usable:
         raise LoadprobeError("no engine of the line-up can serve the model: " + "; ".join(why for _, why in units))
     # Bought or rented is decided on the devices that can serve: one excluded for its memory has no say.
     pricing = pricing.decided(LineUp(engines=tuple(s for s, (_, why) in zip(specs, units) if why is None)), catalog)
-    pools = {(u.name, role): (_colocated(u, load) if role == "colocated" else size_pool(role, u, load))
-             for u in usable for role in ROLES}
+    pools = {}
+    for u in usable:
+        for role in ROLES:
+            pools[(u.name, role)] = _colocated(u, load) if role == "colocated" else size_pool(role, u, load)
+            advance()
 
     def option(name: str, chosen: list) -> LlmOption:
         power = _power(chosen, catalog)

@@ -290,6 +290,21 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected):
     assert not (tmp_path / "p").exists()
 
 
+@pytest.mark.parametrize("outputs, expected", [([5], "it holds one request"),
+                                                  ([0], "its one request has no output tokens recorded"),
+                                                  ([0, 7, 0], "only 1 of its 3 requests has its output tokens"),
+                                                  ([0, 0], "none of its 2 requests has its output tokens")])
+def test_too_few_requests_to_plan_say_how_many_there_were(tmp_path, outputs, expected):
+    start = dt.datetime(2026, 1, 1)
+    log = tmp_path / "requests.csv"
+    log.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+        f"{start + dt.timedelta(seconds=i):%Y-%m-%d %H:%M:%S.%f},100,{out}\n" for i, out in enumerate(outputs)))
+    import_log(str(log), str(tmp_path / "data"), preset="azure-llm-2023")
+    done = CliRunner().invoke(main, ["recommend", "--llm", str(tmp_path / "data"), "-o", str(tmp_path / "p")])
+    assert done.exit_code == 2 and expected in done.output and "at least 2 requests" in done.output
+    assert len(done.output.strip().splitlines()) == 1 and not (tmp_path / "p").exists()
+
+
 def test_a_tensor_parallel_plan_carries_its_all_reduce_and_an_excluded_device_has_no_say_in_the_pricing(tmp_path):
     """70B on a device with no link figure (Inferentia2: eight of them, tensor parallel) is excluded saying so; the
     L40S that remains is priced on its own terms (rented, its hourly rate), and its unit's all-reduce note reaches the
@@ -362,3 +377,19 @@ def test_a_replica_s_stream_is_its_turns_of_the_recording_played_again_after_its
         assert np.allclose(t, every - every[0]) and len(t) >= MIN_REQUESTS
         assert np.array_equal(prompts, np.tile(load.prompts, copies)[::replicas])
         assert np.array_equal(outputs, np.tile(load.outputs, copies)[::replicas])
+
+
+def test_planning_reports_its_progress_up_to_the_whole(tmp_path):
+    """``recommend --llm`` draws a bar from these calls (where stderr is a terminal): one per engine placed and per
+    pool sized, an excluded engine's pools counted at once, ending at the whole."""
+    from loadprobe.catalog import load_catalog
+    from loadprobe.plan.constraints import Pricing, parse_engines
+    from loadprobe.plan.llm import plan_llm
+
+    catalog, calls = load_catalog(), []
+    plan_llm([str(STREAM / "data")], model=model_shape("llama-3.1-8b"), catalog=catalog, ttft_ms=2000, tpot_ms=100,
+             engines=parse_engines("gpu:nvidia-l4,gpu:nvidia-t4,gpu:nvidia-h100-sxm", catalog), rate=5,
+             pricing=Pricing(), progress=lambda done, total: calls.append((done, total)))
+    done = [d for d, _ in calls]
+    assert {t for _, t in calls} == {3 * 4} and done == sorted(done) and done[-1] == 12
+    assert len(calls) >= 3  # one call at least per engine

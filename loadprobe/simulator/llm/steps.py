@@ -183,7 +183,8 @@ def fit_steps(requests, *, chunked: bool, source: str = "recorded requests") -> 
         prefill_rows, prefill_targets = _prefill_rows(requests, chunked, whole=True)
     if len(targets) < MIN_ROWS:
         timed = int(requests.with_first.sum())
-        raise LoadprobeError(f"only {len(targets)} request(s) with a first token and two or more output tokens: "
+        found = f"only {len(targets)} request{'s' if len(targets) != 1 else ''}" if len(targets) else "no request"
+        raise LoadprobeError(f"{found} with a first token and two or more output tokens: "
                              f"the step model needs {MIN_ROWS} or more; "
                              + ("record longer, or with longer outputs" if timed else
                                 "none of its requests times its first token (an imported trace of arrivals and "
