@@ -180,9 +180,7 @@ def _lock_contention(portrait, asked_ms: float, requests: int) -> Contention | N
     saturated, requests queue for the lock inside the stages (threads of one process, each holding it in turn)
     while cores stand idle; what the processes gave is the CPU they were sampled using."""
     workers = _workers(portrait)
-    util = [m for m in portrait.devices.metrics if m.device in workers and m.metric == "cpu_pct"]
-    seconds = sum(m.seconds for m in util)
-    busiest = sum(m.mean * m.seconds for m in util) / seconds if seconds else 0.0
+    busiest = _interpreter_busy_pct(portrait, workers)
     if busiest < CPU_SATURATED_PCT:
         return None
     sampled = process_cpu_ms(portrait)
@@ -347,6 +345,7 @@ class Interpreter:
     processes: int
     ms: float  # interpreter CPU per request (its Python threads', as sampled), over all processes
     cpu_work_ms: float  # the host CPU work per request it was measured with: the CPU stages and the own work
+    busy_pct: float = 100.0  # how busy the worker processes' interpreters were as recorded (their mean)
 
     @property
     def max_rps(self) -> float:
@@ -354,10 +353,14 @@ class Interpreter:
 
     @property
     def how(self) -> str:
+        light = (f"; measured {self.busy_pct:.0f}% busy, and a process's CPU per request moves as it saturates (up "
+                 "where a thread pool hands the lock over, down where the event loop never idles): where this bound "
+                 "decides, record under a closed loop (loadprobe load --concurrency N) and plan from that"
+                 if self.busy_pct < LIGHT_INTERPRETER_PCT else "")
         return (f"the Python interpreter: {self.ms:.3g} ms of its CPU per request (its threads', sampled), one "
                 f"request's Python at a time in each of {self.processes} worker process"
                 f"{'es' if self.processes != 1 else ''}, so at most {self.max_rps:.3g} req/s, however many cores; "
-                "more worker processes raise it")
+                f"more worker processes raise it{light}")
 
     def for_plan(self, cpu_work_ms: float) -> tuple[int, float]:
         """(processes, interpreter ms per request) of a plan that keeps ``cpu_work_ms`` of CPU work per request on
@@ -366,6 +369,9 @@ class Interpreter:
         scale = cpu_work_ms / self.cpu_work_ms if self.cpu_work_ms > 0 else 1.0
         return self.processes, self.ms * scale
 
+
+LIGHT_INTERPRETER_PCT = 50.0
+"""Below this busy, an interpreter's recorded CPU per request is a light load's, and the plan says it may move."""
 
 BUSY_PROCESS_SHARE = 0.1
 """A process counts as a worker when its interpreter was at least this share as busy as the busiest one's
@@ -376,6 +382,13 @@ def _interpreter_ms(portrait) -> dict[str, float]:
     """Each recorded process's interpreter CPU over the recording (``interpreter:<pid>`` device -> ms)."""
     return {m.device: m.mean / 100.0 * m.seconds * 1000.0 for m in portrait.devices.metrics
             if m.device.startswith("interpreter:") and m.metric == "cpu_pct"}
+
+
+def _interpreter_busy_pct(portrait, workers: dict[str, float]) -> float:
+    """How busy the ``workers``' interpreters were over the recording (%, their time-weighted mean; 0 without)."""
+    util = [m for m in portrait.devices.metrics if m.device in workers and m.metric == "cpu_pct"]
+    seconds = sum(m.seconds for m in util)
+    return sum(m.mean * m.seconds for m in util) / seconds if seconds else 0.0
 
 
 def _workers(portrait) -> dict[str, float]:
@@ -417,10 +430,10 @@ def interpreter(portrait) -> Interpreter | None:
     total = sum(_interpreter_ms(portrait).values())
     if not requests or total <= 0:
         return None
-    processes = len(_workers(portrait))
+    workers = _workers(portrait)
     own = _own_work(portrait)
     cpu_work = _cpu_stage_ms(portrait) / requests + (own[2] if own is not None else 0.0)
-    return Interpreter(processes, total / requests, cpu_work)
+    return Interpreter(len(workers), total / requests, cpu_work, _interpreter_busy_pct(portrait, workers))
 
 
 def process_cpu_ms(portrait) -> float | None:

@@ -50,6 +50,8 @@ def test_the_recorded_processes_carry_what_their_interpreter_time_allows(tmp_pat
     portrait, served = _portrait(tmp_path, (processes, share))
     python = interpreter(portrait)
     assert python.processes == processes
+    # 150 req/s of ~2 ms: a light load's figure, and the plan says it may move at saturation.
+    assert python.busy_pct < 50 and "record under a closed loop" in python.how
     assert python.ms == pytest.approx(share * served.work_ms, rel=0.03)
     plan = recommend(portrait, Constraints.parse(engines="cpu"))
     cores_bound = 2 * 1000.0 / served.work_ms
@@ -134,6 +136,7 @@ def test_a_recording_made_with_the_interpreter_saturated_is_planned_without_its_
     portrait.traffic.duration_s = duration
     found = cpu_contention(portrait)
     assert found.scale == pytest.approx(scale, rel=0.03) and "interpreter lock" in found.how
+    assert interpreter(portrait).busy_pct == pytest.approx(95.0) and "closed loop" not in interpreter(portrait).how
     plan = recommend(portrait, Constraints.parse(engines="cpu"))
     recorded_rps = requests / duration
     assert plan.recommended.estimate.max_rps == pytest.approx(recorded_rps / 0.95, rel=0.05)
