@@ -110,7 +110,8 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, slo_p50_ms, slo_t
 
         with ProgressBar("planning", quiet=as_json) as progress:
             plan = plan_llm(list(source), model=model_shape(model) if model else None,
-                            engines=parse_engines(engines or default_llm_engines(catalog, model), catalog),
+                            engines=parse_engines(default_llm_engines(catalog, model) if engines is None else engines,
+                                                      catalog),
                             ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, rate=min_rps, catalog=catalog,
                             pricing=Pricing(years=years, price_per_kwh=price_per_kwh, rent=rent,
                                             prices=parse_prices(prices, catalog),

@@ -171,7 +171,7 @@ class Constraints:
         ``align``: align.json files (or ``align.AlignEvidence``), one per stage. ``calibration``: a
         pipeline.yaml with a ``calibration:`` section (``loadprobe verify --calibrate``).
         """
-        specs = parse_engines(engines or DEFAULT_ENGINES, catalog)
+        specs = parse_engines(DEFAULT_ENGINES if engines is None else engines, catalog)
         default, by_stage = parse_precision(precision)
         evidence = parse_align(align, by_stage)
         for option, value in (("--slo-p95-ms", slo_p95_ms), ("--slo-p99-ms", slo_p99_ms), ("--slo-p50-ms", slo_p50_ms),
@@ -180,6 +180,7 @@ class Constraints:
                               ("--price-per-kwh", price_per_kwh), ("--cpu-power-w", cpu_power_w)):
             if value is not None and not value > 0:
                 raise LoadprobeError(f"{option} {value:g} must be a positive number")
+            check_within_plan(option, value)
         changing = frozenset(n.strip() for v in changes_often for n in str(v).split(",") if n.strip())
         return cls(
             lineup=LineUp(engines=specs, precision=default, precision_by_stage=by_stage, changes_often=changing,
@@ -192,6 +193,24 @@ class Constraints:
                                                       example="nvidia-l4=0.85")),
             evidence=Evidence(align=evidence,
                               calibration=parse_calibration(calibration) if calibration is not None else None))
+
+
+PLAN_TARGETS = {"--slo-p95-ms": "p95_ms", "--slo-p99-ms": "p99_ms", "--slo-p50-ms": "p50_ms",
+                "--slo-ttft-ms": "ttft_p95_ms", "--slo-tpot-ms": "tpot_p95_ms", "--min-rps": "min_rps"}
+"""The options whose value a plan keeps in pipeline.yaml's ``slo`` section, and the field each becomes."""
+
+
+def check_within_plan(option: str, value) -> None:
+    """Refuse a target pipeline.yaml could not hold (its schema's maximum: ``--min-rps`` 10 million, a latency
+    an hour), before any planning: the plan written would not be a valid pipeline.yaml."""
+    field = PLAN_TARGETS.get(option)
+    if field is None or value is None:
+        return
+    from ..pipeline.json_schema import maximum
+
+    most = maximum("slo", field)
+    if value > most:
+        raise LoadprobeError(f"{option} {value:g}: above the most a plan holds ({most:g}); give {most:g} or less")
 
 
 def parse_engines(text: str, catalog=None) -> tuple[EngineSpec, ...]:

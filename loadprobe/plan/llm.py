@@ -148,7 +148,7 @@ def plan_llm(paths, *, model, engines, ttft_ms: float | None, tpot_ms: float | N
     from ..analysis.run import llm_recording
     from ..pipeline.names import to_name
     from ..simulator.llm.replay import lengths_view
-    from .constraints import LineUp
+    from .constraints import LineUp, check_within_plan
     from .context import service_name
 
     portrait, views = llm_recording(paths, service=service)
@@ -177,6 +177,7 @@ def plan_llm(paths, *, model, engines, ttft_ms: float | None, tpot_ms: float | N
                           ("--kv-link-gbps", link_gbps)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise LoadprobeError(f"{option} {value:g}: expected a number above 0")
+        check_within_plan(option, value)
     llm = portrait.llm
     ttft_ms, tpot_ms, targets_why = _targets(ttft_ms, tpot_ms, llm)
     order = np.argsort(requests.start[known], kind="stable")

@@ -231,7 +231,7 @@ class Span:
             frame = (cur[0], sid)
         self._outer = ctx
         self._token = _frame_set(frame) if attach else None
-        if self.stage is None:
+        if not self.stage:  # none, or an empty name (a stage named "" could be planned, verified by nothing)
             self.stage = _caller_name()
         self._t0 = perf_counter_ns()
         return self

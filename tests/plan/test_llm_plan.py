@@ -278,6 +278,8 @@ def test_a_config_json_with_a_bad_field_is_refused_in_one_line_naming_it(tmp_pat
     (["--model", "llama-3.1-8b", "--slo-p95-ms", "100"], "not for --llm"),
     (["--min-rps", "0"], "--min-rps 0: expected a number above 0"),
     (["--slo-tpot-ms", "nan"], "--slo-tpot-ms nan: expected a number above 0"),
+    (["--min-rps", "1e12"], "--min-rps 1e+12: above the most a plan holds"),
+    (["--engines", ""], "--engines is empty"),
     (["--model", "llama-3.1-70b", "--engines", "gpu:nvidia-t4"], "less than llama-3.1-70b's weights"),
     (["--kv-tokens", "10"], "--kv-tokens 10: the longest request needs 367 tokens of KV cache"),
     (["--model", "llama-3.1-8b", "--engines", "cpu"], "--engines: with --model, name the devices to plan"),

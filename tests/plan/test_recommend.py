@@ -560,3 +560,24 @@ def test_the_host_cpu_is_an_engine_for_stages_recorded_elsewhere_by_its_recorded
     plan = recommend(record(tmp_path / "unshown", stages(False), requests=30), lineup, cpu_cores=2)
     embed = {d.stage: d for d in hybrid_of(plan).decisions}["embed"]
     assert "the host CPU's rates are unknown" in embed.why["engine"] and "flops=" in embed.why["engine"]
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--min-rps", "1e12", "--min-rps 1e+12: above the most a plan holds (1e+07)"),
+    ("--slo-p95-ms", "1e9", "--slo-p95-ms 1e+09: above the most a plan holds (3.6e+06)"),
+])
+def test_a_target_no_plan_can_hold_is_refused_up_front(tmp_path, option, value, message):
+    path = tmp_path / "portrait.json"
+    path.write_text(json.dumps(_sample_portrait()))
+    result = CliRunner().invoke(main, ["recommend", str(path), option, value, "-o", str(tmp_path / "p")])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("engines", ["", " , "])
+def test_an_empty_engines_list_is_refused_not_taken_for_the_default(tmp_path, engines):
+    path = tmp_path / "portrait.json"
+    path.write_text(json.dumps(_sample_portrait()))
+    result = CliRunner().invoke(main, ["recommend", str(path), "--engines", engines, "-o", str(tmp_path / "p")])
+    assert result.exit_code == 2 and "--engines is empty" in result.output, result.output
+    assert not (tmp_path / "p").exists()

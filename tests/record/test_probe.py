@@ -62,7 +62,12 @@ def test_stage_names_forms_and_metadata(recorder):
         with probe():
             pass
 
-    assert (bare(), empty_call(), named()) == ("bare", "empty", "named")
+    @probe("")
+    def named_nothing():
+        with probe(""):  # an empty name is no name: never a stage named ""
+            return "nothing"
+
+    assert (bare(), empty_call(), named(), named_nothing()) == ("bare", "empty", "named", "nothing")
     opens_a_block()
     assert bare.__doc__ == "doc" and bare.__name__ == "bare" and bare.__wrapped__ is not None
     stages = set(by_stage(stopped_spans(recorder)))
@@ -71,6 +76,7 @@ def test_stage_names_forms_and_metadata(recorder):
         "test_stage_names_forms_and_metadata.<locals>.empty_call",
         "named",
         "test_stage_names_forms_and_metadata.<locals>.opens_a_block",
+        "test_stage_names_forms_and_metadata.<locals>.named_nothing",
     }
 
 
