@@ -36,6 +36,10 @@ from .traffic import build_traffic, iso
 from .._version import __version__
 
 IDLE_UTIL_PCT = 5.0
+SERVING_DEVICES = ("cpu", "process", "interpreter:")
+"""Devices whose samples (but power) count only from the first to the last second a request arrived on their host:
+the plans read them per request (host CPU, process CPU, interpreter CPU), and a model loading for seconds before the
+first request, or a process idling after the last, is no request's work."""
 DYNAMIC_SHAPE_TOP_SHARE = 0.9  # a stage whose commonest shape covers less than this has dynamic shapes
 _RECORDER_COUNTERS = ("spans_recorded", "spans_written", "spans_dropped", "spans_dropped_cap", "spans_dropped_write",
                       "spans_dropped_invalid", "spans_lost", "samples_dropped", "samples_lost", "write_errors",
@@ -208,17 +212,42 @@ def _per_second(sp) -> dict:
     return {s: sp.per_second[s] / sp.per_second_n[s] for s in sp.per_second if sp.per_second_n.get(s)}
 
 
+def _serving_seconds(part: Partial) -> dict[str, tuple[int, int]]:
+    """Each host's first and last second a request arrived (``SERVING_DEVICES``)."""
+    out: dict[str, tuple[int, int]] = {}
+    for (host, second), n in part.host_arrivals.items():
+        if n:
+            first, last = out.get(host, (second, second))
+            out[host] = (min(first, second), max(last, second))
+    return out
+
+
+def _while_serving(series: dict, first: int, last: int) -> tuple[dict, int]:
+    """(samples, seconds) of a ``SERVING_DEVICES`` series: the seconds from ``first`` to ``last``, and where that
+    window has seconds inside it, only their samples stand for it -- its edge seconds also hold what came before
+    the first request and after the last (a model loading at full CPU until the traffic starts)."""
+    window = {s: v for s, v in series.items() if first <= s <= last}
+    if not window:
+        return series, len(series)
+    inner = {s: v for s, v in window.items() if first < s < last}
+    return inner or window, len(window)
+
+
 def _devices(part: Partial) -> Devices:
     out = Devices()
     util: dict = {}  # (host, device) -> {second: util}
+    serving = _serving_seconds(part)
     for (host, device, metric), sp in sorted(part.samples.items()):
         series = _per_second(sp)
+        seconds = len(series)
+        if host in serving and device.startswith(SERVING_DEVICES) and metric != "power_w":
+            series, seconds = _while_serving(series, *serving[host])
         if not series or metric == "energy_j":  # counter deltas: the energy section sums them
             continue
         values = np.array(list(series.values()))
         out.metrics.append(DeviceMetric(host=host, device=device, metric=metric, mean=float(values.mean()),
                                         p95=float(np.percentile(values, 95)), max=float(sp.max),
-                                        seconds=len(values)))
+                                        seconds=seconds))
         if metric == "util_pct":
             util[(host, device)] = series
             out.idle_share[f"{host}/{device}"] = float((values < IDLE_UTIL_PCT).mean())

@@ -29,11 +29,13 @@ HOW = ("choose one with --service NAME (service=NAME in Python), or write one po
        "with --each-service (loadprobe analyze; recommend, simulate and report read the portrait.json it writes)")
 
 
-def choose(runs: list[Run], service: str | None, where: str) -> tuple[list[Run], list[Run]]:
+def choose(runs: list[Run], service: str | None, where: str,
+           how: str = f"a portrait is of one service: {HOW}") -> tuple[list[Run], list[Run]]:
     """(the runs to analyse, those of them that are the load client's and join the service's requests).
 
     ``service``: an fnmatch pattern that must match exactly one service (the load client aside);
-    None: the runs must hold one. Raises LoadprobeError naming the services found otherwise."""
+    None: the runs must hold one. Raises LoadprobeError naming the services found otherwise, and ``how``
+    to choose."""
     clients = [run for run in runs if is_load_client(run.service)]
     others = [run for run in runs if not is_load_client(run.service)]
     found = sorted({run.service for run in others})
@@ -46,13 +48,12 @@ def choose(runs: list[Run], service: str | None, where: str) -> tuple[list[Run],
                              f"{listed(found + ([LOAD_CLIENT_SERVICE] if clients else []), 8)}); give one of them")
     if len(names) > 1:
         what = f"--service {service!r} matches" if service else "holds"
-        raise LoadprobeError(f"{where} {what} {len(names)} services ({listed(names, 8)}); a portrait is of one "
-                             f"service: {HOW}")
+        raise LoadprobeError(f"{where} {what} {len(names)} services ({listed(names, 8)}); {how}")
     joined = [client for client in clients if shares_requests(client, chosen)]
     strangers = [client for client in clients if client not in joined]
     if strangers and not service:
         raise LoadprobeError(f"{where} holds {names[0]} and a load client's recording ({strangers[0].run_dir}) that "
-                             f"shares no request id with it, so they are two services; {HOW} (a server that "
+                             f"shares no request id with it, so they are two services; {how} (a server that "
                              "records the x-request-id header joins the client's requests)")
     return chosen + joined, joined
 

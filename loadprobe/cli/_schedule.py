@@ -69,11 +69,13 @@ class Schedule(NamedTuple):
 
 
 def build_schedule(*, rate, process, peak_to_mean, burst_rate, on_s, off_s, replay, speed, preset, ts_col, ts_unit,
-                   ts_format, duration, requests, seed, other: str | None | bool = False) -> Schedule:
+                   ts_format, duration, requests, seed, other: str | None | bool = False,
+                   service: str | None = None) -> Schedule:
     """The schedule the options ask for.
 
     ``other`` is ``loadprobe load``'s closed loop: ``"--concurrency"`` when chosen (then
     ``offsets`` is None), ``None`` when it could have been; ``False`` where there is none.
+    ``service``: the recorded service to replay, where the data holds several.
     """
     from ..load import schedules
 
@@ -91,7 +93,7 @@ def build_schedule(*, rate, process, peak_to_mean, burst_rate, on_s, off_s, repl
         return Schedule(None, None, seed)
     if replay is not None:
         times, tokens_in, tokens_out = schedules.arrivals(replay, preset=preset, ts_col=ts_col, ts_unit=ts_unit,
-                                                          ts_format=ts_format, tokens=True)
+                                                          ts_format=ts_format, tokens=True, service=service)
         offsets = schedules.replay(times, speed=speed, duration=duration, requests=requests)
         mode = f"replay of {Path(replay).name}" + (f" at {speed:g}x" if speed != 1 else "")
         return Schedule(offsets, mode, seed, (tokens_in[:len(offsets)], tokens_out[:len(offsets)]))

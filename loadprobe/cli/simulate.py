@@ -33,7 +33,7 @@ from ._schedule import build_schedule, schedule_options
                    "[default: as the recording shows, else on].")
 @click.option("--slo-ttft-ms", type=float, help="--llm: goodput's TTFT target [default: twice the median].")
 @click.option("--slo-tpot-ms", type=float, help="--llm: goodput's TPOT target [default: twice the median].")
-@click.option("--service", help="--llm: the service to fit, where DATA holds several.")
+@click.option("--service", help="The service to read where the data holds several: --llm DATA's, --trace DATA's.")
 @schedule_options
 @click.option("--service-times", "service_times", metavar="DATA",
               help="Recorded data to draw each stage's service times from (default: the plan's service_time_ms).")
@@ -94,10 +94,12 @@ def simulate(plan, llm_data, max_running, token_budget, kv_tokens, kv_reserve, c
         raise LoadprobeError(f"{plan} is an LLM plan: give --llm DATA (a recording of the requests: their prompt and "
                              "output lengths, and their arrivals when no schedule is given)")
     llm_only = {"--max-running": max_running, "--token-budget": token_budget, "--kv-tokens": kv_tokens,
-                "--slo-ttft-ms": slo_ttft_ms, "--slo-tpot-ms": slo_tpot_ms, "--service": service}
+                "--slo-ttft-ms": slo_ttft_ms, "--slo-tpot-ms": slo_tpot_ms}
     stray = [name for name, value in llm_only.items() if value is not None]
     if stray:
         raise LoadprobeError(f"{', '.join(stray)} apply to --llm only; leave them out or add --llm DATA")
+    if service is not None and schedule.get("replay") is None:
+        raise LoadprobeError("--service chooses the service of --trace DATA or --llm DATA; give one of them")
     # Imported here so that ``loadprobe --help`` stays light.
     from ..plan.constraints import parse_prices
     from ..simulator import parse_override
@@ -107,7 +109,7 @@ def simulate(plan, llm_data, max_running, token_budget, kv_tokens, kv_reserve, c
     json_path, html_path = inside(out, "simulation.json"), inside(out, "simulation.html")
     refuse_existing([json_path] + ([] if no_html else [html_path]), force)  # before the work
     plans = read_plans(plan)
-    offsets, mode, seed, _ = build_schedule(**schedule)
+    offsets, mode, seed, _ = build_schedule(**schedule, service=service)
     given = [(text, *parse_override(text)) for text in service_time_overrides]
     _check_overrides(given, plans)
 
@@ -165,7 +167,7 @@ def _simulate_llm(paths, schedule: dict, outdir, force: bool, as_json: bool, *, 
                               why=("as given (" + ", ".join(given) + "), the rest vLLM's defaults") if given else
                               "vLLM's defaults: give --max-running, --token-budget, --kv-tokens to match the engine")
     timed = any(schedule.get(k) is not None for k in ("rate", "process", "replay"))
-    offsets, mode, seed, tokens = build_schedule(**schedule) if timed else (None, None, schedule.get("seed") or 0, None)
+    offsets, mode, seed, tokens = build_schedule(**schedule, service=service) if timed else (None, None, schedule.get("seed") or 0, None)
     result = simulate_llm(list(paths), offsets=offsets, tokens=tokens, mode=mode, seed=seed or 0, settings=settings,
                           service=service, ttft_ms=ttft_ms, tpot_ms=tpot_ms, plan=plan)
     document = result.to_dict()

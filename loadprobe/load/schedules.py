@@ -130,7 +130,7 @@ def replay(times_ns, *, speed: float = 1.0, duration: float | None = None, reque
 
 
 def arrivals(source, *, preset: str | None = None, ts_col: str | None = None, ts_unit: str | None = None,
-             ts_format: str | None = None, tokens: bool = False):
+             ts_format: str | None = None, tokens: bool = False, service: str | None = None):
     """Sorted arrival times (epoch ns) of the requests in recorded data or a request log.
 
     ``source`` is a loadprobe data directory (or spans file): its root request spans are
@@ -138,10 +138,13 @@ def arrivals(source, *, preset: str | None = None, ts_col: str | None = None, ts
     the same presets, column options and timestamp rules as ``loadprobe import``.
     ``tokens=True`` returns ``(times, tokens_in, tokens_out)``, each request's prompt and output
     tokens in the same order (-1 where the source has none): what ``loadprobe load --openai`` asks.
+    Recorded data is one service's, as ``loadprobe analyze`` takes it (``service``: its name, where the
+    data holds several); with the load client's recording of its requests beside it, each request is
+    replayed once, when the client sent it.
     """
     path = Path(source)
     if path.is_dir() or path.suffix in (".parquet", ".arrows"):
-        found = _recorded_arrivals(str(source))
+        found = _recorded_arrivals(str(source), service)
     else:
         from ..record.importer import import_log
 
@@ -151,14 +154,28 @@ def arrivals(source, *, preset: str | None = None, ts_col: str | None = None, ts
     return found if tokens else found[0]
 
 
-def _recorded_arrivals(source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+REPLAY_ONE = ("a replay is of one service: give the service's own folder (DATA/HOST/SERVICE), or --service NAME "
+              "(simulate --trace)")
+
+
+def _recorded_arrivals(source: str, service: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Start times of root spans, with their tokens in and out (-1: none), sorted by time; of request
     roots only, when the data has any (as analysis counts)."""
-    from ..analysis.reading import span_files  # analysis's reader: Parquet and unfinished streams, version-checked
+    # analysis's reader and its rule of one service: Parquet and unfinished streams, version-checked
+    from ..analysis.dataset import discover, file_refs
+    from ..analysis.reading import UnreadableFile, read_data_file
+    from ..analysis.services import choose
 
+    runs, _ = discover([source])
+    runs, clients = choose(runs, service, source, how=REPLAY_ONE)
     requests, roots = [], []
-    for span_file in span_files([source]):  # bad files skipped, as analyze skips them
-        table = span_file.table
+    for ref in file_refs(clients or runs):  # the load client's view when joined: each request once, as sent
+        if ref.kind != "spans":
+            continue
+        try:
+            table = read_data_file(ref).table
+        except UnreadableFile:  # skipped, as analyze skips it
+            continue
         is_root = ~table.column("parent_id").is_valid().to_numpy(zero_copy_only=False)
         has_id = table.column("request_id").is_valid().to_numpy(zero_copy_only=False)
         columns = np.stack([_filled(table, name) for name in ("ts_ns", "tokens_in", "tokens_out")])

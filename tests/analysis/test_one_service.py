@@ -283,3 +283,31 @@ def test_a_server_span_ending_after_its_client_span_stays_inside_the_request(tmp
     # Alone, the server's span holds the 20 ms close; joined, it is cut at the client's end.
     assert alone.latency_ms.mean > 20 and http.latency_ms.mean <= outer.latency_ms.mean + 1e-9
     assert 0 < http.share <= 1 + 1e-9 and outer.self_share >= 0
+
+
+@pytest.mark.timeout(120)
+def test_a_replay_is_of_one_service_and_counts_each_request_once(both_sides, tmp_path):
+    """``simulate --trace`` and ``load --replay`` read recorded arrivals by analyze's rule: several services are
+    refused naming them (``--service`` chooses), and a load client's recording beside its server's gives each
+    request once, when the client sent it."""
+    import shutil
+
+    from loadprobe.load.schedules import arrivals
+
+    client, server = both_sides
+    same = tmp_path / "same"  # both recordings in one folder, as a user may keep them
+    shutil.copytree(client, same, dirs_exist_ok=True)
+    shutil.copytree(server, same, dirs_exist_ok=True)
+    assert len(arrivals(same)) == REQUESTS  # not the client's 60 and the server's 48
+    two = tmp_path / "two"
+    _record(two, "server")
+    _record(two, "batch-scorer")
+    with pytest.raises(LoadprobeError, match=r"2 services \(batch-scorer, server\); a replay is of one"):
+        arrivals(two)
+    assert len(arrivals(two, service="server")) == 5
+    plan = tmp_path / "plan" / "pipeline.yaml"
+    assert _cli("recommend", server, "--engines", "cpu", "-o", plan).returncode == 0
+    done = _cli("simulate", plan, "--trace", two, "-o", tmp_path / "sim")
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "batch-scorer, server" in done.stderr
+    done = _cli("simulate", plan, "--trace", two, "--service", "server", "-o", tmp_path / "sim", "--json")
+    assert done.returncode == 0, done.stderr

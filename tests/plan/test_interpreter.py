@@ -203,3 +203,29 @@ def test_worker_processes_whose_native_pools_oversubscribe_the_cores_are_named_w
     assert f"CPU threads: {found}" in plan.recommended.notes
     one, _ = _portrait(tmp_path, (1, 0.5), name="one")
     assert native_pools(with_pools(one, 1)) is None  # one process and its pool: as many threads as cores
+
+
+def test_cpu_spent_before_the_first_request_is_no_request_s_work(tmp_path):
+    """A model loading for 2 s at full CPU before the traffic starts, then 300 requests: the interpreter's CPU per
+    request is the serving's (it read 5x that when the loading counted), and the plan's bound follows."""
+    import time
+
+    from loadprobe import probe, request
+
+    loadprobe.start(tmp_path / "data", service="warm", sample_devices=False, flush_interval_s=0.2)
+    try:
+        until = time.monotonic() + 2.0
+        while time.monotonic() < until:  # "loading the model": pure Python, the interpreter busy
+            sum(range(10_000))
+        served = time.thread_time()
+        for _ in range(300):
+            with request():
+                with probe("model"):
+                    sum(range(60_000))
+            time.sleep(0.01)
+        served = (time.thread_time() - served) * 1000.0 / 300  # ms of this thread's CPU per request
+    finally:
+        loadprobe.stop()
+    python = interpreter(loadprobe.analyze([str(tmp_path / "data")]))
+    # The recorder's own threads add a little; the loading would have added ~7 ms per request.
+    assert 0.7 * served < python.ms < 2.0 * served
