@@ -21,7 +21,7 @@ import fnmatch
 
 from .._errors import LoadprobeError, listed
 from .dataset import Run, file_refs
-from .reading import UnreadableFile, read_request_ids
+from .reading import UnreadableFile, read_data_file, read_request_ids
 from .requestjoin import client_requests, is_load_client
 from ..schema import LOAD_CLIENT_SERVICE
 
@@ -87,3 +87,26 @@ def shares_requests(client: Run, runs: list[Run]) -> bool:
         if (sent.find(ids) >= 0).any():
             return True
     return False
+
+
+def recorded_service(paths, service: str | None = None, how: str = f"choose one: {HOW}") -> tuple[list[Run], list[Run]]:
+    """(the service's own runs, the load client's runs of the same requests) under ``paths``, by ``choose``'s
+    rule: what a replay (the client's view when there is one: each request once, as sent) or a verify (the
+    service's own spans) reads. A folder of the load client alone is that service."""
+    from .dataset import discover
+
+    runs, _ = discover(paths)
+    chosen, clients = choose(runs, service, ", ".join(map(str, paths)), how)
+    return [run for run in chosen if run not in clients], clients
+
+
+def span_tables(runs: list[Run]):
+    """Each readable spans file of ``runs`` as a table, run by run; one that cannot be read is passed over, as
+    the analysis passes it over (and says why)."""
+    for ref in file_refs(runs):
+        if ref.kind != "spans":
+            continue
+        try:
+            yield read_data_file(ref).table
+        except UnreadableFile:
+            continue

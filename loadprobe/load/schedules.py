@@ -162,20 +162,11 @@ def _recorded_arrivals(source: str, service: str | None = None) -> tuple[np.ndar
     """Start times of root spans, with their tokens in and out (-1: none), sorted by time; of request
     roots only, when the data has any (as analysis counts)."""
     # analysis's reader and its rule of one service: Parquet and unfinished streams, version-checked
-    from ..analysis.dataset import discover, file_refs
-    from ..analysis.reading import UnreadableFile, read_data_file
-    from ..analysis.services import choose
+    from ..analysis.services import recorded_service, span_tables
 
-    runs, _ = discover([source])
-    runs, clients = choose(runs, service, source, how=REPLAY_ONE)
+    own, clients = recorded_service([source], service, how=REPLAY_ONE)
     requests, roots = [], []
-    for ref in file_refs(clients or runs):  # the load client's view when joined: each request once, as sent
-        if ref.kind != "spans":
-            continue
-        try:
-            table = read_data_file(ref).table
-        except UnreadableFile:  # skipped, as analyze skips it
-            continue
+    for table in span_tables(clients or own):  # the load client's view when joined: each request once, as sent
         is_root = ~table.column("parent_id").is_valid().to_numpy(zero_copy_only=False)
         has_id = table.column("request_id").is_valid().to_numpy(zero_copy_only=False)
         columns = np.stack([_filled(table, name) for name in ("ts_ns", "tokens_in", "tokens_out")])

@@ -30,6 +30,8 @@ from .._errors import LoadprobeError
 
 __all__ = ["Observed", "StageObserved", "observe"]
 
+VERIFY_ONE = "a plan is verified against one service's recording: give the service's own folder (DATA/HOST/SERVICE)"
+
 
 @dataclass
 class StageObserved:
@@ -58,17 +60,18 @@ class Observed:
 def observe(config, data: list, *, plan: str = "the plan") -> Observed:
     """The recording of ``config``'s plan running; LoadprobeError when it holds no request of it, or ran a
     stage on an engine kind the plan does not place it on (``plan`` names the file in that message)."""
-    from ..analysis.reading import span_files
+    from ..analysis.services import recorded_service, span_tables
     from ..simulator.recorded import column
 
     wanted = {s.name for s in config.stages}
     names = {"stage": "stage", "engine": "engine", "status": "status", "ts": "ts_ns", "dur": "dur_ns",
              "queue": "queue_ns", "span": "span_id", "parent": "parent_id", "batch": "batch"}
     columns: dict[str, list] = {k: [] for k in (*names, "run")}
-    for number, span_file in enumerate(span_files(data)):
+    own, _ = recorded_service(data, how=VERIFY_ONE)  # the service's own spans: a load client's beside them hold none
+    for number, table in enumerate(span_tables(own)):
         for key, name in names.items():
-            columns[key].append(column(span_file.table, name))
-        columns["run"].append(np.full(span_file.table.num_rows, number, np.int64))
+            columns[key].append(column(table, name))
+        columns["run"].append(np.full(table.num_rows, number, np.int64))
     if not columns["ts"]:
         raise LoadprobeError(f"{', '.join(map(str, data))}: no spans to verify the plan against")
     c = {k: np.concatenate(v) for k, v in columns.items()}

@@ -286,10 +286,10 @@ def test_a_server_span_ending_after_its_client_span_stays_inside_the_request(tmp
 
 
 @pytest.mark.timeout(120)
-def test_a_replay_is_of_one_service_and_counts_each_request_once(both_sides, tmp_path):
+def test_a_replay_and_a_verify_read_one_service_once(both_sides, tmp_path):
     """``simulate --trace`` and ``load --replay`` read recorded arrivals by analyze's rule: several services are
     refused naming them (``--service`` chooses), and a load client's recording beside its server's gives each
-    request once, when the client sent it."""
+    request once, when the client sent it; ``verify`` reads the service's own spans."""
     import shutil
 
     from loadprobe.load.schedules import arrivals
@@ -311,3 +311,14 @@ def test_a_replay_is_of_one_service_and_counts_each_request_once(both_sides, tmp
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "batch-scorer, server" in done.stderr
     done = _cli("simulate", plan, "--trace", two, "--service", "server", "-o", tmp_path / "sim", "--json")
     assert done.returncode == 0, done.stderr
+    # verify reads the service's own spans: the client's beside them are not its requests.
+    reports = {}
+    for name, data in (("alone", server), ("joined", same)):
+        done = _cli("verify", plan, data, "-o", tmp_path / f"{name}.json")
+        assert done.returncode in (0, 1), done.stderr
+        reports[name] = json.loads((tmp_path / f"{name}.json").read_text())["before"]
+    assert reports["joined"]["requests"] == reports["alone"]["requests"] == REQUESTS - REQUESTS // UNRECORDED
+    assert reports["joined"]["root"] == reports["alone"]["root"] == "GET infer"
+    assert reports["joined"]["rows"] == reports["alone"]["rows"]
+    done = _cli("verify", plan, two)
+    assert done.returncode == 2 and "2 services" in done.stderr and "one service's recording" in done.stderr
