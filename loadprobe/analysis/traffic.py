@@ -40,15 +40,22 @@ def build_traffic(arrivals: dict, source: str, gaps: list) -> Traffic | None:
     counts = np.zeros(n_buckets, dtype=np.int64)
     np.add.at(counts, (seconds - first) // bucket, per_second)
     total = int(per_second.sum())
-    mean_rps = total / duration
-    # The last bucket may be partial: peaks and valleys are read over whole buckets when there are any.
-    whole = counts[:-1] if n_buckets > 1 and duration % bucket else counts
+    # The traffic starts and ends inside its first and last seconds: with seconds between them, the rates
+    # (mean, peak, valley, dispersion) are read from those whole seconds alone -- a constant 80 req/s read
+    # 76 req/s, a valley of 8 and a dispersion of 3 with its part-filled edges counted.
+    inner = (seconds > first) & (seconds < last) if duration >= 3 else np.ones(len(seconds), bool)
+    start, span = (first + 1, duration - 2) if duration >= 3 else (first, duration)
+    mean_rps = float(per_second[inner].sum()) / span
+    whole = np.zeros(-(-span // bucket), dtype=np.int64)
+    np.add.at(whole, (seconds[inner] - start) // bucket, per_second[inner])
+    if len(whole) > 1 and span % bucket:  # the last bucket is partial: peaks and valleys over whole ones
+        whole = whole[:-1]
     peak_i, valley_i = int(np.argmax(whole)), int(np.argmin(whole))
     peak_rps = float(whole[peak_i]) / bucket
 
     def window(i: int) -> Window:
-        start = first + i * bucket
-        return Window(iso(start), iso(start + bucket), float(whole[i]) / bucket)
+        at = start + i * bucket
+        return Window(iso(at), iso(at + bucket), float(whole[i]) / bucket)
 
     hour_profile = None
     if duration >= 86400:
@@ -76,8 +83,8 @@ def build_traffic(arrivals: dict, source: str, gaps: list) -> Traffic | None:
         valley_window=window(valley_i),
         hour_of_day=hour_profile,
         interarrival_cv=cv,
-        dispersion_index={"1s": _dispersion(seconds - first, per_second, 1, duration),
-                          "60s": _dispersion(seconds - first, per_second, 60, duration)},
+        dispersion_index={"1s": _dispersion(seconds[inner] - start, per_second[inner], 1, span),
+                          "60s": _dispersion(seconds[inner] - start, per_second[inner], 60, span)},
     )
 
 

@@ -464,3 +464,26 @@ def test_a_failing_file_stops_the_threaded_map_without_mapping_the_rest(monkeypa
     with pytest.raises(RuntimeError, match="boom"):
         map_step.map_files([(i, None) for i in range(200)], threads=2)
     assert 4 <= len(calls) < 20  # the files not started when it failed were dropped, not mapped
+
+
+@pytest.mark.parametrize("process", ["constant", "poisson"])
+def test_the_part_filled_first_and_last_seconds_do_not_bend_the_rates(tmp_path, process):
+    """Traffic starts and ends inside a second: a constant 80 req/s from 0.5 s to 30.5 s read 76 req/s, a valley
+    of 40 and a dispersion of 3 with those two half-seconds counted as whole ones."""
+    import numpy as np
+
+    from tests.support.served_recording import Step, record_served
+
+    rng = np.random.default_rng(3)
+    arrivals = (0.5 + np.arange(2400) / 80.0 if process == "constant"
+                else 0.5 + np.sort(rng.uniform(0, 30.0, 2400)))  # Poisson: uniform given the count
+    record_served(tmp_path / "data", arrivals, [Step("request", lambda r, n: np.full(n, 0.1)),
+                                                Step("work", lambda r, n: np.full(n, 1.0))], cores=2)
+    traffic = loadprobe.analyze([tmp_path / "data"]).traffic
+    assert traffic.requests == 2400
+    assert traffic.mean_rps == pytest.approx(80.0, rel=0.04)
+    if process == "constant":
+        assert traffic.valley_window.rate_per_s >= 79 and traffic.peak_rps <= 81
+        assert traffic.dispersion_index["1s"] < 0.1
+    else:
+        assert 0.5 < traffic.dispersion_index["1s"] < 1.6
