@@ -15,7 +15,7 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -105,6 +105,15 @@ class SimulationResult:
         return "\n".join(lines)
 
 
+def on_cores(config: PipelineConfig) -> PipelineConfig:
+    """``config`` with each cpu engine's slots no more than its planned cores (``cores`` x ``count``): CPU work
+    in slots past the cores shares them and runs no faster in sum, so a plan's 8 slots on 2 cores carry what 2
+    do -- as ``recommend`` sized it. Slots stay as they are where no cores are given."""
+    engines = {name: replace(e, max_concurrency=min(e.max_concurrency, e.cores * e.count))
+               if e.kind == "cpu" and e.cores else e for name, e in config.engines.items()}
+    return replace(config, engines=engines) if engines != dict(config.engines) else config
+
+
 def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times: Overrides | None = None, *,
              seed: int = 0, priorities: Sequence[int] | None = None, window_s: float | None = None, catalog=None,
              price_per_kwh: float = 0.15, years: float = 3.0, prices: Mapping[str, float] | None = None,
@@ -160,7 +169,7 @@ def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times:
         from .servicetimes import constant
 
         outside = constant(config.calibration.handoff_ms * len(config.stages))
-    config = with_host(config)
+    config = on_cores(with_host(config))
     options = dict(seed=seed, window_s=config.window_s if window_s is None else window_s, error_rates=error_rates,
                    executors=executors, outside=outside)
     samplers = _samplers(config, service_times)

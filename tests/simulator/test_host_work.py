@@ -57,3 +57,23 @@ def test_a_plan_s_distribution_survives_its_file():
     assert back.mean_ms == pytest.approx(7.0)
     for q in (0.5, 0.9, 0.95, 0.99):
         assert back.quantile(q) == pytest.approx(d.quantile(q), rel=0.03)
+
+
+@pytest.mark.timeout(60)
+def test_a_cpu_engine_s_slots_past_its_cores_carry_no_more():
+    """8 slots on 2 cores: 400 req/s of 10 ms is 4 cores' work, and the simulator carries what 2 cores do (it ran
+    all 400 req/s at 50% busy), as recommend sized it; without ``cores`` the slots are the servers."""
+    text = """
+version: 1
+service: svc
+engines:
+  cpu: {kind: cpu, cores: 2, max_concurrency: 8, max_queue: 100000}
+stages:
+  - {name: work, engine: cpu, timeout_ms: 100000, service_time_ms: {p50: 10.0, p95: 10.0, source: user}}
+"""
+    arrivals = load.constant(400, duration=5)
+    on_two = simulate(pipeline.loads(text), arrivals)
+    assert on_two.engines["cpu"]["utilisation"] > 0.95
+    assert on_two.throughput_rps < 0.55 * 400  # 2 cores x 100/s, and the queue grows
+    slots = simulate(pipeline.loads(text.replace("cores: 2, ", "")), arrivals)
+    assert slots.engines["cpu"]["utilisation"] == pytest.approx(0.5, rel=0.05)
