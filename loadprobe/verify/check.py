@@ -178,9 +178,12 @@ def calibrate(report: Verification):
                                               executions=int(len(times)))
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     given = config.calibration.tolerance if config.calibration is not None else None
+    handoff = seen.handoff_ms or 0.0
+    if config.host is not None:  # the plan runs the time outside its stages as the host's work: only the rest is
+        handoff = max(0.0, handoff - config.host.work_ms.p50 / max(1, len(config.stages)))  # hand-off
     calibration = CalibrationConfig(
         source=f"loadprobe verify on {seen.source}: {seen.requests:,} requests ({seen.root!r}), {when}",
-        handoff_ms=round(seen.handoff_ms or 0.0, 4), tolerance=given, stages=stages)
+        handoff_ms=round(handoff, 4), tolerance=given, stages=stages)
     return replace(config, calibration=calibration)
 
 

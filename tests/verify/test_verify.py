@@ -166,3 +166,29 @@ def test_recommend_applies_a_calibration_to_the_same_stage_on_the_same_engine(tm
     result = CliRunner().invoke(main, ["recommend", str(tmp_path / "nothing.json"), "--calibration",
                                        str(tmp_path / "pipeline-without.yaml")])
     assert result.exit_code == 2
+
+
+@pytest.mark.timeout(180)
+def test_a_plan_with_host_work_is_not_given_that_work_again_as_a_hand_off_delay(tmp_path):
+    """A plan from ``recommend`` runs the request's time outside its stages as the host's work; ``--calibrate``
+    once measured that same time again as a per-stage hand-off delay and added both (p50 +1.8% -> +9.6%)."""
+    import numpy as np
+
+    from tests.support.served_recording import Step, record_served
+
+    arrivals = np.cumsum(np.random.default_rng(5).exponential(1 / 100.0, 3000))
+    steps = [Step("outside", lambda rng, n: rng.lognormal(np.log(1.0), 0.2, n)),
+             Step("embed", lambda rng, n: rng.gamma(4.0, 0.25, n)), Step("score", lambda rng, n: np.full(n, 0.5))]
+    record_served(tmp_path / "data", arrivals, steps, cores=2, seed=5)
+    plan = tmp_path / "plan" / "pipeline.yaml"
+    runner = CliRunner()
+    assert runner.invoke(main, ["recommend", str(tmp_path / "data"), "--engines", "cpu", "-o", str(plan)]).exit_code == 0
+    assert pipeline.load(plan).host is not None
+    done = runner.invoke(main, ["verify", str(plan), str(tmp_path / "data"), "--calibrate"])
+    assert done.exit_code in (0, 1), done.output
+    report = json.loads((plan.parent / "verify.json").read_text())
+    before, after = ({r["what"]: r["error"] for r in report[k]["rows"]} for k in ("before", "after"))
+    assert report["before"]["handoff_ms_observed"] > 0.4  # the outside time, per stage it passes
+    assert pipeline.load(plan).calibration.handoff_ms < 0.1 * report["before"]["handoff_ms_observed"]
+    for what in ("end to end p50", "end to end p95"):
+        assert abs(after[what]) <= abs(before[what]) + 0.02, (what, before[what], after[what])
