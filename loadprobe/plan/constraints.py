@@ -19,6 +19,7 @@ planner use one to four L4s, ``gpu:nvidia-l4`` up to ``MAX_SIZED_UNITS``; the pl
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -177,10 +178,12 @@ class Constraints:
         for option, value in (("--slo-p95-ms", slo_p95_ms), ("--slo-p99-ms", slo_p99_ms), ("--slo-p50-ms", slo_p50_ms),
                               ("--slo-ttft-ms", slo_ttft_ms), ("--slo-tpot-ms", slo_tpot_ms), ("--min-rps", min_rps),
                               ("--power-budget-w", power_budget_w), ("--years", years),
-                              ("--price-per-kwh", price_per_kwh), ("--cpu-power-w", cpu_power_w)):
+                              ("--cpu-power-w", cpu_power_w)):
             if value is not None and not value > 0:
                 raise LoadprobeError(f"{option} {value:g} must be a positive number")
             check_within_plan(option, value)
+        if price_per_kwh is not None and not (math.isfinite(price_per_kwh) and price_per_kwh >= 0):
+            raise LoadprobeError(f"--price-per-kwh {price_per_kwh:g} must be 0 or more (0: power costs nothing)")
         changing = frozenset(n.strip() for v in changes_often for n in str(v).split(",") if n.strip())
         return cls(
             lineup=LineUp(engines=specs, precision=default, precision_by_stage=by_stage, changes_often=changing,

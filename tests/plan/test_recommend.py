@@ -581,3 +581,16 @@ def test_an_empty_engines_list_is_refused_not_taken_for_the_default(tmp_path, en
     result = CliRunner().invoke(main, ["recommend", str(path), "--engines", engines, "-o", str(tmp_path / "p")])
     assert result.exit_code == 2 and "--engines is empty" in result.output, result.output
     assert not (tmp_path / "p").exists()
+
+
+def test_power_may_cost_nothing_but_not_less(tmp_path):
+    path = tmp_path / "portrait.json"
+    path.write_text(json.dumps(_sample_portrait()))
+    def run(price, folder):
+        return CliRunner().invoke(main, ["recommend", str(path), "--price-per-kwh", price, "-o",
+                                         str(tmp_path / folder / "p.yaml")])
+
+    free = run("0", "a")
+    assert free.exit_code == 0, free.output  # as loadprobe tco takes it
+    below = run("-1", "b")
+    assert below.exit_code == 2 and "--price-per-kwh -1 must be 0 or more" in below.output

@@ -182,7 +182,8 @@ def test_a_plan_with_host_work_is_not_given_that_work_again_as_a_hand_off_delay(
     record_served(tmp_path / "data", arrivals, steps, cores=2, seed=5)
     plan = tmp_path / "plan" / "pipeline.yaml"
     runner = CliRunner()
-    assert runner.invoke(main, ["recommend", str(tmp_path / "data"), "--engines", "cpu", "-o", str(plan)]).exit_code == 0
+    made = runner.invoke(main, ["recommend", str(tmp_path / "data"), "--engines", "cpu", "-o", str(plan)])
+    assert made.exit_code == 0, made.output
     assert pipeline.load(plan).host is not None
     done = runner.invoke(main, ["verify", str(plan), str(tmp_path / "data"), "--calibrate"])
     assert done.exit_code in (0, 1), done.output
