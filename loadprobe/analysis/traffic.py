@@ -43,8 +43,10 @@ def build_traffic(arrivals: dict, source: str, gaps: list) -> Traffic | None:
     # The traffic starts and ends inside its first and last seconds: with seconds between them, the rates
     # (mean, peak, valley, dispersion) are read from those whole seconds alone -- a constant 80 req/s read
     # 76 req/s, a valley of 8 and a dispersion of 3 with its part-filled edges counted.
-    inner = (seconds > first) & (seconds < last) if duration >= 3 else np.ones(len(seconds), bool)
-    start, span = (first + 1, duration - 2) if duration >= 3 else (first, duration)
+    inner = (seconds > first) & (seconds < last)
+    start, span = first + 1, duration - 2
+    if duration < 3 or not per_second[inner].any():  # no whole second, or none with arrivals: every second
+        inner, start, span = np.ones(len(seconds), bool), first, duration
     mean_rps = float(per_second[inner].sum()) / span
     whole = np.zeros(-(-span // bucket), dtype=np.int64)
     np.add.at(whole, (seconds[inner] - start) // bucket, per_second[inner])

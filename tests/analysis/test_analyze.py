@@ -487,3 +487,10 @@ def test_the_part_filled_first_and_last_seconds_do_not_bend_the_rates(tmp_path, 
         assert traffic.dispersion_index["1s"] < 0.1
     else:
         assert 0.5 < traffic.dispersion_index["1s"] < 1.6
+
+
+def test_arrivals_only_in_the_edge_seconds_keep_a_mean_rate():
+    from loadprobe.analysis.traffic import build_traffic
+
+    traffic = build_traffic({100: 5, 110: 7}, "requests", [])  # two bursts, nothing between them
+    assert traffic.mean_rps == pytest.approx(12 / 11) and traffic.peak_to_mean == pytest.approx(7 / (12 / 11))
