@@ -190,10 +190,11 @@ def _requests(part: Partial) -> Requests | None:
     if not part.request_count:
         return None
     n = max(1, sum(part.request_statuses.values()))
-    # With the load client's recording joined, a request's own time (its root's, the client span's)
-    # is the time outside the server; the server span's own time is in no probed stage too.
+    # With the load client's recording joined, a client span's own time is the time outside the server
+    # (the own time of a request only the server saw -- a health check -- is the server's); the server
+    # span's own time is in no probed stage too.
     total = part.request_total_ns
-    own = part.request_self_ns / total if total else None
+    own = part.client_self_ns / total if total else None
     joined = part.client_requests > 0 and part.joined_requests > 0
     return Requests(
         count=part.request_count,

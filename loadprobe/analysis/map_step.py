@@ -171,7 +171,10 @@ def map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, ru
     if filters.client is not None and not is_load_client(ref.service):
         cols, joined = join_client(part, table, cols, filters.client, ref.host)
     gaps_before = len(part.gaps.get(ref.run_id, ()))
+    self_before = part.request_self_ns
     _KERNELS[filters.kernel].aggregate(part, cols, ref, run_window)
+    if filters.client is not None and is_load_client(ref.service):  # the client's own time, kept apart from
+        part.client_self_ns += part.request_self_ns - self_before  # that of requests only the server saw
     if joined is not None and not joined.left and ref.run_id in part.gaps:
         # Every request of the file is the client's: its gaps are the client's, not these (which the
         # kernels took from whatever root spans are left, background work).

@@ -101,6 +101,7 @@ class Partial:
     joined_requests: int = 0  # server request spans joined to the load client's by request id (requestjoin.py)
     joined_server_self_ns: int = 0  # their own time (in no probed stage of the server)
     client_requests: int = 0  # the load client's requests (set once, after the map: run.py)
+    client_self_ns: int = 0  # their own time less the server's time joined into them: outside the server
     arrivals: Counter = field(default_factory=Counter)  # epoch second -> requests started
     root_arrivals: Counter = field(default_factory=Counter)  # epoch second -> root spans started
     host_arrivals: Counter = field(default_factory=Counter)  # (host, epoch second) -> requests started
@@ -127,7 +128,7 @@ class Partial:
         self.skipped.update(o.skipped)
         for name in ("rows", "rows_filtered", "null_durations", "negative_durations", "unjoined_children",
                      "request_count", "request_total_ns", "request_self_ns", "request_queue_ns", "joined_requests",
-                     "joined_server_self_ns", "client_requests"):
+                     "joined_server_self_ns", "client_requests", "client_self_ns"):
             setattr(self, name, getattr(self, name) + getattr(o, name))
         self.first_ns = pick(min, self.first_ns, o.first_ns)
         self.last_ns = pick(max, self.last_ns, o.last_ns)

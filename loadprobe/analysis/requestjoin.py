@@ -141,6 +141,7 @@ def join_client(part: Partial, table: pa.Table, cols: SpanColumns, client: Clien
         sp.self_ns -= value
         sp.self_in_request_ns -= value
     part.request_self_ns -= int(inner.sum())
+    part.client_self_ns -= int(inner.sum())
     # The server span's own time (less its children's, as the kernels take it) is time in no probed
     # stage, as a root's is: kept apart, since the client span's self time is now the requests' own.
     part.joined_server_self_ns += _self_time(cols._replace(dur=dur), rows[valid])

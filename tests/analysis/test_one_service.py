@@ -99,6 +99,23 @@ def test_client_and_server_count_each_request_once(both_sides):
     assert alone.count == REQUESTS and alone.joined_requests is None
 
 
+@pytest.mark.timeout(120)
+def test_a_request_only_the_server_saw_is_no_time_outside_the_server(both_sides, tmp_path):
+    """A health check the load client never sent (recorded by the same service) is a request of the server's:
+    its own time is in no probed stage, but not outside the server (it made 'outside the server' 93%)."""
+    client, server = both_sides
+    before = loadprobe.analyze([client, server]).requests
+    loadprobe.start(tmp_path / "health", service="web", sample_devices=False)
+    with loadprobe.request(name="GET health"):
+        time.sleep(0.2)  # a cold first call: as long as all the joined requests together
+    loadprobe.stop()
+    after = loadprobe.analyze([client, server, tmp_path / "health"]).requests
+    assert after.count == before.count + 1 and after.joined_requests == before.joined_requests
+    # The same time outside the server, over a longer total: a smaller share, never a larger one.
+    assert after.outside_server_share < before.outside_server_share
+    assert after.unattributed_share > before.unattributed_share  # its time is in no probed stage
+
+
 @pytest.mark.timeout(300)
 def test_the_join_gives_one_portrait_on_every_kernel_and_engine(both_sides):
     from loadprobe.analysis.kernels import kernel_available
