@@ -121,7 +121,6 @@ def _union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     reach = np.maximum.accumulate(e)
     new = np.ones(len(s), dtype=bool)
     new[1:] = s[1:] > reach[:-1]
-    group = np.cumsum(new) - 1
     return s[new], np.maximum.reduceat(e, np.flatnonzero(new)) if len(s) else e
 
 
