@@ -15,6 +15,7 @@ from .dataset import describe_skipped
 from .energy import build_energy
 from .llm import build_llm
 from .histogram import Histogram, latency_cdf
+from .kernel_numpy import NS_PER_S
 from .partials import Partial
 from ..portrait import (
     PORTRAIT_VERSION,
@@ -214,13 +215,15 @@ def _per_second(sp) -> dict:
 
 
 def _serving_seconds(part: Partial) -> dict[str, tuple[int, int]]:
-    """Each host's first and last second a request arrived (``SERVING_DEVICES``)."""
+    """Each host's first second a request arrived, and the last second any span ended (``SERVING_DEVICES``): the
+    last requests' work runs on after their arrival (seconds, for an LLM's answers)."""
     out: dict[str, tuple[int, int]] = {}
+    ended = part.last_ns // NS_PER_S if part.last_ns is not None else None
     for (host, second), n in part.host_arrivals.items():
         if n:
             first, last = out.get(host, (second, second))
             out[host] = (min(first, second), max(last, second))
-    return out
+    return {host: (first, max(last, ended if ended is not None else last)) for host, (first, last) in out.items()}
 
 
 def _while_serving(series: dict, first: int, last: int) -> tuple[dict, int]:

@@ -23,6 +23,11 @@ def iso(epoch_s: float) -> str:
     return datetime.fromtimestamp(epoch_s, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+FEWEST_INNER = 10
+"""Arrivals the whole seconds between the first and the last must hold for the rates to be read from them alone: at
+a request every few seconds, the edge seconds hold one each, and leaving them out would halve a 3-request rate."""
+
+
 def build_traffic(arrivals: dict, source: str, gaps: list) -> Traffic | None:
     """``arrivals``: epoch second -> requests started; ``gaps``: [n, Σgap, Σgap²] per run and file.
 
@@ -45,7 +50,7 @@ def build_traffic(arrivals: dict, source: str, gaps: list) -> Traffic | None:
     # 76 req/s, a valley of 8 and a dispersion of 3 with its part-filled edges counted.
     inner = (seconds > first) & (seconds < last)
     start, span = first + 1, duration - 2
-    if duration < 3 or not per_second[inner].any():  # no whole second, or none with arrivals: every second
+    if duration < 3 or per_second[inner].sum() < FEWEST_INNER:  # too sparse to tell the edges' part: every second
         inner, start, span = np.ones(len(seconds), bool), first, duration
     mean_rps = float(per_second[inner].sum()) / span
     whole = np.zeros(-(-span // bucket), dtype=np.int64)

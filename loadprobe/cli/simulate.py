@@ -33,7 +33,8 @@ from ._schedule import build_schedule, schedule_options
                    "[default: as the recording shows, else on].")
 @click.option("--slo-ttft-ms", type=float, help="--llm: goodput's TTFT target [default: twice the median].")
 @click.option("--slo-tpot-ms", type=float, help="--llm: goodput's TPOT target [default: twice the median].")
-@click.option("--service", help="The service to read where the data holds several: --llm DATA's, --trace DATA's.")
+@click.option("--service", help="The service to read where the data holds several: --llm DATA's, else --trace "
+                                "DATA's.")
 @schedule_options
 @click.option("--service-times", "service_times", metavar="DATA",
               help="Recorded data to draw each stage's service times from (default: the plan's service_time_ms).")
@@ -167,7 +168,7 @@ def _simulate_llm(paths, schedule: dict, outdir, force: bool, as_json: bool, *, 
                               why=("as given (" + ", ".join(given) + "), the rest vLLM's defaults") if given else
                               "vLLM's defaults: give --max-running, --token-budget, --kv-tokens to match the engine")
     timed = any(schedule.get(k) is not None for k in ("rate", "process", "replay"))
-    offsets, mode, seed, tokens = build_schedule(**schedule, service=service) if timed else (None, None, schedule.get("seed") or 0, None)
+    offsets, mode, seed, tokens = build_schedule(**schedule) if timed else (None, None, schedule.get("seed") or 0, None)
     result = simulate_llm(list(paths), offsets=offsets, tokens=tokens, mode=mode, seed=seed or 0, settings=settings,
                           service=service, ttft_ms=ttft_ms, tpot_ms=tpot_ms, plan=plan)
     document = result.to_dict()

@@ -180,8 +180,8 @@ def _lock_contention(portrait, asked_ms: float, requests: int) -> Contention | N
     saturated, requests queue for the lock inside the stages (threads of one process, each holding it in turn)
     while cores stand idle; what the processes gave is the CPU they were sampled using."""
     workers = _workers(portrait)
-    busiest = _interpreter_busy_pct(portrait, workers)
-    if busiest < CPU_SATURATED_PCT:
+    busy = _interpreter_busy_pct(portrait, workers)  # their mean: every worker saturated, not one of them
+    if busy < CPU_SATURATED_PCT:
         return None
     sampled = process_cpu_ms(portrait)
     busy_ms = sampled * requests if sampled else sum(workers.values())
@@ -189,7 +189,7 @@ def _lock_contention(portrait, asked_ms: float, requests: int) -> Contention | N
         return None
     scale = busy_ms / asked_ms
     processes = f"{len(workers)} worker process{'es' if len(workers) != 1 else ''}"
-    return Contention(scale, f"recorded while the Python interpreter was saturated ({busiest:.0f}% busy in "
+    return Contention(scale, f"recorded while the Python interpreter was saturated ({busy:.0f}% busy in "
                              f"{processes}): its CPU stages and own time held {asked_ms / busy_ms:.3g}x the CPU "
                              f"the processes used, so {1 - scale:.0%} of it was waiting for the interpreter lock "
                              f"and is taken out (each CPU time x {scale:.3g}); record below saturation for "

@@ -167,6 +167,7 @@ def plan_llm(paths, *, model, engines, ttft_ms: float | None, tpot_ms: float | N
     recorded_rate = (int(known.sum()) - 1) / span_s if span_s > 0 else None
     if rate is None and recorded_rate is None:
         raise LoadprobeError("the recording's requests all start at once: give the rate to plan for (--min-rps)")
+    given_rate = rate
     rate_why = (f"{rate:g} req/s (given: --min-rps)" if rate is not None
                 else f"the recorded mean, {recorded_rate:.3g} req/s ({int(known.sum()):,} requests in {span_s:.3g} s)")
     rate = rate if rate is not None else recorded_rate
@@ -177,7 +178,13 @@ def plan_llm(paths, *, model, engines, ttft_ms: float | None, tpot_ms: float | N
                           ("--kv-link-gbps", link_gbps)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise LoadprobeError(f"{option} {value:g}: expected a number above 0")
-        check_within_plan(option, value)
+        try:
+            check_within_plan(option, value)
+        except LoadprobeError:
+            if option != "--min-rps" or given_rate is not None:
+                raise
+            raise LoadprobeError(f"the recorded rate, {value:g} req/s, is more than a plan holds: the requests' "
+                                 "timestamps are bunched; give the rate to plan for (--min-rps)") from None
     llm = portrait.llm
     ttft_ms, tpot_ms, targets_why = _targets(ttft_ms, tpot_ms, llm)
     order = np.argsort(requests.start[known], kind="stable")

@@ -108,9 +108,14 @@ class SimulationResult:
 def on_cores(config: PipelineConfig) -> PipelineConfig:
     """``config`` with each cpu engine's slots no more than its planned cores (``cores`` x ``count``): CPU work
     in slots past the cores shares them and runs no faster in sum, so a plan's 8 slots on 2 cores carry what 2
-    do -- as ``recommend`` sized it. Slots stay as they are where no cores are given."""
-    engines = {name: replace(e, max_concurrency=min(e.max_concurrency, e.cores * e.count))
-               if e.kind == "cpu" and e.cores else e for name, e in config.engines.items()}
+    do -- as ``recommend`` sized it. Slots stay as they are where no cores are given. (A stage that mostly waits
+    on a cpu engine -- a remote call -- is held to the cores too: as recommend counts it, until spans say which
+    part of a stage waited.)"""
+    # The slots past the cores wait in the queue: as many requests are admitted as the runtime admits.
+    engines = {name: replace(e, max_concurrency=e.cores * e.count,
+                             max_queue=e.max_queue + e.max_concurrency - e.cores * e.count)
+               if e.kind == "cpu" and e.cores and e.cores * e.count < e.max_concurrency else e
+               for name, e in config.engines.items()}
     return replace(config, engines=engines) if engines != dict(config.engines) else config
 
 

@@ -180,7 +180,8 @@ def calibrate(report: Verification):
     given = config.calibration.tolerance if config.calibration is not None else None
     handoff = seen.handoff_ms or 0.0
     if config.host is not None:  # the plan runs the time outside its stages as the host's work: only the rest is
-        handoff = max(0.0, handoff - config.host.work_ms.p50 / max(1, len(config.stages)))  # hand-off
+        work = config.host.work_ms
+        handoff = max(0.0, handoff - (work.p50 or work.mean or 0.0) / max(1, len(config.stages)))  # hand-off
     calibration = CalibrationConfig(
         source=f"loadprobe verify on {seen.source}: {seen.requests:,} requests ({seen.root!r}), {when}",
         handoff_ms=round(handoff, 4), tolerance=given, stages=stages)

@@ -495,3 +495,10 @@ def test_arrivals_only_in_the_edge_seconds_keep_a_mean_rate():
 
     traffic = build_traffic({100: 5, 110: 7}, "requests", [])  # two bursts, nothing between them
     assert traffic.mean_rps == pytest.approx(12 / 11) and traffic.peak_to_mean == pytest.approx(7 / (12 / 11))
+
+
+def test_a_request_every_few_seconds_keeps_its_edges():
+    from loadprobe.analysis.traffic import build_traffic
+
+    traffic = build_traffic({0: 1, 10: 1, 20: 1}, "requests", [])  # each edge second holds a whole request
+    assert traffic.mean_rps == pytest.approx(3 / 21)

@@ -229,3 +229,22 @@ def test_cpu_spent_before_the_first_request_is_no_request_s_work(tmp_path):
     python = interpreter(loadprobe.analyze([str(tmp_path / "data")]))
     # The recorder's own threads add a little; the loading would have added ~7 ms per request.
     assert 0.7 * served < python.ms < 2.0 * served
+
+
+def test_a_request_s_cpu_after_the_last_arrival_is_counted(tmp_path):
+    """The CPU samples count to the end of the last request, not to its arrival: one 2.5 s request read as 1 s."""
+    import time
+
+    from loadprobe import request
+
+    loadprobe.start(tmp_path / "data", service="long", sample_devices=False, flush_interval_s=0.2)
+    try:
+        time.sleep(1.5)  # idle seconds sampled before it: the arrival's second alone read as idle
+        with request():
+            until = time.monotonic() + 2.5
+            while time.monotonic() < until:
+                sum(range(10_000))
+    finally:
+        loadprobe.stop()
+    python = interpreter(loadprobe.analyze([str(tmp_path / "data")]))
+    assert 0.7 * 2500 < python.ms < 2.0 * 2500  # the edge seconds are taken at the inner seconds' rate

@@ -72,6 +72,10 @@ stages:
   - {name: work, engine: cpu, timeout_ms: 100000, service_time_ms: {p50: 10.0, p95: 10.0, source: user}}
 """
     arrivals = load.constant(400, duration=5)
+    from loadprobe.simulator.result import on_cores
+
+    engine = on_cores(pipeline.loads(text)).engines["cpu"]
+    assert (engine.max_concurrency, engine.max_queue) == (2, 100_006)  # as many admitted as the runtime admits
     on_two = simulate(pipeline.loads(text), arrivals)
     assert on_two.engines["cpu"]["utilisation"] > 0.95
     assert on_two.throughput_rps < 0.55 * 400  # 2 cores x 100/s, and the queue grows
