@@ -53,6 +53,7 @@ class ClientRequests:
     dur: np.ndarray  # int64 ns, 0 where the span has no duration
     stage: np.ndarray  # int64 index into ``stages`` of each request's span
     stages: tuple  # the client spans' stage names ("client")
+    ok: np.ndarray  # bool: the client had its answer (not timed out, failed or cancelled)
 
     @property
     def count(self) -> int:
@@ -80,7 +81,7 @@ def client_requests(runs, since_ns: int | None = None, until_ns: int | None = No
     """The pre-pass: the request ids, durations and stages of the root spans in ``runs``' span files
     (the load client's), within the window; None when there are none. A file that cannot be read
     is passed over here: the map step skips it too, and says why."""
-    ids, starts, durs, stages, names = [], [], [], [], {}
+    ids, starts, durs, stages, oks, names = [], [], [], [], [], {}
     for ref in file_refs(runs):
         if ref.kind != "spans":
             continue
@@ -100,6 +101,9 @@ def client_requests(runs, since_ns: int | None = None, until_ns: int | None = No
         codes, file_names = dictionary_codes(table, "stage")
         local = np.array([names.setdefault(str(name), len(names)) for name in file_names] + [-1], dtype=np.int64)
         stages.append(local[codes[keep]])  # (-1 never appears: the stage column is required non-null)
+        status, status_names = dictionary_codes(table, "status")
+        answered = np.array([name == "ok" for name in status_names] + [True], dtype=bool)  # null: ok
+        oks.append(answered[status[keep]])
         starts.append(ts[keep])
         kept = dur[keep]
         durs.append(np.where(kept == _NULL, 0, kept))
@@ -107,7 +111,7 @@ def client_requests(runs, since_ns: int | None = None, until_ns: int | None = No
     if not ids:
         return None
     return ClientRequests(pa.concat_arrays(ids), np.concatenate(starts), np.concatenate(durs), np.concatenate(stages),
-                          tuple(names))
+                          tuple(names), np.concatenate(oks))
 
 
 def join_client(part: Partial, table: pa.Table, cols: SpanColumns, client: ClientRequests,
@@ -129,11 +133,13 @@ def join_client(part: Partial, table: pa.Table, cols: SpanColumns, client: Clien
     parent[rows] = _outside(cols.span_id)
     valid = cols.valid[rows]
     # A part of a request is no longer than the request: a WSGI span ends when its body is closed,
-    # which under load can be after the client read the response. Clipped to the client's span, the
-    # server's time is also what is taken off the client's own (at most all of it).
+    # which under load can be after the client read the response. Clipped to the client's span (its
+    # length: the two clocks may differ), the server's time is also what is taken off the client's own
+    # (at most all of it). Not where the client gave up: a server working on past a client's timeout
+    # worked that long.
     dur = cols.dur.copy()
     seen = client.dur[where]
-    dur[rows] = np.where(seen > 0, np.minimum(dur[rows], seen), dur[rows])
+    dur[rows] = np.where((seen > 0) & client.ok[where], np.minimum(dur[rows], seen), dur[rows])
     inner = np.minimum(dur[rows], seen)[valid]
     codes, ns = sum_by(client.stage[where][valid], inner)
     for code, value in zip(codes.tolist(), ns.tolist()):

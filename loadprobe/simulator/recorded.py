@@ -124,24 +124,29 @@ class Recorded(NamedTuple):
     outside: np.ndarray | None  # seconds a request spent outside every stage: its root span's self time
 
 
+ONE_SERVICE = "service times come from one service's recording: give the service's own folder (DATA/HOST/SERVICE)"
+
+
 def read_self_times(data) -> Recorded:
     """Successful spans' self times (seconds) per (stage, engine, batch), each stage's error share, and
     the self times of the most common kind of root span (a request's time outside every stage).
 
-    ``data``: a directory, file or list of them, as ``loadprobe analyze`` takes. Spans without an
-    engine count as ``cpu``; without a batch as 1. Children are subtracted within their run.
+    ``data``: a directory, file or list of them, as ``loadprobe analyze`` takes: one service's (a load client's
+    recording beside it is left aside: its spans are the requests seen from outside, not the service's times).
+    Spans without an engine count as ``cpu``; without a batch as 1. Children are subtracted within their run.
     """
-    from itertools import groupby
+    # analysis's reader and its rule of one service: Parquet and unfinished streams, version-checked
+    from ..analysis.services import recorded_service, span_tables
 
-    from ..analysis.reading import span_files  # analysis's reader: Parquet and unfinished streams, version-checked
-
-    span_files = span_files(data if isinstance(data, (list, tuple)) else [data])  # bad files skipped, as by analyze
+    own, _ = recorded_service(data if isinstance(data, (list, tuple)) else [data], how=ONE_SERVICE)
     groups: dict[tuple[str, str, int], list[np.ndarray]] = {}
     roots: dict[str, list[np.ndarray]] = {}
     spans: dict[str, int] = {}
     errors: dict[str, int] = {}
-    for _run_dir, files in groupby(span_files, key=lambda span_file: span_file.run.run_dir):
-        tables = [span_file.table for span_file in files]
+    for run in own:
+        tables = list(span_tables([run]))  # bad files skipped, as by analyze
+        if not tables:
+            continue
         columns = {name: np.concatenate([column(t, name) for t in tables])
                    for name in ("stage", "engine", "batch", "dur_ns", "span_id", "parent_id", "status", "queue_ns")}
         # A child's queue wait (a batcher's window) is inside its parent's span but not in its own

@@ -339,3 +339,31 @@ def test_a_replay_and_a_verify_read_one_service_once(both_sides, tmp_path):
     assert reports["joined"]["rows"] == reports["alone"]["rows"]
     done = _cli("verify", plan, two)
     assert done.returncode == 2 and "2 services" in done.stderr and "one service's recording" in done.stderr
+
+
+@probe("slow work")
+def _slow_work():
+    time.sleep(0.3)
+
+
+def _slow(environ, start_response):
+    _slow_work()
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+    return [b"ok"]
+
+
+@pytest.mark.timeout(300)
+def test_a_server_working_on_past_its_client_s_timeout_keeps_its_time(tmp_path):
+    """Only a span the client had its answer from is cut at the client's end: a client that gave up after 0.1 s
+    does not make 0.3 s of server work read as 0.1 s."""
+    loadprobe.start(tmp_path / "server-data", service="web", sample_devices=False, flush_interval_s=0.05)
+    try:
+        with serve_wsgi(LoadprobeWSGIMiddleware(_slow, route=lambda environ: "infer")) as base:
+            _cli("load", base + "/infer", "--concurrency", 1, "--requests", 4, "--timeout", 0.1, "--record",
+                 tmp_path / "client-data")
+            time.sleep(0.5)  # the last request's server work ends
+    finally:
+        loadprobe.stop()
+    portrait = loadprobe.analyze([tmp_path / "client-data", tmp_path / "server-data"])
+    assert portrait.requests.joined_requests == 4
+    assert portrait.stage("GET infer").latency_ms.p50 >= 290 and portrait.stage("client").latency_ms.p50 < 200
