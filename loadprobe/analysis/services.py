@@ -89,10 +89,11 @@ def shares_requests(client: Run, runs: list[Run]) -> bool:
     return False
 
 
-def recorded_service(paths, service: str | None = None, how: str = f"choose one: {HOW}") -> tuple[list[Run], list[Run]]:
+def recorded_service(paths, service: str | None = None, *, how: str) -> tuple[list[Run], list[Run]]:
     """(the service's own runs, the load client's runs of the same requests) under ``paths``, by ``choose``'s
     rule: what a replay (the client's view when there is one: each request once, as sent) or a verify (the
-    service's own spans) reads. A folder of the load client alone is that service."""
+    service's own spans) reads; ``how`` says how to choose where there are several. A folder of the load client
+    alone is that service."""
     from .dataset import discover
 
     runs, _ = discover(paths)

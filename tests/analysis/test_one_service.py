@@ -28,18 +28,28 @@ def _work():
     time.sleep(0.003)
 
 
-def _app(environ, start_response):
-    _work()
+def _ok(start_response, body=None):
+    """A 200 with a two-byte body (``body``, an iterable of it, where given)."""
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
-    return [b"ok"]
+    return [b"ok"] if body is None else body
+
+
+def _working(work):
+    """A WSGI app that does ``work`` and answers."""
+    def app(environ, start_response):
+        work()
+        return _ok(start_response)
+    return app
+
+
+_app = _working(_work)
 
 
 _RECORDED = LoadprobeWSGIMiddleware(_app, route=lambda environ: "infer")
 
 
 def _unrecorded(environ, start_response):
-    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
-    return [b"ok"]
+    return _ok(start_response)
 
 
 def _server(environ, start_response):
@@ -248,8 +258,7 @@ def test_a_server_traced_with_opentelemetry_pairs_with_the_client_by_the_trace_i
         with tracer.start_as_current_span("POST /infer", context=context, kind=trace.SpanKind.SERVER):
             with tracer.start_as_current_span("work"):
                 time.sleep(0.003)
-        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
-        return [b"ok"]
+        return _ok(start_response)
 
     with serve_wsgi(app) as base:
         done = _cli("load", base + "/infer", "--rate", 200, "--requests", REQUESTS, "--record", tmp_path / "client")
@@ -279,8 +288,7 @@ class _SlowClose:
 
 
 def _slow_close(environ, start_response):
-    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
-    return _SlowClose()
+    return _ok(start_response, _SlowClose())
 
 
 @pytest.mark.timeout(300)
@@ -346,10 +354,7 @@ def _slow_work():
     time.sleep(0.3)
 
 
-def _slow(environ, start_response):
-    _slow_work()
-    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
-    return [b"ok"]
+_slow = _working(_slow_work)
 
 
 @pytest.mark.timeout(300)
