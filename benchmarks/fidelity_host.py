@@ -17,6 +17,9 @@ all-CPU plan's capacity). Then the same service, recorded the same way, is satur
 (``loadprobe load --concurrency``) and its throughput measured; that recording, made at saturation, is
 planned too (its plan should carry what it carried). Prints the estimates, the throughput and their ratios;
 exit 1 when the estimate is off by more than 25%. The load client runs on the same host, as a user's would.
+Each phase's CPU steal (the recordings' ``cpu`` ``steal_pct``) is printed too: where a virtual machine's
+hypervisor took 5% or more of the CPU in either phase, the two ran on different machines in effect, and the
+run says so and exits 3 instead.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from loadprobe.portrait import STEAL_WARN_PCT
 
 SERVICE = '''
 import os
@@ -176,11 +181,13 @@ def main(argv=None) -> int:
         finally:
             stop(proc)
         # The closed loop's own recording, saturated: its plan should carry what it carried.
-        saturated = recommend(loadprobe.analyze([str(folder / "saturated")]), Constraints.parse(engines="cpu"),
-                              rate_why="bench").recommended
+        closed_portrait = loadprobe.analyze([str(folder / "saturated")])
+        saturated = recommend(closed_portrait, Constraints.parse(engines="cpu"), rate_why="bench").recommended
         if args.keep:
             shutil.copytree(folder, args.keep, ignore=shutil.ignore_patterns("__pycache__"))
     measured = closed["succeeded"] / closed["elapsed_s"]
+    steal = {"recorded": _steal_pct(portrait), "closed_loop": _steal_pct(closed_portrait)}
+    void = any(v is not None and v >= STEAL_WARN_PCT for v in steal.values())
     result = {"workers": args.workers, "steps": args.steps, "endpoint": args.endpoint, "rows": args.rows,
               "recorded_rate_rps": args.rate,
               "recorded_p50_ms": open_loop.get("latency_ms", {}).get("p50"),
@@ -190,6 +197,7 @@ def main(argv=None) -> int:
               "native_pools": next((n for n in plan.recommended.notes if n.startswith("CPU threads:")), None),
               "bottleneck": plan.recommended.estimate.bottleneck,
               "estimated_capacity_rps": estimate, "closed_loop_rps": measured, "ratio": estimate / measured,
+              "steal_pct": steal, "void": void,
               "saturated_recording": {"estimated_capacity_rps": saturated.estimate.max_rps,
                                       "bottleneck": saturated.estimate.bottleneck,
                                       "ratio": saturated.estimate.max_rps / measured,
@@ -201,8 +209,20 @@ def main(argv=None) -> int:
           f"request time in no probed stage); estimated host capacity {estimate:.0f} req/s; closed loop "
           f"(concurrency {args.concurrency}) {measured:.0f} req/s; ratio {estimate / measured:.2f}; "
           f"from the closed loop's own recording {saturated.estimate.max_rps:.0f} req/s "
-          f"(ratio {saturated.estimate.max_rps / measured:.2f})")
-    return 0 if abs(estimate / measured - 1) <= 0.25 else 1
+          f"(ratio {saturated.estimate.max_rps / measured:.2f}); CPU steal {_shown(steal['recorded'])} recording, "
+          f"{_shown(steal['closed_loop'])} closed loop" + ("; void: the hypervisor took 5% or more of the CPU in a "
+                                                            "phase, so they ran on different machines in effect"
+                                                            if void else ""))
+    return 3 if void else 0 if abs(estimate / measured - 1) <= 0.25 else 1
+
+
+def _steal_pct(portrait) -> float | None:
+    """The recording's mean CPU steal while serving (%), None where the kernel counts none."""
+    return next((m.mean for m in portrait.devices.metrics if m.device == "cpu" and m.metric == "steal_pct"), None)
+
+
+def _shown(pct: float | None) -> str:
+    return "unknown" if pct is None else f"{pct:.1f}%"
 
 
 if __name__ == "__main__":

@@ -60,16 +60,18 @@ def main(argv=None) -> int:
     else:
         print(f"{args.engine}: recorded at R = {args.rate:g} req/s for {args.seconds:g} s; predicted from that recording alone; "
               "measured / predicted ms (error)")
-        print("| round | load | requests | machine | TTFT p50 | TTFT p95 | TPOT p50 | TPOT p95 |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| round | load | requests | machine | steal | TTFT p50 | TTFT p95 | TPOT p50 | TPOT p95 |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for name, rows in [*((str(k + 1), rows) for k, rows in enumerate(rounds)), ("median", summary),
                            ("median at the machine's pace", paced)]:
             for row in rows:
                 pace = f"{row['machine']:.2f}" if row.get("machine") else "-"
+                steal = " / ".join("-" if v is None else f"{v:.0f}%" for v in row["steal"]) if "steal" in row else "-"
                 cells = [f"{m:.3g} / {p:.3g} ({e:+.1%})" for key in llm_fidelity.METRICS for m, p, e in [row[key]]]
-                print(f"| {name} | {row['x']:g}R ({row['rate']:g}/s) | {row['requests']} | {pace} | "
+                print(f"| {name} | {row['x']:g}R ({row['rate']:g}/s) | {row['requests']} | {pace} | {steal} | "
                       + " | ".join(cells) + " |")
-        print("machine: the engine's one-sequence decode pass, measured run / recording at R (time ratio)")
+        print("machine: the engine's one-sequence decode pass, measured run / recording at R (time ratio); steal: "
+              "the CPU time the VM's hypervisor took, recording at R / measured run")
     missed = llm_fidelity.misses(summary)
     for line in missed:
         print("over the limit:", line)

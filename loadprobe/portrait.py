@@ -306,6 +306,15 @@ class Devices:
     idle_share: dict[str, float | None] = field(default_factory=dict)  # "host/device" -> share of seconds under 5% util
     energy_per_request_j: dict[str, float | None] = field(default_factory=dict)  # "host/device" -> joules per request
 
+    def stolen_cpu(self) -> list[DeviceMetric]:
+        """Each host's CPU steal (``cpu`` ``steal_pct``) where its hypervisor took ``STEAL_WARN_PCT`` or more of
+        the CPU time while serving: every span timed then was stretched by pauses no code of its own caused."""
+        return [m for m in self.metrics if m.device == "cpu" and m.metric == "steal_pct" and m.mean >= STEAL_WARN_PCT]
+
+
+STEAL_WARN_PCT = 5.0
+"""CPU steal (the serving seconds' mean) from which analysis warns and plans say their times hold it."""
+
 
 @dataclass
 class DeviceEnergy:

@@ -95,6 +95,7 @@ def build_portrait(part: Partial, runs: list, *, inputs: list, device=None, prec
     requests = _requests(part)
     devices = _devices(part)
     quality = _quality(part, runs, dataset_skipped or {})
+    quality.warnings += _steal_warnings(devices)
     portrait = Portrait(
         version=PORTRAIT_VERSION,
         loadprobe_version=__version__,
@@ -272,6 +273,15 @@ def _devices(part: Partial) -> Devices:
                 out.utilisation_by_stage.append(StageUtilisation(
                     stage=stage, host=host, device=device, util_pct=sum(w * u for w, u in weights) / total))
     return out
+
+
+def _steal_warnings(devices: Devices) -> list[str]:
+    """A warning for each host whose CPU the hypervisor took ``STEAL_WARN_PCT`` or more of while serving."""
+    return [f"host {m.host}: the hypervisor took {m.mean:.0f}% of its CPU time while serving (CPU steal; "
+            f"{m.p95:.0f}% in the 95th-percentile second), so every time recorded then includes pauses while "
+            "other virtual machines ran, and the same service reads faster or slower as their load moves; for "
+            "figures to plan on, record on dedicated cores, or compare only runs with like steal"
+            for m in devices.stolen_cpu()]
 
 
 def _quality(part: Partial, runs: list, dataset_skipped: dict) -> DataQuality:

@@ -30,9 +30,9 @@ from ..estimate.servicetime import DEFAULT_DEVICE
 from ..schema import engine_kind
 
 __all__ = ["CPU_SATURATED_PCT", "DEFAULT_CPU_CORES", "Contention", "HostWork", "Interpreter", "PlanContext",
-           "calls_per_request", "contention_scale", "cpu_contention", "cpu_cores", "cpu_load_pct", "cpu_util",
-           "delay_ms", "host_cpu_capacity", "host_load_pct", "host_work", "interpreter", "native_pools", "plan_stages",
-           "recorded_kind", "service_name", "unattributed_ms"]
+           "calls_per_request", "contention_scale", "cpu_contention", "cpu_cores", "cpu_load_pct", "cpu_steal",
+           "cpu_util", "delay_ms", "host_cpu_capacity", "host_load_pct", "host_work", "interpreter", "native_pools",
+           "plan_stages", "recorded_kind", "service_name", "unattributed_ms"]
 
 DEFAULT_CPU_CORES = 4
 CPU_SATURATED_PCT = 85.0
@@ -57,6 +57,7 @@ class PlanContext:
     interpreter: Interpreter | None = None  # a Python service's interpreter lock (``interpreter``)
     contention: Contention | None = None  # a saturated recording's waits for a core (``cpu_contention``)
     native_pools: str | None = None  # worker processes' native pools oversubscribing the cores (``native_pools``)
+    steal: str | None = None  # the recording's host lost CPU time to its hypervisor (``cpu_steal``)
     host_cpu: object = None  # the host CPU as recorded, for stages recorded elsewhere (``recorded_host_cpu``)
 
     @property
@@ -421,6 +422,19 @@ def native_pools(portrait) -> str | None:
             f"say what the host does without it; limit each process to {threads} (OMP_NUM_THREADS={per_process}, "
             f"OPENBLAS_NUM_THREADS={per_process}, MKL_NUM_THREADS={per_process}, or torch.set_num_threads) and record "
             "again")
+
+
+def cpu_steal(portrait) -> str | None:
+    """What a plan says when the recording's host lost CPU time to its hypervisor while serving
+    (``Devices.stolen_cpu``); None otherwise. Not corrected for: a host shared like it would lose it again."""
+    stolen = portrait.devices.stolen_cpu()
+    if not stolen:
+        return None
+    worst = max(stolen, key=lambda m: m.mean)
+    return (f"the hypervisor took {worst.mean:.0f}% of host {worst.host}'s CPU time while it served (steal; "
+            f"{worst.p95:.0f}% in the 95th-percentile second): the recorded times hold those pauses, so these figures "
+            "are a host shared as that one was then -- dedicated cores carry more, busier neighbours less; record on "
+            "dedicated cores, or at a quiet time, before buying by them")
 
 
 def interpreter(portrait) -> Interpreter | None:

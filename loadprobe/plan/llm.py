@@ -149,7 +149,7 @@ def plan_llm(paths, *, model, engines, ttft_ms: float | None, tpot_ms: float | N
     from ..pipeline.names import to_name
     from ..simulator.llm.replay import lengths_view
     from .constraints import LineUp, check_within_plan
-    from .context import service_name
+    from .context import cpu_steal, service_name
 
     portrait, views = llm_recording(paths, service=service)
     requests = lengths_view(views)
@@ -246,6 +246,9 @@ def plan_llm(paths, *, model, engines, ttft_ms: float | None, tpot_ms: float | N
     name = to_name(service_name(portrait))
     notes = [why for _, why in units if why is not None]
     notes += [f"{note}; record it on the hardware and verify" for note in map(parallel_note, usable) if note]
+    steal = cpu_steal(portrait)
+    if steal is not None and any(u.device is None for u in usable):  # the recorded engine's steps hold the pauses
+        notes.append(f"CPU steal: {steal}")
     return LlmPlan(name, model, load, units, pools, options, pricing, catalog, targets_why, rate_why, notes)
 
 

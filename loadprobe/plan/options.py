@@ -55,6 +55,8 @@ def assemble(name: str, decisions: list, specs, profiles, ctx: PlanContext, note
         notes.append(f"CPU times: {ctx.contention.how}")
     if ctx.native_pools is not None:
         notes.append(f"CPU threads: {ctx.native_pools}")
+    if ctx.steal is not None:
+        notes.append(f"CPU steal: {ctx.steal}")
     if python is not None:
         notes.append(f"{ctx.interpreter.how}" + (f"; this plan keeps {python[1]:.3g} ms of it per request on the "
                                                   "host, with the CPU work it keeps there"

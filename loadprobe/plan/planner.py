@@ -46,8 +46,8 @@ from dataclasses import replace
 from .._errors import LoadprobeError
 from .choice import name_scenario, select, verdict
 from .constraints import Constraints, EngineSpec
-from .context import (PlanContext, cpu_contention, host_load_pct, host_work, interpreter, native_pools, plan_stages,
-                      recorded_kind, service_name)
+from .context import (PlanContext, cpu_contention, cpu_steal, host_load_pct, host_work, interpreter, native_pools,
+                      plan_stages, recorded_kind, service_name)
 from .context import cpu_cores as recorded_cpu_cores, host_cpu_capacity  # noqa: F401 - importable from here
 from ..estimate.hostpower import host_cpu_power
 from .confidence import intervals, resample, settle, stage_votes
@@ -98,7 +98,7 @@ def recommend(portrait, constraints: Constraints | None = None, *, catalog=None,
                       host_load_pct(portrait, targets.rate_rps, host_cores, python),
                       host_cpu_power(portrait, catalog, cpu_power_w=lineup.cpu_power_w), host=host_work(portrait),
                       interpreter=python, contention=contention, host_cpu=recorded_host_cpu(portrait),
-                      native_pools=native_pools(portrait))
+                      native_pools=native_pools(portrait), steal=cpu_steal(portrait))
     ctx.draws = resample(profiles, ctx)
     built = [_build_option(name, kind, profiles, ctx) for name, kind in PLAN_KINDS.items()]
     options = []

@@ -46,7 +46,7 @@ class PsutilSource:
 
     def read(self) -> list[tuple[str, str, float]]:
         ps = self._psutil
-        out = [("cpu", "util_pct", self._cpu_util())]
+        out = self._cpu_readings()
         freq = _safe(ps.cpu_freq)
         if freq:
             out.append(("cpu", "clock_mhz", float(freq.current)))
@@ -65,12 +65,21 @@ class PsutilSource:
         out += self._io_rates()
         return out
 
-    def _cpu_util(self) -> float:
+    def _cpu_readings(self) -> list[tuple[str, str, float]]:
+        """The host CPU's ``util_pct`` (the share of its time not idle: a virtual machine's stolen time counts as
+        busy, since the guest could not run then either) and, where the kernel counts it, ``steal_pct``: the share
+        the hypervisor gave to other guests while this one had work to run. Steal stretches every span timed
+        then, so analysis warns of it."""
         now = self._psutil.cpu_times()
         last, self._last_cpu = self._last_cpu, now
-        idle = (now.idle + getattr(now, "iowait", 0.0)) - (last.idle + getattr(last, "iowait", 0.0))
         total = sum(now) - sum(last)
-        return 0.0 if total <= 0 else max(0.0, min(100.0, 100.0 * (1.0 - idle / total)))
+        if total <= 0:
+            return [("cpu", "util_pct", 0.0)]
+        idle = (now.idle + getattr(now, "iowait", 0.0)) - (last.idle + getattr(last, "iowait", 0.0))
+        out = [("cpu", "util_pct", _percent(1.0 - idle / total))]
+        if hasattr(now, "steal"):  # Linux
+            out.append(("cpu", "steal_pct", _percent((now.steal - last.steal) / total)))
+        return out
 
     def _processes(self):
         procs = list(self._procs)
@@ -350,6 +359,10 @@ class InterpreterSource:
 NATIVE_BUSY_SHARE = 0.05
 """A native thread counts as busy in a reading when it ran for at least this share of it: a BLAS pool's helper
 working or spinning, not one that woke once."""
+
+def _percent(share: float) -> float:
+    return max(0.0, min(100.0, 100.0 * share))
+
 
 def _safe(call):
     try:

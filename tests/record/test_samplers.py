@@ -214,3 +214,27 @@ def test_interpreter_counts_the_busy_native_threads_beside_the_python():
         worker.join()
     assert readings["python"]["native_threads"] == 0 and readings["python"]["native_cpu_pct"] < 5.0
     assert readings["blas"]["native_threads"] >= 1 and readings["blas"]["native_cpu_pct"] > 10.0
+
+
+def test_psutil_reads_cpu_steal_apart_from_utilisation(monkeypatch):
+    """A virtual machine's stolen time (the hypervisor running other guests) counts as busy -- this guest could
+    not run then -- and is read apart as ``steal_pct``, which analysis warns of."""
+    import psutil
+
+    fields = psutil.cpu_times()._fields
+    if "steal" not in fields:
+        pytest.skip("this kernel counts no steal")
+    real = PsutilSource()
+    time.sleep(0.05)
+    real = {(d, m): v for d, m, v in real.read()}
+    assert 0.0 <= real[("cpu", "steal_pct")] <= 100.0
+    times = type(psutil.cpu_times())
+    source = PsutilSource()
+    counters = dict.fromkeys(fields, 0.0)
+    readings = []
+    for user, idle, steal in ((10.0, 10.0, 0.0), (13.0, 15.0, 2.0)):  # 10 s: 3 working, 5 idle, 2 stolen
+        counters.update(user=user, idle=idle, steal=steal, iowait=0.0)
+        monkeypatch.setattr(psutil, "cpu_times", lambda c=dict(counters): times(**c))
+        readings.append({(d, m): v for d, m, v in source.read()})
+    assert readings[1][("cpu", "util_pct")] == pytest.approx(50.0)
+    assert readings[1][("cpu", "steal_pct")] == pytest.approx(20.0)

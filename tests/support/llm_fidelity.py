@@ -99,11 +99,13 @@ def compare(runs: dict, base: float, engine: str = "sample") -> list[dict]:
 
     paths = runs[base][0]
     settings, service = (SAMPLE_SETTINGS, "llm") if engine == "sample" else (VLLM_SETTINGS, None)
+    recorded_steal = steal_pct(analyze(paths, service=service))
     rows = []
     for rate, (measured_paths, offsets, tokens) in sorted(runs.items()):
         if rate == base:
             continue
-        measured = analyze(measured_paths, service=service).llm
+        portrait = analyze(measured_paths, service=service)
+        measured = portrait.llm
         predicted = {key: [] for key in METRICS}
         for seed in range(DRAWS):
             sim = simulate_llm(paths, offsets=offsets, tokens=tokens, mode=f"poisson {rate:g}/s", seed=seed,
@@ -113,11 +115,18 @@ def compare(runs: dict, base: float, engine: str = "sample") -> list[dict]:
         row = {"rate": rate, "x": rate / base, "requests": measured.requests}
         speeds = machine_speed(paths), machine_speed(measured_paths)
         row["machine"] = speeds[1] / speeds[0] if None not in speeds else None
+        row["steal"] = (recorded_steal, steal_pct(portrait))
         for key in METRICS:
             m, p = _figure(measured, key), float(np.median(predicted[key]))
             row[key] = (m, p, p / m - 1.0)
         rows.append(row)
     return rows
+
+
+def steal_pct(portrait) -> float | None:
+    """The CPU time the VM's hypervisor took while the engine served (%, the recording's ``cpu`` ``steal_pct``
+    mean), None where none was sampled: the machine's pace moves with it."""
+    return next((m.mean for m in portrait.devices.metrics if m.device == "cpu" and m.metric == "steal_pct"), None)
 
 
 def machine_speed(paths) -> float | None:
