@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from .._errors import LoadprobeError, listed, shape_problem
 from ..formats import RUN, UnreadableVersionError
+from ..record.rundir import safe_name
 from ..schema import SchemaVersionError
 
 _DATA_FILE = re.compile(r"^(\.)?(spans|samples)-(\d{5,})\.(parquet|arrows)$")
@@ -105,6 +106,16 @@ def _list_uri(uri: str) -> list[str]:
     return [f"{protocol}://{p}" if "://" not in p else p for p in paths]
 
 
+def name_matches(name: str, pattern: str) -> bool:
+    """Whether a run's recorded service or host ``name`` is what ``pattern`` asks for: an fnmatch pattern, or a
+    plain name as given before the recorder stored it directory-safe (``rundir.safe_name``: "my svc" is kept as
+    "my_svc", and asking for "my svc" finds it)."""
+    return fnmatch.fnmatchcase(name, pattern) or (not _GLOB & set(pattern) and name == safe_name(pattern))
+
+
+_GLOB = set("*?[")
+
+
 def discover(paths, *, service: str | None = None, host: str | None = None):
     """Runs under ``paths`` and the files that are not loadprobe data, as ``(runs, skipped)``.
 
@@ -142,9 +153,9 @@ def discover(paths, *, service: str | None = None, host: str | None = None):
         if run.refused:  # written by a newer loadprobe: its files may not mean what we think
             skipped.update((path, run.refused) for path in run.span_files + run.sample_files)
             continue
-        if service and not fnmatch.fnmatch(run.service, service):
+        if service and not name_matches(run.service, service):
             continue
-        if host and not fnmatch.fnmatch(run.host, host):
+        if host and not name_matches(run.host, host):
             continue
         run.span_files = _drop_converted_streams(run.span_files)
         run.sample_files = _drop_converted_streams(run.sample_files)

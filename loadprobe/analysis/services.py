@@ -17,10 +17,8 @@ Usage::
 
 from __future__ import annotations
 
-import fnmatch
-
 from .._errors import LoadprobeError, listed
-from .dataset import Run, file_refs
+from .dataset import Run, file_refs, name_matches
 from .reading import UnreadableFile, read_data_file, read_request_ids
 from .requestjoin import client_requests, is_load_client
 from ..schema import LOAD_CLIENT_SERVICE
@@ -39,10 +37,10 @@ def choose(runs: list[Run], service: str | None, where: str,
     clients = [run for run in runs if is_load_client(run.service)]
     others = [run for run in runs if not is_load_client(run.service)]
     found = sorted({run.service for run in others})
-    chosen = [run for run in others if not service or fnmatch.fnmatchcase(run.service, service)]
+    chosen = [run for run in others if not service or name_matches(run.service, service)]
     names = sorted({run.service for run in chosen})
     if not names:
-        if clients and (not service or fnmatch.fnmatchcase(LOAD_CLIENT_SERVICE, service)):
+        if clients and (not service or name_matches(LOAD_CLIENT_SERVICE, service)):
             return clients, []  # the load client's view alone
         raise LoadprobeError(f"{where}: no loadprobe data for --service {service!r} (services recorded here: "
                              f"{listed(found + ([LOAD_CLIENT_SERVICE] if clients else []), 8)}); give one of them")
@@ -62,11 +60,11 @@ def each_service(runs: list[Run], service: str | None = None) -> list[str]:
     """The services to give a portrait each (--each-service): every service (matching ``service``),
     and the load client's name when some of its recording shares no request id with any of them."""
     names = sorted({run.service for run in runs if not is_load_client(run.service)
-                    and (not service or fnmatch.fnmatchcase(run.service, service))})
+                    and (not service or name_matches(run.service, service))})
     clients = [run for run in runs if is_load_client(run.service)]
     alone = [client for client in clients
              if not any(shares_requests(client, [run for run in runs if run.service == name]) for name in names)]
-    if alone and (not service or fnmatch.fnmatchcase(LOAD_CLIENT_SERVICE, service) or not names):
+    if alone and (not service or name_matches(LOAD_CLIENT_SERVICE, service) or not names):
         names.append(LOAD_CLIENT_SERVICE)
     return names
 

@@ -185,11 +185,36 @@ def _supervise(out: Path, command, service, tags, sample_interval, no_devices, o
 
 
 def _own_process_group() -> dict:
+    """Popen's arguments that start the command in a process group of its own and, on Linux, end it with a SIGTERM
+    should this supervisor die without forwarding one (``kill -9``): a service left running after its recording
+    ended would hold its port and keep using the host unrecorded."""
     # In its own group, a Ctrl-C at the terminal reaches the command once, through us,
     # instead of twice (from the terminal and from our forwarding).
+    if sys.platform.startswith("linux"):
+        return {"preexec_fn": _parent_death_signal(os.getpid())}
     if sys.version_info >= (3, 11):
         return {"process_group": 0}
     return {"preexec_fn": os.setpgrp}  # pragma: no cover - Python 3.10
+
+
+_PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _parent_death_signal(parent: int):
+    """What the forked child runs before the command (Linux): its own process group, a SIGTERM when its parent
+    dies, and one at once if it already has (the parent died between fork and prctl). libc is loaded here, in
+    the parent: the child only calls into it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def setup() -> None:
+        os.setpgrp()
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return setup
 
 
 def _forward(child: subprocess.Popen, signum: int) -> None:

@@ -10,6 +10,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from ..conftest import samples_in, spans_in
 
 SERVICE = textwrap.dedent("""
@@ -80,6 +82,38 @@ def test_sigterm_is_forwarded_to_the_command(tmp_path):
     assert proc.returncode == 0, err
     assert f"got {int(signal.SIGTERM)}" in out
     assert spans_in(tmp_path / "d")  # the command's atexit finished its files
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_the_command_ends_when_the_supervisor_is_killed_outright(tmp_path):
+    """``kill -9`` of ``loadprobe record`` forwards nothing: the command gets a SIGTERM from the kernel instead of
+    running on, unrecorded, holding its port."""
+    import psutil
+
+    script = tmp_path / "stays.py"
+    script.write_text(textwrap.dedent("""
+        import os, signal, sys, time
+        signal.signal(signal.SIGTERM, lambda *_: (print("term", flush=True), sys.exit(0)))
+        print(os.getpid(), flush=True)
+        time.sleep(120)
+    """))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADPROBE_")}
+    proc = subprocess.Popen([sys.executable, "-m", "loadprobe", "record", "-o", str(tmp_path / "d"), "--no-devices",
+                             "--", sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    child = psutil.Process(int(proc.stdout.readline()))
+    proc.kill()
+    proc.wait(timeout=30)
+    try:
+        child.wait(timeout=30)  # reaped by whoever adopted it
+    except psutil.TimeoutExpired:
+        pass
+    gone = not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+    if not gone:
+        child.kill()
+    out, _ = proc.communicate(timeout=30)  # the pipes' last writer has ended
+    assert gone
+    assert out.strip() == "term"  # it ended by the SIGTERM, its handler ran
 
 
 def test_a_command_killed_by_a_signal_exits_128_plus_the_signal(tmp_path):
