@@ -35,7 +35,8 @@ METRICS = ("ttft_p50", "ttft_p95", "tpot_p50", "tpot_p95")
 
 
 def record_rates(folder: Path, rates, seconds: float, seed: int = 1) -> dict:
-    """Serve and record the sample engine at each rate (a fresh server each); {rate: (paths, offsets, tokens)}."""
+    """Serve and record the sample engine at each rate (a fresh server each); {rate: (paths, offsets, tokens,
+    steal)}: ``steal_while``'s figure for the rate's traffic."""
     from loadprobe import demo
     from loadprobe.load import openai
     from loadprobe.load.client import run
@@ -56,16 +57,17 @@ def record_rates(folder: Path, rates, seconds: float, seed: int = 1) -> dict:
             prompts = openai.lengths("--prompt-tokens", PROMPT, len(offsets), seed=seed + 10 * k + 1)
             outputs = openai.lengths("--output-tokens", OUTPUT, len(offsets), seed=seed + 10 * k + 2)
             workload = openai.prepare(url, prompts, outputs, timeout=60)
-            run(workload.url, offsets, openai=workload, timeout=300.0, record=str(client), mode="fidelity")
+            steal = steal_while(lambda: run(workload.url, offsets, openai=workload, timeout=300.0, record=str(client),
+                                            mode="fidelity"))
         finally:
             demo._stop_server(server)
-        runs[rate] = ([str(data), str(client)], np.asarray(offsets), (np.asarray(prompts), np.asarray(outputs)))
+        runs[rate] = ([str(data), str(client)], np.asarray(offsets), (np.asarray(prompts), np.asarray(outputs)), steal)
     return runs
 
 
 def record_rates_vllm(folder: Path, rates, seconds: float, seed: int = 1) -> dict:
     """The same for vLLM's CPU build serving a tiny random-weight model (one server for every rate): the load
-    client's recording only; {rate: (paths, offsets, tokens)}."""
+    client's recording only; {rate: (paths, offsets, tokens, steal)}."""
     from loadprobe.load import openai
     from loadprobe.load.client import run
     from loadprobe.load.schedules import poisson
@@ -85,8 +87,9 @@ def record_rates_vllm(folder: Path, rates, seconds: float, seed: int = 1) -> dic
             prompts = openai.lengths("--prompt-tokens", PROMPT, len(offsets), seed=seed + 10 * k + 1)
             outputs = openai.lengths("--output-tokens", OUTPUT, len(offsets), seed=seed + 10 * k + 2)
             workload = openai.prepare(server.url, prompts, outputs, timeout=60)
-            run(workload.url, offsets, openai=workload, timeout=300.0, record=str(client), mode="fidelity")
-            runs[rate] = ([str(client)], np.asarray(offsets), (np.asarray(prompts), np.asarray(outputs)))
+            steal = steal_while(lambda: run(workload.url, offsets, openai=workload, timeout=300.0, record=str(client),
+                                            mode="fidelity"))
+            runs[rate] = ([str(client)], np.asarray(offsets), (np.asarray(prompts), np.asarray(outputs)), steal)
     return runs
 
 
@@ -99,13 +102,11 @@ def compare(runs: dict, base: float, engine: str = "sample") -> list[dict]:
 
     paths = runs[base][0]
     settings, service = (SAMPLE_SETTINGS, "llm") if engine == "sample" else (VLLM_SETTINGS, None)
-    recorded_steal = steal_pct(analyze(paths, service=service))
     rows = []
-    for rate, (measured_paths, offsets, tokens) in sorted(runs.items()):
+    for rate, (measured_paths, offsets, tokens, steal) in sorted(runs.items()):
         if rate == base:
             continue
-        portrait = analyze(measured_paths, service=service)
-        measured = portrait.llm
+        measured = analyze(measured_paths, service=service).llm
         predicted = {key: [] for key in METRICS}
         for seed in range(DRAWS):
             sim = simulate_llm(paths, offsets=offsets, tokens=tokens, mode=f"poisson {rate:g}/s", seed=seed,
@@ -115,7 +116,7 @@ def compare(runs: dict, base: float, engine: str = "sample") -> list[dict]:
         row = {"rate": rate, "x": rate / base, "requests": measured.requests}
         speeds = machine_speed(paths), machine_speed(measured_paths)
         row["machine"] = speeds[1] / speeds[0] if None not in speeds else None
-        row["steal"] = (recorded_steal, steal_pct(portrait))
+        row["steal"] = (runs[base][3], steal)
         for key in METRICS:
             m, p = _figure(measured, key), float(np.median(predicted[key]))
             row[key] = (m, p, p / m - 1.0)
@@ -123,10 +124,18 @@ def compare(runs: dict, base: float, engine: str = "sample") -> list[dict]:
     return rows
 
 
-def steal_pct(portrait) -> float | None:
-    """The CPU time the VM's hypervisor took while the engine served (%, the recording's ``cpu`` ``steal_pct``
-    mean), None where none was sampled: the machine's pace moves with it."""
-    return next((m.mean for m in portrait.devices.metrics if m.device == "cpu" and m.metric == "steal_pct"), None)
+def steal_while(action) -> float | None:
+    """Run ``action()``; the share of the host's CPU time the VM's hypervisor took meanwhile (%, as the recorder's
+    ``cpu`` ``steal_pct`` reads it), None where the kernel counts none. The machine's pace moves with it."""
+    import psutil
+
+    before = psutil.cpu_times()
+    action()
+    after = psutil.cpu_times()
+    total = sum(after) - sum(before)
+    if not hasattr(after, "steal") or total <= 0:
+        return None
+    return 100.0 * (after.steal - before.steal) / total
 
 
 def machine_speed(paths) -> float | None:
