@@ -210,9 +210,9 @@ def main(argv=None) -> int:
           f"(concurrency {args.concurrency}) {measured:.0f} req/s; ratio {estimate / measured:.2f}; "
           f"from the closed loop's own recording {saturated.estimate.max_rps:.0f} req/s "
           f"(ratio {saturated.estimate.max_rps / measured:.2f}); CPU steal {_shown(steal['recorded'])} recording, "
-          f"{_shown(steal['closed_loop'])} closed loop" + ("; void: the hypervisor took 5% or more of the CPU in a "
-                                                            "phase, so they ran on different machines in effect"
-                                                            if void else ""))
+          f"{_shown(steal['closed_loop'])} closed loop"
+          + (f"; void: the hypervisor took {STEAL_WARN_PCT:g}% or more of the CPU in a phase, so they ran on different "
+             "machines in effect" if void else ""))
     return 3 if void else 0 if abs(estimate / measured - 1) <= 0.25 else 1
 
 

@@ -58,8 +58,8 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps({"rounds": rounds, "median": summary, "median_at_pace": paced}, indent=2))
     else:
-        print(f"{args.engine}: recorded at R = {args.rate:g} req/s for {args.seconds:g} s; predicted from that recording alone; "
-              "measured / predicted ms (error)")
+        print(f"{args.engine}: recorded at R = {args.rate:g} req/s for {args.seconds:g} s; predicted from that "
+              "recording alone; measured / predicted ms (error)")
         print("| round | load | requests | machine | steal | TTFT p50 | TTFT p95 | TPOT p50 | TPOT p95 |")
         print("|---|---|---|---|---|---|---|---|---|")
         for name, rows in [*((str(k + 1), rows) for k, rows in enumerate(rounds)), ("median", summary),
@@ -71,7 +71,8 @@ def main(argv=None) -> int:
                 print(f"| {name} | {row['x']:g}R ({row['rate']:g}/s) | {row['requests']} | {pace} | {steal} | "
                       + " | ".join(cells) + " |")
         print("machine: the engine's one-sequence decode pass, measured run / recording at R (time ratio); steal: "
-              "the CPU time the VM's hypervisor took, recording at R / measured run")
+              "the CPU time the VM's hypervisor took, recording at R / measured run (median rows: the most any "
+              "round saw)")
     missed = llm_fidelity.misses(summary)
     for line in missed:
         print("over the limit:", line)

@@ -108,12 +108,9 @@ def _list_uri(uri: str) -> list[str]:
 
 def name_matches(name: str, pattern: str) -> bool:
     """Whether a run's recorded service or host ``name`` is what ``pattern`` asks for: an fnmatch pattern, or a
-    plain name as given before the recorder stored it directory-safe (``rundir.safe_name``: "my svc" is kept as
+    name as given before the recorder stored it directory-safe (``rundir.safe_name``: "my svc" is kept as
     "my_svc", and asking for "my svc" finds it)."""
-    return fnmatch.fnmatchcase(name, pattern) or (not _GLOB & set(pattern) and name == safe_name(pattern))
-
-
-_GLOB = set("*?[")
+    return fnmatch.fnmatchcase(name, pattern) or name == safe_name(pattern)
 
 
 def discover(paths, *, service: str | None = None, host: str | None = None):

@@ -278,9 +278,9 @@ def _devices(part: Partial) -> Devices:
 def _steal_warnings(devices: Devices) -> list[str]:
     """A warning for each host whose CPU the hypervisor took ``STEAL_WARN_PCT`` or more of while serving."""
     return [f"host {m.host}: the hypervisor took {m.mean:.0f}% of its CPU time while serving (CPU steal; "
-            f"{m.p95:.0f}% in the 95th-percentile second), so every time recorded then includes pauses while "
-            "other virtual machines ran, and the same service reads faster or slower as their load moves; for "
-            "figures to plan on, record on dedicated cores, or compare only runs with like steal"
+            f"{m.p95:.0f}% in the 95th-percentile second), so the span times include pauses while other virtual "
+            "machines ran, and rise and fall with their load; for figures to plan on, record on dedicated cores, or "
+            "compare only runs with like steal"
             for m in devices.stolen_cpu()]
 
 

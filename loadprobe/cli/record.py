@@ -185,9 +185,11 @@ def _supervise(out: Path, command, service, tags, sample_interval, no_devices, o
 
 
 def _own_process_group() -> dict:
-    """Popen's arguments that start the command in a process group of its own and, on Linux, end it with a SIGTERM
-    should this supervisor die without forwarding one (``kill -9``): a service left running after its recording
-    ended would hold its port and keep using the host unrecorded."""
+    """Popen's arguments that start the command in a process group of its own and, on Linux, have the kernel send
+    it a SIGTERM should this supervisor die without forwarding one (``kill -9``): a service left running after its
+    recording ended would hold its port and keep using the host unrecorded. The kernel sends it when the thread
+    that started the command ends, so ``_supervise`` starts it from the thread that waits for it; it reaches the
+    command itself (not what a wrapper script started), and not a set-user-ID one such as sudo."""
     # In its own group, a Ctrl-C at the terminal reaches the command once, through us,
     # instead of twice (from the terminal and from our forwarding).
     if sys.platform.startswith("linux"):
@@ -202,17 +204,20 @@ _PR_SET_PDEATHSIG = 1  # prctl(2)
 
 def _parent_death_signal(parent: int):
     """What the forked child runs before the command (Linux): its own process group, a SIGTERM when its parent
-    dies, and one at once if it already has (the parent died between fork and prctl). libc is loaded here, in
-    the parent: the child only calls into it."""
+    dies, and an exit at once if it already has (between fork and prctl). prctl is found and typed here, in the
+    parent, so that the child -- forked while other threads may hold locks -- only calls it."""
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    term = int(signal.SIGTERM)
 
     def setup() -> None:
         os.setpgrp()
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        prctl(_PR_SET_PDEATHSIG, term, 0, 0, 0)
         if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os._exit(128 + term)  # a signal could meet a handler copied from us; the command must not start
 
     return setup
 

@@ -433,8 +433,8 @@ def cpu_steal(portrait) -> str | None:
     worst = max(stolen, key=lambda m: m.mean)
     return (f"the hypervisor took {worst.mean:.0f}% of host {worst.host}'s CPU time while it served (steal; "
             f"{worst.p95:.0f}% in the 95th-percentile second): the recorded times hold those pauses, so these figures "
-            "are a host shared as that one was then -- dedicated cores carry more, busier neighbours less; record on "
-            "dedicated cores, or at a quiet time, before buying by them")
+            "describe a host shared as that one was: dedicated cores would carry more, busier neighbours less; record "
+            "on dedicated cores, or at a quiet time, before buying by them")
 
 
 def interpreter(portrait) -> Interpreter | None:

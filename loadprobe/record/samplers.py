@@ -66,20 +66,15 @@ class PsutilSource:
         return out
 
     def _cpu_readings(self) -> list[tuple[str, str, float]]:
-        """The host CPU's ``util_pct`` (the share of its time not idle: a virtual machine's stolen time counts as
-        busy, since the guest could not run then either) and, where the kernel counts it, ``steal_pct``: the share
-        the hypervisor gave to other guests while this one had work to run. Steal stretches every span timed
-        then, so analysis warns of it."""
+        """The host CPU's ``util_pct`` and, where the kernel counts it, ``steal_pct`` (``cpu_shares``): steal
+        stretches every span timed then, so analysis warns of it."""
         now = self._psutil.cpu_times()
         last, self._last_cpu = self._last_cpu, now
-        total = sum(now) - sum(last)
-        if total <= 0:
+        shares = cpu_shares(last, now)
+        if shares is None:
             return [("cpu", "util_pct", 0.0)]
-        idle = (now.idle + getattr(now, "iowait", 0.0)) - (last.idle + getattr(last, "iowait", 0.0))
-        out = [("cpu", "util_pct", _percent(1.0 - idle / total))]
-        if hasattr(now, "steal"):  # Linux
-            out.append(("cpu", "steal_pct", _percent((now.steal - last.steal) / total)))
-        return out
+        util, steal = shares
+        return [("cpu", "util_pct", util)] + ([("cpu", "steal_pct", steal)] if steal is not None else [])
 
     def _processes(self):
         procs = list(self._procs)
@@ -359,6 +354,20 @@ class InterpreterSource:
 NATIVE_BUSY_SHARE = 0.05
 """A native thread counts as busy in a reading when it ran for at least this share of it: a BLAS pool's helper
 working or spinning, not one that woke once."""
+
+
+def cpu_shares(last, now) -> tuple[float, float | None] | None:
+    """(``util_pct``, ``steal_pct``) of the host's CPU between two ``psutil.cpu_times()`` readings, None when no
+    time passed. ``util_pct``: the share not idle (stolen time counts as busy: the guest could not run then
+    either); ``steal_pct``: the share the hypervisor gave other guests while this one had work (None where the
+    kernel counts none)."""
+    total = sum(now) - sum(last)
+    if total <= 0:
+        return None
+    idle = (now.idle + getattr(now, "iowait", 0.0)) - (last.idle + getattr(last, "iowait", 0.0))
+    steal = _percent((now.steal - last.steal) / total) if hasattr(now, "steal") else None
+    return _percent(1.0 - idle / total), steal
+
 
 def _percent(share: float) -> float:
     return max(0.0, min(100.0, 100.0 * share))

@@ -200,10 +200,12 @@ def test_several_services_are_refused_in_one_line_that_names_them(tmp_path):
 def test_a_service_is_found_by_the_name_it_was_given_before_it_was_stored_directory_safe(tmp_path):
     data = tmp_path / "data"
     _record(data, "my scorer")
+    _record(data, "scorer[2]")  # a glob's characters too
     _record(data, "server")
-    assert {p.name for p in data.glob("*/*")} == {"my_scorer", "server"}
+    assert {p.name for p in data.glob("*/*")} == {"my_scorer", "scorer_2_", "server"}
     assert loadprobe.analyze([data], service="my scorer").requests.count == 5
     assert loadprobe.analyze([data], service="my_scorer").requests.count == 5
+    assert loadprobe.analyze([data], service="scorer[2]").requests.count == 5
     with pytest.raises(LoadprobeError, match="no loadprobe data for --service 'my scorers'"):
         loadprobe.analyze([data], service="my scorers")
 

@@ -129,13 +129,12 @@ def steal_while(action) -> float | None:
     ``cpu`` ``steal_pct`` reads it), None where the kernel counts none. The machine's pace moves with it."""
     import psutil
 
+    from loadprobe.record.samplers import cpu_shares
+
     before = psutil.cpu_times()
     action()
-    after = psutil.cpu_times()
-    total = sum(after) - sum(before)
-    if not hasattr(after, "steal") or total <= 0:
-        return None
-    return 100.0 * (after.steal - before.steal) / total
+    shares = cpu_shares(before, psutil.cpu_times())
+    return shares[1] if shares is not None else None
 
 
 def machine_speed(paths) -> float | None:
@@ -170,13 +169,19 @@ def _figure(llm, key: str) -> float:
     return getattr(getattr(llm, f"{name}_ms"), q)
 
 
+def _most_steal(rows: list[dict]) -> tuple:
+    """The most steal any round saw, at R and at the rate measured (None where none was counted)."""
+    return tuple(max((v for v in values if v is not None), default=None)
+                 for values in zip(*(row.get("steal", (None, None)) for row in rows)))
+
+
 def medians(rounds: list[list[dict]]) -> list[dict]:
     """Each load's errors, median over the rounds (measured and predicted: medians too)."""
     out = []
     for i, first in enumerate(rounds[0]):
         paces = [r[i]["machine"] for r in rounds if r[i].get("machine")]
         row = {"rate": first["rate"], "x": first["x"], "requests": int(np.median([r[i]["requests"] for r in rounds])),
-               "machine": float(np.median(paces)) if paces else None}
+               "machine": float(np.median(paces)) if paces else None, "steal": _most_steal([r[i] for r in rounds])}
         for key in METRICS:
             values = np.array([r[i][key] for r in rounds])
             row[key] = (float(np.median(values[:, 0])), float(np.median(values[:, 1])), float(np.median(values[:, 2])))
