@@ -14,8 +14,9 @@ from ._progress import ProgressBar
 
 @click.command()
 @click.argument("source", nargs=-1, required=True)
-@click.option("-o", "--output", default="loadprobe-report/pipeline.yaml", show_default=True,
-              type=click.Path(dir_okay=False), help="Where to write pipeline.yaml (plans.json goes beside it).")
+@click.option("-o", "--output", default="loadprobe-report/pipeline.yaml", show_default=True, type=click.Path(),
+              help="Where to write pipeline.yaml (plans.json goes beside it): a .yaml file, or a folder to write "
+                   "pipeline.yaml into (a name without a suffix, or one that exists).")
 @click.option("--engines", help="Engines to plan with: KIND[:DEVICE][xN], e.g. cpu,gpu:nvidia-l4x2,npu:ascend-310p "
                                 "(default: cpu,gpu:nvidia-l4,npu:ascend-310p). An accelerator's xN is the most "
                                 "units to buy (default: up to 64); the plan says how many. A CPU's xN is hosts.")
@@ -89,7 +90,7 @@ def recommend(source, output, engines, slo_p95_ms, slo_p99_ms, slo_p50_ms, slo_t
     from ..plan.files import plan_dict, render
     from ..plan.planner import recommend as make_plan
 
-    path = inside(Path(output).parent, Path(output).name)
+    path = _pipeline_path(Path(output))
     plans_path = inside(path.parent, "plans.json")
     if path.name == "plans.json":
         raise LoadprobeError(f"-o {output}: plans.json is written beside pipeline.yaml; name the pipeline file "
@@ -159,3 +160,12 @@ def _portrait(source: list[str], catalogs):
     from ..analysis.run import analyze
 
     return analyze(source, catalog=catalogs)
+
+
+def _pipeline_path(output: Path) -> Path:
+    """Where ``-o`` puts pipeline.yaml: ``output`` itself when it names a file (a suffix, and no folder there);
+    else inside it, as ``analyze -o FOLDER`` writes into its folder -- ``-o plan`` had written a file named
+    "plan" and a plans.json beside it, outside the folder the user meant."""
+    if output.is_dir() or not output.suffix:
+        return inside(output, "pipeline.yaml")
+    return inside(output.parent, output.name)

@@ -311,6 +311,12 @@ def test_power_budget_scenario_and_plans_file(tmp_path):
     # nothing is overwritten without --force
     again = runner.invoke(main, ["recommend", str(portrait_path), "-o", str(out)])
     assert again.exit_code == 2 and "--force" in again.output
+    # -o naming a folder, as analyze's does: pipeline.yaml and plans.json go inside it, nothing beside it
+    for folder in (tmp_path / "plan-folder", tmp_path / "plan"):
+        done = runner.invoke(main, ["recommend", str(portrait_path), "-o", str(folder), "--force"])
+        assert done.exit_code == 0, done.output
+        assert folder.is_dir() and {"pipeline.yaml", "plans.json"} <= {p.name for p in folder.iterdir()}
+    assert not (tmp_path / "plans.json").exists()
 
 
 @pytest.mark.parametrize("args, message", [
