@@ -18,7 +18,7 @@ Usage::
 from __future__ import annotations
 
 from .._errors import LoadprobeError, listed
-from .dataset import Run, file_refs, name_matches
+from .dataset import Run, describe_skipped, file_refs, name_matches
 from .reading import UnreadableFile, read_data_file, read_request_ids
 from .requestjoin import client_requests, is_load_client
 from ..schema import LOAD_CLIENT_SERVICE
@@ -99,13 +99,19 @@ def recorded_service(paths, service: str | None = None, *, how: str) -> tuple[li
     return [run for run in chosen if run not in clients], clients
 
 
-def span_tables(runs: list[Run]):
+def span_tables(runs: list[Run], skipped: dict[str, str] | None = None):
     """Each readable spans file of ``runs`` as a table, run by run; one that cannot be read is passed over, as
-    the analysis passes it over (and says why)."""
+    the analysis passes it over, and its path and why go into ``skipped`` (for ``unreadable``)."""
     for ref in file_refs(runs):
         if ref.kind != "spans":
             continue
         try:
             yield read_data_file(ref).table
-        except UnreadableFile:
-            continue
+        except UnreadableFile as exc:
+            if skipped is not None:
+                skipped[exc.path] = exc.reason
+
+
+def unreadable(skipped: dict[str, str]) -> str:
+    """What a reader that found no spans says of the files it passed over ('' when none): they may be why."""
+    return f" (passed over: {describe_skipped(skipped)})" if skipped else ""

@@ -162,11 +162,11 @@ def _recorded_arrivals(source: str, service: str | None = None) -> tuple[np.ndar
     """Start times of root spans, with their tokens in and out (-1: none), sorted by time; of request
     roots only, when the data has any (as analysis counts)."""
     # analysis's reader and its rule of one service: Parquet and unfinished streams, version-checked
-    from ..analysis.services import recorded_service, span_tables
+    from ..analysis.services import recorded_service, span_tables, unreadable
 
     own, clients = recorded_service([source], service, how=REPLAY_ONE)
-    requests, roots = [], []
-    for table in span_tables(clients or own):  # the load client's view when joined: each request once, as sent
+    requests, roots, skipped = [], [], {}
+    for table in span_tables(clients or own, skipped):  # the load client's view when joined: each request once, as sent
         is_root = ~table.column("parent_id").is_valid().to_numpy(zero_copy_only=False)
         has_id = table.column("request_id").is_valid().to_numpy(zero_copy_only=False)
         columns = np.stack([_filled(table, name) for name in ("ts_ns", "tokens_in", "tokens_out")])
@@ -176,8 +176,8 @@ def _recorded_arrivals(source: str, service: str | None = None) -> tuple[np.ndar
     if found.shape[1] == 0 and roots:
         found = np.concatenate(roots, axis=1)
     if found.shape[1] == 0:
-        raise LoadprobeError(f"{source}: no root spans to replay; record requests with loadprobe.request "
-                             "or give a request log")
+        raise LoadprobeError(f"{source}: no root spans to replay{unreadable(skipped)}; record requests with "
+                             "loadprobe.request or give a request log")
     found = found[:, np.argsort(found[0], kind="stable")]
     return found[0], found[1], found[2]
 

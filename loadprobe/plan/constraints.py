@@ -231,12 +231,15 @@ def parse_engines(text: str, catalog=None) -> tuple[EngineSpec, ...]:
     for part in (p.strip() for p in str(text).split(",")):
         if not part:
             continue
-        head, _, device = part.partition(":")
+        head, colon, device = part.partition(":")
         m = _KIND.fullmatch(head)
         if m is None:
             raise LoadprobeError(f"--engines: cannot read {part!r}; write KIND[:DEVICE][xN] with KIND cpu, gpu or "
                                  "npu, e.g. cpu,gpu:nvidia-l4x2,npu:ascend-310p")
         kind, count = m.group(1), int(m.group(2) or 1)
+        if colon and not device.strip():
+            raise LoadprobeError(f"--engines: {part!r} names no device after the colon; write {kind}:ID (`loadprobe "
+                                 f"catalog` lists them) or {kind} alone")
         given = m.group(2) is not None
         counted = _COUNTED.fullmatch(device)
         if device and device not in known_ids and counted:

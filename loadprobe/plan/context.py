@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ..portrait import Portrait, Stage
 from ..estimate.distribution import Distribution
 from ..estimate.servicetime import DEFAULT_DEVICE
-from ..schema import engine_kind
+from ..schema import LOAD_CLIENT_SERVICE, engine_kind
 
 __all__ = ["CPU_SATURATED_PCT", "DEFAULT_CPU_CORES", "Contention", "HostWork", "Interpreter", "PlanContext",
            "calls_per_request", "contention_scale", "cpu_contention", "cpu_cores", "cpu_load_pct", "cpu_steal",
@@ -471,6 +471,8 @@ def delay_ms(ctx: PlanContext) -> float:
 
 
 def service_name(portrait) -> str:
-    """The recorded service's name, as pipeline.yaml and plans.json carry it."""
+    """The recorded service's name, as pipeline.yaml and plans.json carry it: the server's where a load client's
+    recording was joined to it (the client is the same requests seen from outside, not the service planned)."""
     services = portrait.data_quality.services if portrait.data_quality else []
-    return services[0] if services else "service"
+    served = [s for s in services if s != LOAD_CLIENT_SERVICE]
+    return (served or services or ["service"])[0]

@@ -132,7 +132,9 @@ def render(plan) -> str:
     if plan.constraints.pricing.basis_why:
         lines.append(f"costs: {plan.constraints.pricing.basis_why}")
     lines.append("")
-    rows = [[d.stage, d.engine + (f" ({d.device})" if d.device else ""),
+    names = plan_names(d.stage for d in plan.recommended.decisions)  # as pipeline.yaml and the exports name them
+    shown = {stage: name if name == stage else f"{name} (recorded {stage!r})" for stage, name in names.items()}
+    rows = [[shown[d.stage], d.engine + (f" ({d.device})" if d.device else ""),
              d.precision + (f" ({len(d.keep_fp16)} kept fp16)" if d.keep_fp16 else ""), str(d.batch),
              f"{d.window_ms:g}", f"{d.timeout_ms:g}", str(d.max_concurrency),
              f"{d.fallback['engine']} <= {d.fallback['max_ratio']:.0%}" if d.fallback else "-",

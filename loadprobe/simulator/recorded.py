@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._errors import LoadprobeError
 from ..pipeline.config import PipelineConfig
 from .servicetimes import Overrides, ServiceTime, from_config
 
@@ -136,15 +137,16 @@ def read_self_times(data) -> Recorded:
     Spans without an engine count as ``cpu``; without a batch as 1. Children are subtracted within their run.
     """
     # analysis's reader and its rule of one service: Parquet and unfinished streams, version-checked
-    from ..analysis.services import recorded_service, span_tables
+    from ..analysis.services import recorded_service, span_tables, unreadable
 
     own, _ = recorded_service(data if isinstance(data, (list, tuple)) else [data], how=ONE_SERVICE)
     groups: dict[tuple[str, str, int], list[np.ndarray]] = {}
     roots: dict[str, list[np.ndarray]] = {}
     spans: dict[str, int] = {}
     errors: dict[str, int] = {}
+    skipped: dict[str, str] = {}
     for run in own:
-        tables = list(span_tables([run]))  # bad files skipped, as by analyze
+        tables = list(span_tables([run], skipped))  # bad files passed over, as by analyze
         if not tables:
             continue
         columns = {name: np.concatenate([column(t, name) for t in tables])
@@ -173,6 +175,10 @@ def read_self_times(data) -> Recorded:
             group = (str(codes[0][0][codes[0][1][at]]), str(codes[1][0][codes[1][1][at]]),
                      int(codes[2][0][codes[2][1][at]]))
             groups.setdefault(group, []).append(times[start:end])
+    if not spans:  # nothing to draw from: the plan's own times must not stand in for "recorded" ones unsaid
+        where = ", ".join(map(str, data)) if isinstance(data, (list, tuple)) else str(data)
+        raise LoadprobeError(f"{where}: no spans to draw service times from{unreadable(skipped)}; give the folder "
+                             "the service recorded into")
     rng = np.random.default_rng(0)
 
     def kept(parts: list[np.ndarray]) -> np.ndarray:

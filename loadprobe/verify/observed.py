@@ -60,7 +60,7 @@ class Observed:
 def observe(config, data: list, *, plan: str = "the plan") -> Observed:
     """The recording of ``config``'s plan running; LoadprobeError when it holds no request of it, or ran a
     stage on an engine kind the plan does not place it on (``plan`` names the file in that message)."""
-    from ..analysis.services import recorded_service, span_tables
+    from ..analysis.services import recorded_service, span_tables, unreadable
     from ..simulator.recorded import column
 
     wanted = {s.name for s in config.stages}
@@ -68,12 +68,13 @@ def observe(config, data: list, *, plan: str = "the plan") -> Observed:
              "queue": "queue_ns", "span": "span_id", "parent": "parent_id", "batch": "batch"}
     columns: dict[str, list] = {k: [] for k in (*names, "run")}
     own, _ = recorded_service(data, how=VERIFY_ONE)  # the service's own spans: a load client's beside them hold none
-    for number, table in enumerate(span_tables(own)):
+    skipped: dict[str, str] = {}
+    for number, table in enumerate(span_tables(own, skipped)):
         for key, name in names.items():
             columns[key].append(column(table, name))
         columns["run"].append(np.full(table.num_rows, number, np.int64))
     if not columns["ts"]:
-        raise LoadprobeError(f"{', '.join(map(str, data))}: no spans to verify the plan against")
+        raise LoadprobeError(f"{', '.join(map(str, data))}: no spans to verify the plan against{unreadable(skipped)}")
     c = {k: np.concatenate(v) for k, v in columns.items()}
     renamed = {s.recorded: s.name for s in config.stages if s.recorded}
     if renamed:  # spans recorded under the recording's name count as the plan's stage

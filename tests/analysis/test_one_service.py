@@ -17,6 +17,7 @@ import pytest
 import loadprobe
 from loadprobe import LoadprobeError, probe
 from loadprobe.instrumentation.wsgi import LoadprobeWSGIMiddleware
+from loadprobe.plan.context import service_name
 from tests.support.http_servers import serve_wsgi
 
 REQUESTS = 60
@@ -103,6 +104,7 @@ def test_client_and_server_count_each_request_once(both_sides):
     assert r.outside_server_share < r.unattributed_share < r.outside_server_share + http.self_share + 1e-9
     assert http.start_offset_ms is None
     assert not [v for v in portrait.bottlenecks if v.kind == "dominant_stage" and v.evidence["stage"] == "client"]
+    assert service_name(portrait) == "web"  # a plan of it is the server's, not the load client's
     # Each side alone is still its own view.
     assert loadprobe.analyze([server]).requests.count == recorded
     alone = loadprobe.analyze([client]).requests

@@ -8,6 +8,7 @@ spans, not the run.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -85,6 +86,32 @@ def test_replay_and_the_simulator_read_the_spans_that_can_be_read(recording):
     recorded = read_self_times(recording)  # every preprocess and nms span succeeds: one of each per request
     assert len(recorded.times["preprocess", "cpu", 1]) == len(recorded.times["nms", "gpu0", 1]) == left // 4
     assert 0.99 * left // 4 < len(recorded.outside) <= left // 4  # the requests that succeeded
+
+
+def test_readers_that_find_no_readable_spans_say_which_files_they_passed_over(recording, tmp_path):
+    """A folder whose span files are all unreadable (cut short, empty) gives no service times, arrivals or
+    observations: each reader says so naming a file and why, rather than a vague 'no spans' -- and simulate
+    --service-times no longer goes on with the plan's own times while saying they were recorded."""
+    import subprocess
+    import sys
+
+    from ..conftest import REPO
+
+    files = sorted(recording.rglob("spans-*.parquet"))
+    for path in files:
+        path.write_bytes(b"")
+    named = re.compile(r"passed over: .*spans-\d+\.parquet: ")
+    with pytest.raises(LoadprobeError, match=named):
+        read_self_times(recording)
+    with pytest.raises(LoadprobeError, match=named):
+        loadprobe.load.arrivals(recording)
+    plan = REPO / "samples" / "vision" / "pipeline.yaml"
+    for args in (["simulate", plan, "--rate", "5", "--service-times", recording, "-o", tmp_path / "sim"],
+                 ["verify", plan, recording, "-o", tmp_path / "verify.json"]):
+        done = subprocess.run([sys.executable, "-m", "loadprobe", *map(str, args)], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 2 and named.search(done.stderr), done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
 
 
 def test_no_loadprobe_data_is_an_error(tmp_path):

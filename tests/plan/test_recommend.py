@@ -322,6 +322,7 @@ def test_power_budget_scenario_and_plans_file(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--engines", "tpu"], "KIND"),
     (["--engines", "gpu:nvidia-x9"], "not in the hardware catalog"),
+    (["--engines", "cpu,gpu:"], "'gpu:' names no device after the colon"),
     (["--precision", "int4-ok"], "fp16-only, int8-ok"),
     (["--slo-p95-ms", "-5"], "positive"),
     (["--precision", "decod=int8-ok"], "--precision: no stage 'decod' in the portrait; its stages are decode"),
@@ -600,3 +601,16 @@ def test_power_may_cost_nothing_but_not_less(tmp_path):
     assert free.exit_code == 0, free.output  # as loadprobe tco takes it
     below = run("-1", "b")
     assert below.exit_code == 2 and "--price-per-kwh -1 must be 0 or more" in below.output
+
+
+def test_a_stage_renamed_for_the_plan_is_shown_by_both_names(tmp_path):
+    """A recorded name that cannot name a plan's stage (Chinese: not a Triton folder or a Ray Serve name) is
+    renamed in pipeline.yaml; the terminal's table shows the name to wire an executor by, and the recorded one."""
+    portrait = record(tmp_path, {"特征提取": {"ms": 1.0}, "decode": {"ms": 0.5}}, requests=40)
+    path = portrait.save(tmp_path / "portrait.json")
+    result = CliRunner().invoke(main, ["recommend", str(path), "--engines", "cpu", "-o", str(tmp_path / "plan")])
+    assert result.exit_code == 0, result.output
+    config = loads((tmp_path / "plan" / "pipeline.yaml").read_text())
+    renamed = next(s for s in config.stages if s.recorded == "特征提取")
+    assert f"{renamed.name} (recorded '特征提取')" in result.output
+    assert "decode (recorded" not in result.output and "decode " in result.output
