@@ -116,8 +116,9 @@ class OpenAIServer:
                     choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
                     sent += n
                     choice["finish_reason"] = "length" if sent == output else None
-                    self._event({"object": "chunk", "choices": [choice], "usage": None})
+                    # timed before the write: once written, the client may read it before this thread runs again
                     entry["chunks_ns"].append(time.perf_counter_ns())
+                    self._event({"object": "chunk", "choices": [choice], "usage": None})
                     due += server.gap_ms * 1e6
                 if server.sends_usage and (request.get("stream_options") or {}).get("include_usage"):
                     self._event({"object": "chunk", "choices": [], "usage": usage})
