@@ -139,7 +139,8 @@ def read_self_times(data) -> Recorded:
     # analysis's reader and its rule of one service: Parquet and unfinished streams, version-checked
     from ..analysis.services import recorded_service, span_tables, unreadable
 
-    own, _ = recorded_service(data if isinstance(data, (list, tuple)) else [data], how=ONE_SERVICE)
+    paths = data if isinstance(data, (list, tuple)) else [data]
+    own, _ = recorded_service(paths, how=ONE_SERVICE)
     groups: dict[tuple[str, str, int], list[np.ndarray]] = {}
     roots: dict[str, list[np.ndarray]] = {}
     spans: dict[str, int] = {}
@@ -176,9 +177,8 @@ def read_self_times(data) -> Recorded:
                      int(codes[2][0][codes[2][1][at]]))
             groups.setdefault(group, []).append(times[start:end])
     if not spans:  # nothing to draw from: the plan's own times must not stand in for "recorded" ones unsaid
-        where = ", ".join(map(str, data)) if isinstance(data, (list, tuple)) else str(data)
-        raise LoadprobeError(f"{where}: no spans to draw service times from{unreadable(skipped)}; give the folder "
-                             "the service recorded into")
+        raise LoadprobeError(f"{', '.join(map(str, paths))}: no spans to draw service times from"
+                             f"{unreadable(skipped)}; give the folder the service recorded into")
     rng = np.random.default_rng(0)
 
     def kept(parts: list[np.ndarray]) -> np.ndarray:
