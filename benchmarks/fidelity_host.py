@@ -40,7 +40,9 @@ from pathlib import Path
 from loadprobe.portrait import STEAL_WARN_PCT
 
 SERVICE = '''
+import asyncio
 import os
+import time
 
 import numpy as np
 from fastapi import FastAPI
@@ -81,24 +83,44 @@ def score(x):
     return np.sort(x.ravel())[::-1][:64]
 
 
+AWAIT_S = float(os.environ.get("BENCH_AWAIT_MS", "0")) / 1000.0
+
+
+@probe("remote_model")
+async def remote_model(top):  # a downstream call: awaited, no core held
+    await asyncio.sleep(AWAIT_S)
+    return top
+
+
+@probe("remote_model_blocking")
+def remote_model_blocking(top):  # the same call, blocking its thread
+    time.sleep(AWAIT_S)
+    return top
+
+
 @app.get("/health")
 def health():
     return {"ok": True}
 
 
-def answer(query: Query):
-    top = score(embed(query.values))
+def answer(top, query: Query):
     return {"tag": query.tag, "top": [round(float(v), 4) for v in top[:16]]}
 
 
 if os.environ.get("BENCH_ENDPOINT") == "async":
     @app.post("/score")
     async def handle(query: Query):  # on the event loop's thread: no thread pool
-        return answer(query)
+        top = score(embed(query.values))
+        if AWAIT_S:
+            top = await remote_model(top)
+        return answer(top, query)
 else:
     @app.post("/score")
     def handle(query: Query):  # FastAPI runs it in its thread pool
-        return answer(query)
+        top = score(embed(query.values))
+        if AWAIT_S:
+            top = remote_model_blocking(top)
+        return answer(top, query)
 '''
 
 
@@ -150,6 +172,9 @@ def main(argv=None) -> int:
                         help="matrix: BLAS work on --rows rows; small: many small numpy calls holding the interpreter")
     parser.add_argument("--endpoint", choices=("sync", "async"), default="sync",
                         help="sync: a def endpoint (FastAPI's thread pool); async: an async def one (the event loop)")
+    parser.add_argument("--await-ms", type=float, default=0.0,
+                        help="a third stage per request waiting this long on a downstream call (awaited on the "
+                             "event loop with --endpoint async, blocking its thread with sync)")
     parser.add_argument("--keep", type=Path, help="copy both recordings (recorded/, saturated/) into this new folder")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -165,6 +190,7 @@ def main(argv=None) -> int:
         os.environ["BENCH_ROWS"] = str(args.rows)
         os.environ["BENCH_STEPS"] = args.steps
         os.environ["BENCH_ENDPOINT"] = args.endpoint
+        os.environ["BENCH_AWAIT_MS"] = str(args.await_ms)
         port = free_port()
         url = f"http://127.0.0.1:{port}/score"
         proc = serve(folder, folder / "recorded", port, args.workers)

@@ -136,13 +136,13 @@ class Format:
                                     f"({self.version}); {UPGRADE}")
 
 
-DATA = Format("data format", "1.0", "tag")
+DATA = Format("data format", "1.1", "tag")
 """spans-*.parquet / samples-*.parquet and their segment streams: Parquet metadata ``loadprobe.schema``."""
 
 RUN = Format("run.json format", "1.0", "tag", kind="run")
 """run.json's ``schema`` field."""
 
-PORTRAIT = Format("portrait format", "1.10", "text")
+PORTRAIT = Format("portrait format", "1.11", "text")
 """portrait.json's ``version`` field."""
 
 PLANS = Format("plans.json format", "1.0", "text")

@@ -151,6 +151,10 @@ class Stage:
     energy_per_item_j: Bounds | None = None  # its devices' attributed energy per item it processed (1.7)
     energy_per_request_j: Bounds | None = None  # ... per request that arrived while they were sampled (1.7)
     energy_per_token_j: Bounds | None = None  # ... per token, where tokens are recorded (1.7)
+    # The share of its own time its thread used a core, over the spans sampled for it (data format 1.1):
+    # below 1 it also waited (a downstream call, a sleep, the interpreter lock). None: none sampled (1.11).
+    cpu_share: float | None = None
+    cpu_spans: int | None = None
 
 
 @dataclass

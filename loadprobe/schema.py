@@ -90,6 +90,8 @@ SPANS = pa.schema(
         pa.field("bytes", pa.float64()),
         pa.field("tokens_in", pa.int64()),  # LLM prompt tokens, where known (imported traces)
         pa.field("tokens_out", pa.int64()),  # LLM generated tokens, where known
+        # 1.1: the CPU time of the span's thread while it ran (children included), in sampled requests only
+        pa.field("cpu_ns", pa.int64()),
     ],
     metadata={SCHEMA_KEY: DATA.tag("spans").encode(), VERSION_KEY: __version__.encode()},
 )

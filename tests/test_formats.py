@@ -16,9 +16,9 @@ from .conftest import REPO
 
 
 def test_each_format_writes_the_spelling_its_files_have_always_had():
-    assert DATA.tag("spans") == "spans/1.0" and DATA.tag("samples") == "samples/1.0"
+    assert DATA.tag("spans") == "spans/1.1" and DATA.tag("samples") == "samples/1.1"
     assert RUN.value == "run/1.0"
-    assert PORTRAIT.value == "1.10"
+    assert PORTRAIT.value == "1.11"
     assert PLANS.value == "1.0" and SIMULATION.value == "1.0" and CATALOG.value == "1.0" and VERIFY.value == "1.0"
     assert PIPELINE.value == 1 and ALIGN.value == 1 and CAPTURE.value == 1
     assert len(set(formats.FORMATS)) == len(formats.FORMATS) == 10
@@ -36,7 +36,7 @@ def test_the_copies_that_cannot_import_it_agree_with_it():
     assert config.PipelineConfig.__dataclass_fields__["version"].default == PIPELINE.value
     assert f"pipeline.yaml v{PIPELINE.major};" in files.HEADER
     assert document.VERSION == ALIGN.value and capture.VERSION == CAPTURE.value
-    assert SPANS.metadata[SCHEMA_KEY] == b"spans/1.0" and SAMPLES.metadata[SCHEMA_KEY] == b"samples/1.0"
+    assert SPANS.metadata[SCHEMA_KEY] == b"spans/1.1" and SAMPLES.metadata[SCHEMA_KEY] == b"samples/1.1"
     assert SCHEMA_VERSION == DATA.version
 
 
@@ -66,9 +66,9 @@ def test_a_damaged_version_is_unreadable_and_refuse_newer_lets_it_through(fmt, f
 
 
 @pytest.mark.parametrize("fmt, found, shown, ours", [
-    (DATA, "spans/2.0", "2.0", "1.0"), (RUN, "run/9.0", "9.0", "1.0"), (RUN, "2", "2", "1.0"),
-    (PORTRAIT, "2.0", "2.0", "1.10"), (PLANS, "3.1", "3.1", "1.0"), (PIPELINE, 2, "2", "1"),
-    (ALIGN, 2, "2", "1"), (DATA, "spans/99999999999999999999", "99999999999999999999", "1.0"),
+    (DATA, "spans/2.0", "2.0", "1.1"), (RUN, "run/9.0", "9.0", "1.0"), (RUN, "2", "2", "1.0"),
+    (PORTRAIT, "2.0", "2.0", "1.11"), (PLANS, "3.1", "3.1", "1.0"), (PIPELINE, 2, "2", "1"),
+    (ALIGN, 2, "2", "1"), (DATA, "spans/99999999999999999999", "99999999999999999999", "1.1"),
 ])
 def test_a_newer_major_is_refused_in_one_line_naming_the_file_and_the_fix(fmt, found, shown, ours):
     for check in (fmt.check, fmt.refuse_newer):
@@ -84,7 +84,7 @@ def test_the_data_format_message_is_the_one_analysis_has_always_given():
 
     assert check_version("spans/1.0", "f") == "spans"
     with pytest.raises(SchemaVersionError, match=r"^f: written with data format 2\.0, newer than this loadprobe "
-                                                 r"reads \(1\.0\); upgrade loadprobe"):
+                                                 r"reads \(1\.1\); upgrade loadprobe"):
         check_version("spans/2.0", "f")
 
 

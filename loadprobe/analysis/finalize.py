@@ -147,6 +147,8 @@ def _stage(name: str, sp, part: Partial, device, precision) -> Stage:
         tokens_out=percentiles(sp.tokens_out, 1.0),
         start_offset_ms=sp.offset_ns / sp.offset_n / 1e6 if sp.offset_n else None,
         latency_cdf=latency_cdf(sp.latency),
+        cpu_share=sp.cpu_ns / sp.cpu_own_ns if sp.cpu_own_ns else None,
+        cpu_spans=sp.cpu_spans or None,
     )
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import kernel_c, kernel_numpy
+from .cpu_time import map_cpu
 from .columns import (arrow_mask, arrow_rows, booleans, dictionary_codes, float_column, int_column, span_columns,
                       validity)
 from .dataset import FileRef
@@ -167,6 +168,7 @@ def map_spans(part: Partial, table: pa.Table, ref: FileRef, filters: Filters, ru
         if len(ts) == 0:
             return
         cols = span_columns(table, ts, dur, valid, request_ids_known)
+    map_cpu(part, table, cols)
     joined = None
     if filters.client is not None and not is_load_client(ref.service):
         cols, joined = join_client(part, table, cols, filters.client, ref.host)

@@ -45,6 +45,9 @@ class StagePartial:
     tokens_out: Histogram = field(default_factory=Histogram)
     offset_ns: int = 0  # Σ (start - parent's start) over spans whose parent is in the same file
     offset_n: int = 0
+    cpu_ns: int = 0  # over spans sampled for their CPU (cpu_time.py): their own CPU,
+    cpu_own_ns: int = 0  # their own time,
+    cpu_spans: int = 0  # and how many there were
 
     def merge(self, o: StagePartial) -> StagePartial:
         self.latency.merge(o.latency)
@@ -57,6 +60,9 @@ class StagePartial:
         self.self_in_request_ns += o.self_in_request_ns
         self.offset_ns += o.offset_ns
         self.offset_n += o.offset_n
+        self.cpu_ns += o.cpu_ns
+        self.cpu_own_ns += o.cpu_own_ns
+        self.cpu_spans += o.cpu_spans
         add_counts(self.statuses, o.statuses)
         add_counts(self.batch, o.batch)
         self.fit += o.fit

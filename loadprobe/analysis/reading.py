@@ -32,7 +32,7 @@ from ..record.segments import iter_stream
 from ..schema import SCHEMA_KEY, SCHEMAS, SchemaVersionError, check_version
 
 SPAN_COLUMNS = ["ts_ns", "dur_ns", "stage", "span_id", "parent_id", "request_id", "batch", "shape",
-                "engine", "status", "queue_ns", "flops", "bytes", "tokens_in", "tokens_out"]
+                "engine", "status", "queue_ns", "flops", "bytes", "tokens_in", "tokens_out", "cpu_ns"]
 REQUIRED_SPAN_COLUMNS = {"ts_ns", "dur_ns", "stage", "span_id", "parent_id", "request_id", "status"}
 SAMPLE_COLUMNS = ["ts_ns", "device", "metric", "value"]
 
@@ -120,7 +120,7 @@ def read_request_ids(ref: FileRef) -> pa.ChunkedArray:
         source = open_input(ref)
         try:
             if ref.stream:
-                column = pa.Table.from_batches(list(iter_stream(source)), schema=SCHEMAS["spans"]).column("request_id")
+                column = _stream_table(source, "spans").column("request_id")
             else:
                 pf = pq.ParquetFile(source, pre_buffer=False, memory_map=isinstance(source, str))
                 column = pf.read(columns=["request_id"]).column("request_id")
@@ -130,6 +130,13 @@ def read_request_ids(ref: FileRef) -> pa.ChunkedArray:
         return column.cast(pa.string())
     except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
         raise UnreadableFile(ref.path, _reason(exc)) from None
+
+
+def _stream_table(source, kind: str) -> pa.Table:
+    """A segment stream's complete batches as one table, in the schema it was written with (an older minor
+    version lacks the newer columns)."""
+    batches = list(iter_stream(source))
+    return pa.Table.from_batches(batches) if batches else SCHEMAS[kind].empty_table()
 
 
 def _reason(exc: BaseException) -> str:
@@ -145,7 +152,7 @@ def _read(ref: FileRef, request_ids: bool, use_threads: bool) -> DataFile:
     known = None
     try:
         if ref.stream:
-            table = pa.Table.from_batches(list(iter_stream(source)), schema=SCHEMAS[ref.kind])
+            table = _stream_table(source, ref.kind)
             # Arrow's IPC reader trusts what it reads; the Parquet reader checks dictionary
             # indices itself. The compiled kernel indexes its tables by them: check them here.
             table.validate(full=True)

@@ -41,11 +41,17 @@ class Placement:
     window_ms: float
     calls: float = 1.0  # executions per request (an LLM's decode: once per generated token)
     p99_ms: float | None = None  # one execution's p99 (default: its p95)
-    mean_ms: float | None = None  # what loads an engine (default: its p50); a skewed stage's is well above its p50
+    mean_ms: float | None = None  # its mean (default: its p50); a skewed stage's is well above its p50
+    busy_share: float = 1.0  # of that, what keeps the engine busy: a CPU stage's work, not its waits
 
     @property
     def load_ms(self) -> float:
         return self.p50_ms if self.mean_ms is None else self.mean_ms
+
+    @property
+    def busy_ms(self) -> float:
+        """What one execution loads its engine with (ms)."""
+        return self.load_ms * self.busy_share
 
 
 def lognormal_mean(p50: float, p95: float) -> float:
@@ -101,7 +107,7 @@ def estimate(placements: list[Placement], engines: dict[str, EngineCapacity], *,
     """The plan at ``rate``; ``interpreter``: (worker processes, interpreter ms per request) of a Python service."""
     work: dict[str, float] = {}  # engine -> seconds of service per request
     for p in placements:
-        work[p.engine] = work.get(p.engine, 0.0) + p.calls * p.load_ms / 1000.0 / max(1, p.batch)
+        work[p.engine] = work.get(p.engine, 0.0) + p.calls * p.busy_ms / 1000.0 / max(1, p.batch)
     # The interpreter: (processes, seconds per request), a queue of its own that loads no engine.
     lock_wait = (interpreter[0], interpreter[1] / 1000.0) if interpreter is not None and interpreter[1] > 0 else None
     capacity = {e: engines[e].servers / w for e, w in work.items() if w > 0}

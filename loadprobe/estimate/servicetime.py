@@ -91,6 +91,20 @@ def estimate_target(kind: str, device, profile, host_cpu):
     return device
 
 
+MIN_CPU_SPANS = 10
+"""Spans sampled for their CPU (``Stage.cpu_spans``) a stage needs before its ``cpu_share`` is planned on."""
+
+
+def cpu_share(stage) -> float:
+    """The share of a stage's own time that is work on a core: the portrait's ``cpu_share`` where at least
+    ``MIN_CPU_SPANS`` of its spans were sampled for it, else 1 (all of it, as a recording without CPU times
+    must be read). ``cpu_share(stage)`` -> 0.25 for a stage that computes 1 ms and awaits 3 ms."""
+    share, spans = getattr(stage, "cpu_share", None), getattr(stage, "cpu_spans", None)
+    if share is None or not spans or spans < MIN_CPU_SPANS:
+        return 1.0
+    return min(1.0, max(0.01, share))
+
+
 @dataclass(frozen=True)
 class StageProfile(Figures):
     """The measured figures of one stage that service-time estimates start from."""
@@ -109,6 +123,7 @@ class StageProfile(Figures):
     recorded_device: object | None  # catalog Device or None
     recorded_precision: str
     bytes_per_execution: float | None = None  # memory traffic of one execution as recorded (about: achieved rate x time)
+    cpu_share: float = 1.0  # of its self time, the work on a core (``cpu_share``); the rest waited
 
     @classmethod
     def of(cls, stage, *, recorded_device=None, recorded_precision: str | None = None) -> StageProfile:
@@ -137,6 +152,7 @@ class StageProfile(Figures):
             recorded_precision=recorded_precision or ("fp32" if kind == "cpu" else "fp16"),
             bytes_per_execution=(intensity.achieved_bytes_per_s * lat_mean / 1000.0
                                  if intensity is not None and intensity.achieved_bytes_per_s and lat_mean else None),
+            cpu_share=cpu_share(stage) if kind == "cpu" else 1.0,
         )
 
     def measured_ms(self, requests: float) -> float:
@@ -164,9 +180,15 @@ class ServiceTime(Figures):
     batch: int
     source: str  # measured | roofline-estimate | unscaled | calibrated (observed by loadprobe verify)
     how: str  # one sentence: where the figure comes from
+    busy_share: float = 1.0  # the share of an execution that keeps its engine busy: a CPU stage's work, not its waits
 
     def scaled(self, factor: float, source: str, how: str) -> ServiceTime:
-        return ServiceTime(self.distribution.scaled(factor), self.batch, source, how)
+        return ServiceTime(self.distribution.scaled(factor), self.batch, source, how, self.busy_share)
+
+    @property
+    def busy_ms(self) -> float:
+        """What one execution loads its engine with (ms): the mean, less the waits of a CPU stage."""
+        return self.mean_ms * self.busy_share
 
     def to_dict(self) -> dict:
         """As plans.json shows it; ``file_dict`` is what pipeline.yaml keeps."""
@@ -180,6 +202,8 @@ class ServiceTime(Figures):
                "mean": figure(self.mean_ms), "cdf": self.distribution.to_cdf(), "source": self.file_source}
         if self.error_factor != 1.0:
             out["error_factor"] = self.error_factor
+        if self.busy_share < 1.0:
+            out["cpu_share"] = float(f"{self.busy_share:.4g}")
         return out
 
     @property
@@ -195,6 +219,14 @@ class ServiceTime(Figures):
 
 def service_time(profile: StageProfile, *, target, kind: str, precision: str, batch: int) -> ServiceTime:
     """Estimated self time of one execution of ``batch`` items on ``target`` (a catalog Device or None)."""
+    svc = _service_time(profile, target=target, kind=kind, precision=precision, batch=batch)
+    if kind == "cpu" and profile.kind == "cpu" and profile.cpu_share < 1.0:  # its waits stay waits on any CPU
+        return replace(svc, busy_share=profile.cpu_share,
+                       how=f"{svc.how}; {profile.cpu_share:.0%} of it uses a core (its spans' CPU), the rest waits")
+    return svc
+
+
+def _service_time(profile: StageProfile, *, target, kind: str, precision: str, batch: int) -> ServiceTime:
     base = profile.measured_ms(batch)
     same_place = kind == profile.kind and (target is None or target == profile.recorded_device
                                            or profile.recorded_device is None and kind == "cpu")

@@ -104,6 +104,7 @@ class ServiceTimeConfig:
     cdf: tuple[tuple[float, float], ...] = ()  # [[ms, fraction <= ms], ...]: the recorded shape (estimate.distribution)
     source: str
     error_factor: float = 1.0  # an estimate's stated error bound (estimate.servicetime.ESTIMATE_ERROR)
+    cpu_share: float = 1.0  # on a cpu engine, the share of it that uses a core (the rest waits)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cdf", tuple(tuple(point) for point in self.cdf))

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..estimate.servicetime import StageProfile
     from ..portrait import Portrait, Stage
 from ..estimate.distribution import Distribution
-from ..estimate.servicetime import DEFAULT_DEVICE
+from ..estimate.servicetime import DEFAULT_DEVICE, cpu_share
 from ..schema import LOAD_CLIENT_SERVICE, engine_kind
 
 __all__ = ["CPU_SATURATED_PCT", "DEFAULT_CPU_CORES", "Contention", "HostWork", "Interpreter", "PlanContext",
@@ -126,12 +126,15 @@ def recorded_cores(portrait) -> int | None:
 
 
 def _cpu_stage_ms(portrait, *, as_recorded: bool = False) -> float:
-    """Core-milliseconds the stages recorded on the CPU took, over the whole recording: with the waits of a
-    saturated recording taken out (``cpu_contention``) unless ``as_recorded``."""
+    """Core-milliseconds the stages recorded on the CPU worked, over the whole recording: their own time, less
+    what their spans' CPU showed was waiting (``cpu_share``), and less the waits of a saturated recording
+    (``cpu_contention``) unless ``as_recorded``."""
     # A batcher-fed stage records its shared execution once per member: count it once per batch.
-    wall = sum(s.count / (s.batch.mean if s.queue_ms is not None and s.batch is not None and s.batch.mean else 1.0)
-               * (s.self_ms_mean or 0.0) for s in plan_stages(portrait) if recorded_kind(s) == "cpu")
-    return wall if as_recorded else wall * contention_scale(portrait)
+    # Only the share of a stage's own time its spans showed using a core is work (``cpu_share``): an await on a
+    # downstream call holds the stage open and loads no core.
+    work = sum(s.count / (s.batch.mean if s.queue_ms is not None and s.batch is not None and s.batch.mean else 1.0)
+               * (s.self_ms_mean or 0.0) * cpu_share(s) for s in plan_stages(portrait) if recorded_kind(s) == "cpu")
+    return work if as_recorded else work * contention_scale(portrait)
 
 
 @dataclass(frozen=True)
@@ -320,7 +323,11 @@ def _own_work(portrait) -> tuple[object, float, float, str] | None:
            "time)")
     work = own
     sampled = process_cpu_ms(portrait)
-    if sampled is not None:
+    if cpu_share(root) < 1.0:  # its spans' own CPU says which part was work
+        work = own * cpu_share(root)
+        how += (f"; its sampled spans ({root.cpu_spans:,}) used a core {cpu_share(root):.0%} of that time, so "
+                f"{work:.3g} ms is work and the rest waiting")
+    elif sampled is not None:
         stages = _cpu_stage_ms(portrait) / requests
         work = max(0.0, min(own, sampled - stages))
         how += (f"; the process CPU sampled was {sampled:.3g} ms per request, {stages:.3g} ms of it in CPU stages"

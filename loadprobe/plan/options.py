@@ -35,7 +35,8 @@ def assemble(name: str, decisions: list, specs, profiles, ctx: PlanContext, note
     capacities = {n: EngineCapacity(n, e["servers"], e["power_w"]) for n, e in engines.items()}
     calls = calls_per_request(ctx)
     placements = [Placement(d.stage, d.engine, d.service.p50_ms, d.service.p95_ms, d.batch, d.window_ms,
-                            calls.get(d.stage, 1.0), d.service.p99_ms, d.service.mean_ms) for d in decisions]
+                            calls.get(d.stage, 1.0), d.service.p99_ms, d.service.mean_ms, d.service.busy_share)
+                  for d in decisions]
     host = host_engine(engines, ctx)
     if host is not None:
         d = ctx.host.distribution
@@ -43,7 +44,7 @@ def assemble(name: str, decisions: list, specs, profiles, ctx: PlanContext, note
     delay = delay_ms(ctx)
     python = None
     if ctx.interpreter is not None:  # the CPU work this plan keeps on the host carries the interpreter's time
-        python = ctx.interpreter.for_plan(sum(p.calls * p.load_ms / max(1, p.batch) for p in placements
+        python = ctx.interpreter.for_plan(sum(p.calls * p.busy_ms / max(1, p.batch) for p in placements
                                               if engines[p.engine]["kind"] == "cpu"))
     est = estimate(placements, capacities, rate=ctx.rate, unattributed_ms=delay, interpreter=python)
     stress = estimate(placements, capacities, rate=ctx.targets.stress_rps, unattributed_ms=delay, interpreter=python)

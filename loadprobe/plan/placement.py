@@ -56,7 +56,7 @@ def candidates(stage, profile: StageProfile, specs, ctx: PlanContext) -> tuple[l
                                    + (f" and the CPU is not saturated ({_fmt_pct(util)})"
                                       if profile.kind == "cpu" else ""))
             continue
-        per_item_s = svc.mean_ms / 1000.0 / batch
+        per_item_s = svc.busy_ms / 1000.0 / batch  # what it loads the engine with
         power = unit_power(spec, device, ctx)
         measured = measured_stage(ctx, stage.name, spec, device)
         energy = (measured.item_j(per_item_s) if measured is not None
@@ -175,7 +175,7 @@ def explain_engine(basis: str, stage, profile, pick, admissible, excluded) -> st
 def add_fallbacks(decisions, engines, specs, profiles, ctx) -> None:
     """Rule 9: a capped share of a backed-up accelerator stage goes to another engine that can run it."""
     calls = calls_per_request(ctx)
-    work = {n: sum(calls.get(d.stage, 1.0) * d.service.mean_ms / 1000.0 / d.batch for d in decisions if d.engine == n)
+    work = {n: sum(calls.get(d.stage, 1.0) * d.service.busy_ms / 1000.0 / d.batch for d in decisions if d.engine == n)
             for n in engines}
     by_name = {s.name: s for s in ctx.stages}
     for d, profile in zip(decisions, profiles):
@@ -198,7 +198,7 @@ def add_fallbacks(decisions, engines, specs, profiles, ctx) -> None:
                 continue  # rule 5: no evidence the stage runs acceptably there
             servers = engines[spec.name]["servers"]
             spare = servers - ctx.rate * work.get(spec.name, 0.0)
-            per_request_s = stage_calls * svc.mean_ms / 1000.0
+            per_request_s = stage_calls * svc.busy_ms / 1000.0
             absorbable = spare / per_request_s / ctx.rate if per_request_s > 0 else 0.0
             if absorbable > 0.01 and (best is None or absorbable > best[1]):
                 best = (spec, absorbable, svc)

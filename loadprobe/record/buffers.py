@@ -32,8 +32,10 @@ import weakref
 __all__ = ["DEFAULT_MAX_BUFFERED_SPANS", "ROOT", "ThreadBuffer", "append", "attach", "buffered", "counters",
            "drain", "note_extract_error", "reset_after_fork", "set_budget", "thread_buffer", "thread_local"]
 
-ROOT = (None, 0)
-"""A frame is (request_id, span_id) of the innermost open span; span_id 0 means "none"."""
+ROOT = (None, 0, None)
+"""A frame is (request_id, span_id, cpu_timed) of the innermost open span; span_id 0 means "none".
+``cpu_timed``: whether the unit it belongs to (its request, or its outermost span) times CPU; None
+outside every unit, where a new span decides for itself."""
 
 DEFAULT_MAX_BUFFERED_SPANS = 1 << 17
 CHUNK = 1024  # spans a thread reserves from the process's budget at a time

@@ -358,7 +358,7 @@ def _spans(values: dict, lines: list[int], start: int, run_id: str, clock: Clock
         ts, duration, stage.dictionary_encode(), pa.array(span_ids), pa.nulls(n, pa.int64()),
         request_ids, counts["batch"], no_text, no_text,
         _statuses(text.get("status"), n), pa.nulls(n, pa.int64()), pa.nulls(n, pa.float64()),
-        pa.nulls(n, pa.float64()), counts["tokens_in"], counts["tokens_out"],
+        pa.nulls(n, pa.float64()), counts["tokens_in"], counts["tokens_out"], pa.nulls(n, pa.int64()),
     ]
     mask = pa.array(keep)
     table = pa.Table.from_arrays([array.filter(mask) for array in arrays], schema=SPANS)

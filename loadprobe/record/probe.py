@@ -38,14 +38,17 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import sys
 from contextvars import ContextVar
-from time import perf_counter_ns
+from random import random as _random
+from time import perf_counter_ns, thread_time_ns as _thread_ns
 
 from . import buffers as _buffers
 from .buffers import DEFAULT_MAX_BUFFERED_SPANS, ROOT, ThreadBuffer, thread_buffer
 # Module globals of their own here, so the wrappers below read them as fast as before the split.
 from .buffers import append as _append, attach as _attach, thread_local as _local
-from .env import LOADPROBE_DIR
+from .cpu_time import OnCpu, on_event_loop
+from .env import LOADPROBE_CPU_SAMPLE, LOADPROBE_DIR, cpu_sample_share
 from .stages import stage_id
 
 __all__ = ["Span", "in_request", "note_extract_error", "probe", "record_span", "recording", "request"]
@@ -60,6 +63,10 @@ _span_ids = itertools.count(1)
 # Recording state, switched by the recorder through activate()/deactivate().
 _active = False
 _env_pending = bool(os.environ.get(LOADPROBE_DIR))
+# The share of units -- a request, or a span outside any request -- whose spans time their thread's CPU
+# too. The choice is made once per unit and carried in its frames (``buffers.ROOT``), so a sampled
+# span's children are sampled too and analysis can take their CPU off their parent's.
+_cpu_share = cpu_sample_share(os.environ.get(LOADPROBE_CPU_SAMPLE))
 
 _CO_GENERATOR, _CO_COROUTINE, _CO_ASYNC_GENERATOR = 0x20, 0x80, 0x200
 _NO_EXTRAS = (None,) * 8  # batch, shape, engine, flops, bytes, queue_ns, tokens_in, tokens_out
@@ -162,7 +169,7 @@ class Span:
 
     __slots__ = (
         "stage", "batch", "shape", "engine", "status", "flops", "bytes", "queue_ns", "tokens_in", "tokens_out",
-        "_request", "_is_request", "_buf", "_t0", "_sid", "_parent", "_token", "_outer",
+        "_request", "_is_request", "_buf", "_t0", "_sid", "_parent", "_token", "_outer", "_cpu0", "_cpu_steps",
     )
 
     def __init__(
@@ -198,12 +205,17 @@ class Span:
 
     # -- context manager -------------------------------------------------------------
 
-    def open(self, attach: bool = True) -> Span:
+    def open(self, attach: bool = True, cpu: str = "block") -> Span:
         """Start timing this span (a no-op when nothing records); ``with span:`` calls it.
 
         For a span that starts in one callback and ends in another -- an HTTP request whose body
         finishes later, as the ASGI and WSGI middlewares time it -- call ``open()`` and then,
         exactly once, ``close(exc_or_None)``.
+
+        ``cpu``: how a sampled span times its thread's CPU -- ``"thread"`` from open to close (a
+        synchronous call), ``"steps"`` by the coroutine driver (``cpu_time.OnCpu``), ``"block"`` from open to
+        close unless an event loop runs on this thread (a block there may await, and the loop runs
+        other requests meanwhile), ``None`` not at all (a generator: its consumer runs in between).
         """
         if not (_active or (_env_pending and _start_from_env())):
             self._buf = None
@@ -218,6 +230,7 @@ class Span:
         if outer[1] > cur[1]:
             cur = outer
         sid = self._sid = next(_span_ids)
+        timed = cur[2]
         if self._is_request:
             rid = self._request
             if callable(rid):
@@ -225,14 +238,23 @@ class Span:
             if rid is None:
                 rid = -sid  # negative: generated, formatted "<run>-<n>"; users' ids are kept as given
             self._parent = (rid, 0)
-            frame = (rid, sid)
+            timed = _random() < _cpu_share  # a request is a unit of its own
+            frame = (rid, sid, timed)
         else:
             self._parent = cur
-            frame = (cur[0], sid)
+            if timed is None:
+                timed = _random() < _cpu_share
+            frame = (cur[0], sid, timed)
         self._outer = ctx
         self._token = _frame_set(frame) if attach else None
         if not self.stage:  # none, or an empty name (a stage named "" could be planned, verified by nothing)
             self.stage = _caller_name()
+        self._cpu0 = self._cpu_steps = None
+        if timed and cpu is not None:
+            if cpu == "steps":
+                self._cpu_steps = 0
+            elif cpu == "thread" or not on_event_loop():
+                self._cpu0 = _thread_ns()
         self._t0 = perf_counter_ns()
         return self
 
@@ -254,7 +276,11 @@ class Span:
                   self.tokens_out)
         if extras == _NO_EXTRAS:
             extras = None
-        record = (self._t0, t1, self._sid, self._parent, stage_id(str(self.stage)), status, extras)
+        cpu = self._cpu_steps if self._cpu0 is None else _thread_ns() - self._cpu0
+        if cpu is None:
+            record = (self._t0, t1, self._sid, self._parent, stage_id(str(self.stage)), status, extras)
+        else:
+            record = (self._t0, t1, self._sid, self._parent, stage_id(str(self.stage)), status, extras, cpu)
         if len(buf.spans) < buf.limit:
             buf.spans.append(record)
         else:
@@ -268,7 +294,7 @@ class Span:
         return False
 
     async def __aenter__(self) -> Span:
-        return self.open()
+        return self.open(cpu=None)  # its block awaits: the loop runs other work on this thread meanwhile
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:
         self.close(exc)
@@ -276,7 +302,7 @@ class Span:
 
     # -- decorator -------------------------------------------------------------------
 
-    def _live(self, stage: str, args, kwargs, attach: bool = True) -> Span:
+    def _live(self, stage: str, args, kwargs, attach: bool = True, cpu: str | None = "thread") -> Span:
         """A fresh span for one call of a decorated function, extras taken from its arguments."""
         live = Span(stage, request_id=self._request, is_request=self._is_request)
         if _active or (_env_pending and _start_from_env()):
@@ -288,7 +314,7 @@ class Span:
             live.bytes = _evaluate(self.bytes, args, kwargs, buf)
             if callable(self._request):
                 live._request = _evaluate(self._request, args, kwargs, buf)
-        return live.open(attach)
+        return live.open(attach, cpu)
 
     def __call__(self, fn):
         stage = self.stage or getattr(fn, "__qualname__", None) or repr(fn)
@@ -311,8 +337,6 @@ class Span:
 
 def _caller_name() -> str:
     """Stage name for ``with probe()`` given none: the function that opened it."""
-    import sys
-
     frame = sys._getframe(3)  # _caller_name <- open <- __enter__ <- caller
     return getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
 
@@ -353,7 +377,12 @@ def _fast_sync(fn, stage_name: str):
             if outer[1] > cur[1]:
                 cur = outer
             sid = next(_span_ids)
-            buf.frame = (cur[0], sid)
+            timed = cur[2]
+            if timed is None:  # a span outside any request: a unit of its own
+                timed = _random() < _cpu_share
+            buf.frame = (cur[0], sid, timed)
+            if timed:
+                return _on_cpu_call(fn, args, kwargs, buf, outer, cur, sid, stage)
             t0 = perf_counter_ns()
             try:
                 result = fn(*args, **kwargs)
@@ -372,6 +401,25 @@ def _fast_sync(fn, stage_name: str):
         return fn(*args, **kwargs)
 
     return wrapper
+
+
+def _on_cpu_call(fn, args, kwargs, buf: ThreadBuffer, outer, cur, sid: int, stage: int):
+    """The fast path's call in a sampled unit: timed, and the thread's CPU over it too (``cpu_ns``)."""
+    c0 = _thread_ns()
+    t0 = perf_counter_ns()
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as exc:
+        t1 = perf_counter_ns()
+        cpu = _thread_ns() - c0
+        buf.frame = outer
+        _append(buf, (t0, t1, sid, cur, stage, status_of(exc), None, cpu))
+        raise
+    t1 = perf_counter_ns()
+    cpu = _thread_ns() - c0
+    buf.frame = outer
+    _append(buf, (t0, t1, sid, cur, stage, "ok", None, cpu))
+    return result
 
 
 # One wrapper per calling convention -- call, await, yield from, async iteration -- each the
@@ -393,9 +441,12 @@ def _generic_sync(fn, stage: str, template: Span):
 
 def _generic_async(fn, stage: str, template: Span):
     async def wrapper(*args, **kwargs):
-        span = template._live(stage, args, kwargs)
+        span = template._live(stage, args, kwargs, cpu="steps")
         try:
-            result = await fn(*args, **kwargs)
+            if span._buf is not None and span._cpu_steps is not None:
+                result = await OnCpu(fn(*args, **kwargs), span)
+            else:
+                result = await fn(*args, **kwargs)
         except BaseException as exc:
             span.close(exc)
             raise
@@ -409,7 +460,7 @@ def _generator(fn, stage: str, template: Span):
     # A generator is suspended while its consumer runs, so it must not become the parent
     # of the consumer's spans: it is timed from first resume to the end, attached to nothing.
     def wrapper(*args, **kwargs):
-        span = template._live(stage, args, kwargs, attach=False)
+        span = template._live(stage, args, kwargs, attach=False, cpu=None)
         try:
             result = yield from fn(*args, **kwargs)
         except BaseException as exc:
@@ -423,7 +474,7 @@ def _generator(fn, stage: str, template: Span):
 
 def _async_generator(fn, stage: str, template: Span):
     async def wrapper(*args, **kwargs):
-        span = template._live(stage, args, kwargs, attach=False)
+        span = template._live(stage, args, kwargs, attach=False, cpu=None)
         agen = fn(*args, **kwargs)
         failure = None
         try:
@@ -511,7 +562,7 @@ def record_span(stage: str, start_ns: int, end_ns: int, *, status: str = "ok", b
     except AttributeError:
         buf = _attach()
     if request_id is not None:
-        cur = (request_id, 0 if parent is None else parent)
+        cur = (request_id, 0 if parent is None else parent, None)
     else:
         cur = _frame_get()
         outer = buf.frame

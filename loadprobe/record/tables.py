@@ -35,7 +35,8 @@ class SpanConverter:
         """``epoch_offset_ns`` = time.time_ns() - perf_counter_ns(), read at flush time.
 
         Records are ``(t0, t1, span_id, parent_frame, stage_id)``, plus ``status`` and an
-        extras tuple when a span has them. The per-row Python work -- reading the tuples,
+        extras tuple (or None) when a span has them, plus its thread CPU in ns when it was sampled
+        for it. The per-row Python work -- reading the tuples,
         formatting user request ids, statuses and extras -- runs in slices of at most
         ``SLICE_ROWS`` rows with ``pause()`` called between slices (the recorder passes a
         short sleep), so the flusher never holds the GIL for long in one go: a host thread
@@ -52,6 +53,8 @@ class SpanConverter:
         status = _Codes()
         extra_at: list[int] = []  # rows with extras, and their converted values
         extra_values: list[tuple] = []
+        cpu_at: list[int] = []  # rows sampled for their thread's CPU, and its ns
+        cpu_values: list[int] = []
         for at in range(0, n, SLICE_ROWS):
             if at:
                 pause()
@@ -59,7 +62,8 @@ class SpanConverter:
             end = at + len(chunk)
             columns = list(zip(*chunk))  # the first five fields of every record (zip stops at the shortest)
             t0[at:end], t1[at:end], sid[at:end], stage[at:end] = columns[0], columns[1], columns[2], columns[4]
-            req, parents[at:end] = zip(*columns[3])
+            frames = list(zip(*columns[3]))  # (request id, span id[, cpu timed]): the first two
+            req, parents[at:end] = frames[0], frames[1]
             request += req
             if all_generated:
                 all_generated = self._generated(req, generated[at:end])
@@ -71,6 +75,9 @@ class SpanConverter:
                 if len(r) != 5 and r[6]:
                     extra_at.append(i)
                     extra_values.append(self._extras(r[6]))
+                if len(r) == 8:
+                    cpu_at.append(i)
+                    cpu_values.append(r[7])
         pause()
         start = t0
         columns = [_int64(start + epoch_offset_ns), _int64(t1 - start), _stages(stage)]
@@ -80,6 +87,7 @@ class SpanConverter:
         pause()
         columns += self._extra_columns(n, extra_at, extra_values, pause)
         columns.insert(9, status.array())
+        columns.append(_sparse_int64(n, cpu_at, cpu_values))
         return pa.RecordBatch.from_arrays(columns, schema=SPANS)
 
     @staticmethod
@@ -183,6 +191,15 @@ class SpanConverter:
         except Exception:  # whatever a shape callable returned that is not a shape
             self.invalid_values += 1
             return None
+
+
+def _sparse_int64(n: int, at: list[int], values: list[int]) -> pa.Array:
+    """An int64 column of ``n`` rows, null but at rows ``at``."""
+    if not at:
+        return pa.nulls(n, pa.int64())
+    data, mask = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    data[at], mask[at] = values, True
+    return _int64(data, mask)
 
 
 def _is_sequence(value) -> bool:

@@ -14,6 +14,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -106,17 +107,31 @@ class SimulationResult:
 
 
 def on_cores(config: PipelineConfig) -> PipelineConfig:
-    """``config`` with each cpu engine's slots no more than its planned cores (``cores`` x ``count``): CPU work
-    in slots past the cores shares them and runs no faster in sum, so a plan's 8 slots on 2 cores carry what 2
-    do -- as ``recommend`` sized it. Slots stay as they are where no cores are given. (A stage that mostly waits
-    on a cpu engine -- a remote call -- is held to the cores too: as recommend counts it, until spans say which
-    part of a stage waited.)"""
-    # The slots past the cores wait in the queue: as many requests are admitted as the runtime admits.
-    engines = {name: replace(e, max_concurrency=e.cores * e.count,
-                             max_queue=e.max_queue + e.max_concurrency - e.cores * e.count)
-               if e.kind == "cpu" and e.cores and e.cores * e.count < e.max_concurrency else e
-               for name, e in config.engines.items()}
+    """``config`` with each cpu engine's slots no more than its planned cores (``cores`` x ``count``) can keep
+    busy: CPU work in slots past the cores shares them and runs no faster in sum, so a plan's 8 slots on 2 cores
+    carry what 2 do -- as ``recommend`` sized it. Where its stages also wait (``service_time_ms.cpu_share`` below
+    1: an await on a downstream call), a core carries 1 / cpu_share executions at once (their mean, weighted by
+    each stage's mean time). Slots stay as they are where no cores are given."""
+    engines = {}
+    for name, e in config.engines.items():
+        if e.kind == "cpu" and e.cores:
+            cores = e.cores * e.count
+            slots = max(cores, math.ceil(cores / _cpu_share(config, name) - 1e-9))
+            if slots < e.max_concurrency:
+                # The slots past them wait in the queue: as many requests are admitted as the runtime admits.
+                e = replace(e, max_concurrency=slots, max_queue=e.max_queue + e.max_concurrency - slots)
+        engines[name] = e
     return replace(config, engines=engines) if engines != dict(config.engines) else config
+
+
+def _cpu_share(config: PipelineConfig, engine: str) -> float:
+    """The share of the time its stages' executions on ``engine`` use a core: their ``cpu_share`` weighted by their
+    mean times (1 where a stage gives none)."""
+    weights = [((s.service_time_ms.mean or s.service_time_ms.p50 or 0.0) if s.service_time_ms else 0.0,
+                s.service_time_ms.cpu_share if s.service_time_ms else 1.0)
+               for s in config.stages if s.engine == engine]
+    total = sum(w for w, _ in weights)
+    return sum(w * share for w, share in weights) / total if total > 0 else 1.0
 
 
 def simulate(config: PipelineConfig, arrivals_s: Sequence[float], service_times: Overrides | None = None, *,

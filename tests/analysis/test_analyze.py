@@ -318,7 +318,7 @@ def test_a_spans_file_with_text_durations_is_skipped_naming_it_and_the_column(tm
 @pytest.mark.parametrize("damage, why", [
     ("truncate", "truncated or not a Parquet file"),
     ("schema", "missing column(s)"),
-    ("newer", "written with data format 2.0, newer than this loadprobe reads (1.0); upgrade loadprobe"),
+    ("newer", "written with data format 2.0, newer than this loadprobe reads (1.1); upgrade loadprobe"),
 ])
 def test_a_run_whose_only_spans_file_is_unusable_exits_2_naming_it(tmp_path, damage, why):
     run = tmp_path / "data" / "vm" / "vision" / "1"

@@ -44,7 +44,7 @@ def test_run_directory_layout_run_json_and_schema_tags(tmp_path):
     assert set(info["samplers"]) == {"psutil", "nvml", "rapl", "interpreter"}
     assert info["hardware"]["cpu"]["logical_cores"] == os.cpu_count()
     spans_file = next(run_dir.glob("spans-*.parquet"))
-    assert pq.read_schema(spans_file).metadata[b"loadprobe.schema"] == b"spans/1.0"
+    assert pq.read_schema(spans_file).metadata[b"loadprobe.schema"] == b"spans/1.1"
     samples = pq.read_table(next(run_dir.glob("samples-*.parquet"))).to_pylist()
     assert {"cpu", "memory", "process"} <= {s["device"] for s in samples}
     assert not list(run_dir.glob(".*"))  # no streams or temporaries left after a clean stop

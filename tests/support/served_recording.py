@@ -112,6 +112,7 @@ def record_served(out: Path, arrivals_s, steps: list[Step], *, cores: int, seed:
         pa.nulls(len(order), pa.float64()),
         pa.nulls(len(order), pa.int64()),
         pa.nulls(len(order), pa.int64()),
+        pa.nulls(len(order), pa.int64()),
     ], schema=SPANS)
     run_id = f"4242-{time.strftime('%Y%m%dT%H%M%S', time.gmtime(T0_NS // 10**9))}.000Z"
     run = Path(out) / "host-a" / service / run_id

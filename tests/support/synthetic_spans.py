@@ -207,6 +207,7 @@ def build_file(seed: int, run: dict, file_no: int, first_request: int, n: int) -
         pa.array(bytes_rows[o], pa.float64(), mask=~backbone),
         pa.nulls(len(o), pa.int64()),
         pa.nulls(len(o), pa.int64()),
+        pa.nulls(len(o), pa.int64()),
     ]
     return pa.Table.from_arrays(arrays, schema=SPANS)
 

@@ -1,0 +1,55 @@
+"""A sampled span's CPU where open-to-close would count other work: a coroutine's own steps, and whether an
+event loop runs on the thread at all. Standard library only: this runs inside the user's service.
+
+Usage (``probe.py``'s async wrapper)::
+
+    result = await OnCpu(fn(*args, **kwargs), span)   # span._cpu_steps += the CPU of each step
+"""
+
+from __future__ import annotations
+
+import sys
+from time import thread_time_ns as _thread_ns
+
+__all__ = ["OnCpu", "on_event_loop"]
+
+
+def on_event_loop() -> bool:
+    """Whether an asyncio event loop runs on this thread (without importing asyncio when nothing did)."""
+    aio = sys.modules.get("asyncio")
+    return aio is not None and aio._get_running_loop() is not None
+
+
+class OnCpu:
+    """``await OnCpu(coro, span)`` awaits ``coro`` and adds the thread CPU of each of its steps to the span:
+    between its steps the event loop runs other requests on the same thread, so the CPU from open to close
+    would be theirs too. Values, exceptions and cancellation pass through unchanged."""
+
+    __slots__ = ("_coro", "_span")
+
+    def __init__(self, coro, span) -> None:
+        self._coro, self._span = coro, span
+
+    def __await__(self):
+        coro, span = self._coro, self._span
+        send, throw = coro.send, coro.throw
+        value, error = None, None
+        while True:
+            c0 = _thread_ns()
+            try:
+                awaited = send(value) if error is None else throw(error)
+            except StopIteration as done:
+                span._cpu_steps += _thread_ns() - c0
+                return done.value
+            except BaseException:
+                span._cpu_steps += _thread_ns() - c0
+                raise
+            span._cpu_steps += _thread_ns() - c0
+            value, error = None, None
+            try:
+                value = yield awaited
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # thrown in by the loop (a cancellation): into the coroutine
+                error = exc
