@@ -161,13 +161,13 @@ def _latency(p, figures) -> dict:
     for s in p.stages:
         lat_s = s.latency_ms
         rows.append([s.name, f"{s.count:,}", ms(lat_s.p50), ms(lat_s.p95), ms(lat_s.p99), pct(s.share),
-                     pct(s.self_share), pct(s.error_rate + s.timeout_rate),
+                     pct(s.self_share), pct(s.cpu_share), pct(s.error_rate + s.timeout_rate),
                      ", ".join(s.engines) or NONE,
                      f"{num(s.batch.mean)} / {s.batch.p99}" if s.batch else NONE,
                      ("dynamic" if s.shapes.dynamic_shape else "fixed") if s.shapes else NONE])
     table = {"caption": "Every stage, by share of request time",
-             "headers": ["stage", "spans", "p50 ms", "p95 ms", "p99 ms", "share", "self share", "errors", "engine",
-                         "batch mean / p99", "shapes"], "rows": rows, "left": [8, 10]}
+             "headers": ["stage", "spans", "p50 ms", "p95 ms", "p99 ms", "share", "self share", "CPU share", "errors",
+                         "engine", "batch mean / p99", "shapes"], "rows": rows, "left": [9, 11]}
     return _section("latency", "Latency by stage", reading, figures,
                     [("latency", "Cumulative latency distribution of each stage on a log axis, "
                                  "p50, p95 and p99 marked")], tables=[table])

@@ -43,10 +43,10 @@ def render(portrait) -> str:
             engine = ",".join(list(s.engines)[:2]) or "-"
             roof = s.intensity.roofline if s.intensity and s.intensity.roofline else None
             rows.append([s.name, f"{s.count:,}", _ms(lat.p50), _ms(lat.p95), _ms(lat.p99), _pct(s.share),
-                         _pct(s.self_share), batch, "dyn" if s.shapes and s.shapes.dynamic_shape else
+                         _pct(s.self_share), _pct(s.cpu_share), batch, "dyn" if s.shapes and s.shapes.dynamic_shape else
                          ("fixed" if s.shapes else "-"), engine, roof.bound if roof else "-"])
         out.append("")
-        out += text_table(["stage", "count", "p50 ms", "p95 ms", "p99 ms", "share", "self", "batch mean/p99",
+        out += text_table(["stage", "count", "p50 ms", "p95 ms", "p99 ms", "share", "self", "cpu", "batch mean/p99",
                            "shapes", "engine", "roofline"], rows, numbers_right=True)
     if p.llm is not None:
         out += [""] + llm_lines(p.llm)

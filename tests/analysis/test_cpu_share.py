@@ -100,3 +100,23 @@ def test_the_host_load_counts_the_work_not_the_awaits(awaiting_service):
     # Per request about 1.75 ms of work (2 ms in the async ones, 1 ms in the sync ones) against 6+ ms of wall.
     # At 100 req/s on 2 cores: 1.75 ms x 100 / 2 cores = 8.75% busy.
     assert 100.0 * 0.1 * 1.4 / 2 < work < 100.0 * 0.1 * 2.5 / 2 and wall > 2.5 * work, (work, wall)
+
+
+def test_the_plan_carries_the_share_and_its_simulation_overlaps_the_waits(awaiting_service):
+    from loadprobe.plan.constraints import Constraints
+    from loadprobe.plan.planner import recommend
+
+    portrait = loadprobe.analyze([awaiting_service])
+    plan = recommend(portrait, Constraints.parse(engines="cpu"))
+    config = plan.to_pipeline()
+    stages = {s.name: s for s in config.stages}
+    assert stages["remote_model"].service_time_ms.cpu_share < 0.5
+    assert stages["featurize"].service_time_ms.cpu_share > 0.9 or stages["featurize"].service_time_ms.cpu_share == 1.0
+    decision = next(d for d in plan.recommended.decisions if d.stage == "remote_model")
+    assert "uses a core" in decision.why["service_time_ms"]
+    # The CPU engine is loaded with remote_model's work, not its wait: per request, well under the wall time of
+    # the stages it runs (its 4+ ms await among them), about the 1.75 ms of work.
+    est = plan.recommended.estimate
+    per_request_ms = est.offered["cpu"] * plan.recommended.engines["cpu"]["servers"] / est.rate_rps * 1000.0
+    wall_ms = sum(s.service_time_ms.mean for s in config.stages if s.engine == "cpu")
+    assert 1.0 < per_request_ms < 3.0 and per_request_ms < 0.5 * wall_ms, (per_request_ms, wall_ms)

@@ -81,3 +81,30 @@ stages:
     assert on_two.throughput_rps < 0.55 * 400  # 2 cores x 100/s, and the queue grows
     slots = simulate(pipeline.loads(text.replace("cores: 2, ", "")), arrivals)
     assert slots.engines["cpu"]["utilisation"] == pytest.approx(0.5, rel=0.05)
+
+
+@pytest.mark.timeout(60)
+def test_a_stage_that_mostly_waits_runs_cores_over_its_cpu_share_at_once():
+    """A 10 ms stage that uses a core for 1 ms of it (``cpu_share: 0.1``: it awaits a downstream call) runs 20 at once
+    on 2 cores: 400 req/s of it is 0.4 cores' work, carried; held to a core each, the same load is twice what 2 cores
+    carry. Stages on one engine are weighted by their mean times."""
+    text = """
+version: 1
+service: svc
+engines:
+  cpu: {kind: cpu, cores: 2, max_concurrency: 64, max_queue: 100000}
+stages:
+  - {name: remote, engine: cpu, timeout_ms: 100000, service_time_ms: {p50: 10.0, p95: 10.0, source: user, cpu_share: 0.1}}
+"""
+    from loadprobe.simulator.result import on_cores
+
+    engine = on_cores(pipeline.loads(text)).engines["cpu"]
+    assert engine.max_concurrency == 20 and engine.max_queue == 100_044
+    arrivals = load.constant(400, duration=5)
+    waits = simulate(pipeline.loads(text), arrivals)
+    assert waits.throughput_rps == pytest.approx(400, rel=0.05) and waits.latency_ms["p95"] < 11.0
+    held = simulate(pipeline.loads(text.replace(", cpu_share: 0.1", "")), arrivals)
+    assert held.throughput_rps < 0.55 * 400
+    mixed = text.replace("cpu_share: 0.1}}", "cpu_share: 0.1}}\n  - {name: work, engine: cpu, timeout_ms: 100000, "
+                                             "service_time_ms: {p50: 10.0, p95: 10.0, source: user}}")
+    assert on_cores(pipeline.loads(mixed)).engines["cpu"].max_concurrency == 4  # 2 cores / mean share 0.55
