@@ -85,6 +85,8 @@ def run_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 60.0
     url = f"http://127.0.0.1:{port}"
     echo(f"demo: serving samples/vision on {url}, recording into {data}")
     server = _start_server(data, port, log=run_dir / "server.log", args=("--precision", precision))
+    kept = (f"demo: interrupted; everything written so far is kept in {run_dir} (the service's recording in "
+            f"{data.name}/, the client's in {client.name}/: loadprobe analyze {data})")
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM cleans up like Ctrl-C
     try:
         _wait_ready(server, url + "/health", timeout=90)
@@ -96,14 +98,17 @@ def run_demo(*, out: str | os.PathLike = "loadprobe-demo", seconds: float = 60.0
         echo(report.render())
         if report.interrupted:  # the load generator reported what finished; the demo stops here too
             raise KeyboardInterrupt
-        return analyse(data, run_dir, echo=echo) | {"data": data, "client": client}
     except KeyboardInterrupt:
-        echo(f"demo: interrupted; everything written so far is kept in {run_dir} (the service's recording in "
-             f"{data.name}/, the client's in {client.name}/: loadprobe analyze {data})")
+        echo(kept)
         raise
     finally:
-        _stop_server(server)
+        _stop_server(server)  # before the analysis: a stopped recorder has finished its files and final counters
         signal.signal(signal.SIGTERM, previous)
+    try:
+        return analyse(data, run_dir, echo=echo) | {"data": data, "client": client}
+    except KeyboardInterrupt:
+        echo(kept)
+        raise
 
 
 LLM_SERVICE = "llm"

@@ -1,8 +1,8 @@
 """Which part of each stage's own time used a core: the sampled spans' ``cpu_ns`` (data format 1.1).
 
-A span's ``cpu_ns`` is its thread's CPU while it ran, its children's included; in a sampled request every
-span has one (docs/data-format.md), so a span's own CPU is its ``cpu_ns`` less its children's, as its own
-time is its duration less theirs. Per stage this adds up both over the sampled spans, so that the portrait's
+A span's ``cpu_ns`` is the CPU its thread used while it ran less that of the sampled spans that ran inside it
+(the recorder takes them off: docs/data-format.md); its own time is its duration less its children's, by the
+kernels' rule. Per stage this adds up both over the sampled spans, so that the portrait's
 ``Stage.cpu_share`` = own CPU / own time: 1 for a stage that computes, near 0 for one that awaits a
 downstream call, sleeps or waits for the interpreter lock.
 
@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from .columns import SpanColumns, sparse_column, sparse_filled
+from .kernel_numpy import queued_ns
 from .partials import Partial
 
 
@@ -25,16 +26,12 @@ def map_cpu(part: Partial, table: pa.Table, cols: SpanColumns) -> None:
     cpu = sparse_column(table, "cpu_ns", np.int64)
     if cpu is None:
         return
-    n = len(cols.ts)
-    values = sparse_filled(cpu, n, -1)
+    values = sparse_filled(cpu, len(cols.ts), -1)
     rows = np.flatnonzero((values >= 0) & cols.valid)
     if not len(rows):
         return
-    cpu_ns, dur = values[rows].astype(np.float64), cols.dur[rows].astype(np.float64)
-    child_cpu, child_dur = _children_sums(cols.span_id[rows], cols.parent[rows], cpu_ns, dur)
-    own_dur = np.maximum(dur - child_dur, 0.0)
-    # Work handed to another thread (asyncio.to_thread) is the child's CPU, not the parent's: never below 0.
-    own_cpu = np.clip(cpu_ns - child_cpu, 0.0, own_dur)
+    own_dur = np.maximum(cols.dur[rows] - _children_time(cols, cols.span_id[rows]), 0)
+    own_cpu = np.minimum(values[rows], own_dur)  # CPU over the span cannot pass its wall time but by clock grain
     stage = cols.stage[rows]
     named = stage >= 0
     width = len(cols.stage_names)
@@ -48,14 +45,13 @@ def map_cpu(part: Partial, table: pa.Table, cols: SpanColumns) -> None:
         sp.cpu_spans += int(spans[code])
 
 
-def _children_sums(span_id: np.ndarray, parent: np.ndarray, cpu_ns: np.ndarray, dur: np.ndarray):
-    """Per sampled span, the CPU and duration of its sampled children in the same file."""
-    order = np.argsort(span_id, kind="stable")
-    ids = span_id[order]
-    at = np.minimum(np.searchsorted(ids, parent), len(ids) - 1)
-    has_parent = (parent != 0) & (ids[at] == parent)
-    parent_row = order[at[has_parent]]
-    child_cpu, child_dur = np.zeros(len(span_id)), np.zeros(len(span_id))
-    np.add.at(child_cpu, parent_row, cpu_ns[has_parent])
-    np.add.at(child_dur, parent_row, dur[has_parent])
-    return child_cpu, child_dur
+def _children_time(cols: SpanColumns, sampled_ids: np.ndarray) -> np.ndarray:
+    """For each sampled span (by id), the time its direct children in the file took of it, as the kernels count
+    own time: their durations and recorded queue times, sampled for CPU or not."""
+    order = np.argsort(sampled_ids, kind="stable")
+    ids = sampled_ids[order]
+    child = np.flatnonzero((cols.parent != 0) & cols.valid)
+    at = np.minimum(np.searchsorted(ids, cols.parent[child]), len(ids) - 1)
+    found = ids[at] == cols.parent[child]
+    weights = (cols.dur + queued_ns(cols))[child[found]]
+    return np.bincount(order[at[found]], weights=weights, minlength=len(ids)).astype(np.int64)

@@ -79,9 +79,7 @@ def _integer_figures(part: Partial, c: SpanColumns, has_request: np.ndarray, ref
     pos_clipped = np.minimum(pos, len(sorted_ids) - 1)
     found = sorted_ids[pos_clipped] == parent[child]
     part.unjoined_children += int((~found).sum())
-    # A child's recorded queue time (in a batcher, a pool) was spent inside its parent too, so it is
-    # not the parent's own time either.
-    queued = np.zeros(len(ts), dtype=np.int64) if c.queue is None else np.maximum(sparse_filled(c.queue, len(ts), 0), 0)
+    queued = queued_ns(c)
     queued[~child] = 0
     child_sum = np.bincount(order[pos_clipped[found]], weights=(dur + queued)[child][found], minlength=len(ts))
     part.request_queue_ns += int(queued[child][found][has_request[child][found]].sum())
@@ -270,3 +268,11 @@ def sum_by(keys: np.ndarray, values: np.ndarray):
     else:
         sums = np.bincount(inverse, weights=values, minlength=len(uniq))
     return uniq, sums
+
+
+def queued_ns(c) -> np.ndarray:
+    """Each span's recorded queue time, 0 where none: spent inside its parent (a batcher, a pool), so like its
+    duration it is not the parent's own time -- the rule for own (self) time, here and in ``cpu_time``."""
+    if c.queue is None:
+        return np.zeros(len(c.ts), dtype=np.int64)
+    return np.maximum(sparse_filled(c.queue, len(c.ts), 0), 0)

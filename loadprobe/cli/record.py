@@ -67,7 +67,8 @@ def record(output, service, tags, sample_interval, no_devices, otlp, attributes,
     if not command and sources and not service:
         raise LoadprobeError("record: --scrape with --otlp and no command needs --service NAME: the scraped metrics "
                              "and the received spans are recorded as that one service")
-    receiver = _receiver(out, otlp, attributes, service if not command else None) if otlp else None
+    # A service named with --service takes every received span, whatever its SDK calls itself: the user asked for one.
+    receiver = _receiver(out, otlp, attributes, service) if otlp else None
     if not command:
         _receive_until_stopped(receiver, out, service, tags, sample_interval, no_devices, sources)
         return
@@ -81,7 +82,7 @@ def record(output, service, tags, sample_interval, no_devices, otlp, attributes,
     recovered = recover_finished_runs(out)
     click.echo(summary(out, started, recovered, received=receiver is not None), err=True)
     if receiver is not None:
-        click.echo(_received(receiver, out), err=True)
+        click.echo(_received(receiver, out, sampled_as=service or service_name(command)), err=True)
     sys.exit(code)
 
 
@@ -113,8 +114,11 @@ def _receive_until_stopped(receiver, out: Path, service, tags, sample_interval, 
     click.echo(_received(receiver, out), err=True)
 
 
-def _received(receiver, out: Path) -> str:
-    """What the receiver took: spans, exports, services; a warning line for what it refused or lost."""
+def _received(receiver, out: Path, sampled_as: str | None = None) -> str:
+    """What the receiver took: spans, exports, services; a warning line for what it refused or lost, and for spans
+    that came under another service than the one the devices were sampled as (``sampled_as``)."""
+    from ..record.rundir import safe_name
+
     counters = receiver.counters()
     services = sorted({run.service for run in receiver.runs.values()})
     line = (f"loadprobe: received {counters['spans_received']:,} spans ({counters['exports']:,} exports) from "
@@ -125,6 +129,11 @@ def _received(receiver, out: Path) -> str:
         ("spans_lost", "spans lost (no run folder could be made)")) if counters[key]]
     if trouble:
         line += "\nloadprobe: warning: " + ", ".join(trouble)
+    sampled = safe_name(sampled_as) if sampled_as is not None else None
+    if sampled is not None and services and sampled not in services and any(out.glob(f"*/{sampled}/*")):
+        line += (f"\nloadprobe: warning: the spans came as service {', '.join(map(repr, services))} (the service.name "
+                 f"their OpenTelemetry SDK set), the device samples as {sampled!r}: analyze reads them as "
+                 f"{len(services) + 1} services; record again with --service {services[0]} to file both as one")
     if not counters["exports"]:
         line += ("\nloadprobe: nothing was received: is the exporter pointed at "
                  f"{receiver.endpoint} (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, with http/protobuf)?")

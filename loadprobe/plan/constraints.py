@@ -54,6 +54,22 @@ class EngineSpec:
         """The most units a plan may use."""
         return self.max_count if self.max_count is not None else self.count
 
+    @property
+    def catalog_id(self) -> str | None:
+        """The catalog device it runs on: the one it names, else its kind's default (``gpu`` -> nvidia-l4,
+        ``npu`` -> ascend-310p: ``DEFAULT_DEVICE``); None for a host CPU that names none."""
+        from ..estimate.servicetime import DEFAULT_DEVICE
+
+        return self.device or DEFAULT_DEVICE.get(self.kind)
+
+    @property
+    def assumed(self) -> str:
+        """Words for a device taken by default, to say wherever it is priced or sized; "" when it was named."""
+        if self.device or self.catalog_id is None:
+            return ""
+        return (f"{self.catalog_id} assumed: --engines named no {self.kind} device ({self.kind}:DEVICE names one, "
+                "e.g. loadprobe catalog)")
+
 
 @dataclass(frozen=True, kw_only=True)
 class LineUp:
@@ -101,7 +117,7 @@ class Pricing:
 
         from ..estimate.tco import unit_figure
 
-        devices = sorted({s.device for s in lineup.engines if s.device})
+        devices = sorted({s.catalog_id for s in lineup.engines if s.catalog_id})
         no_price, no_rate = ([d for d in devices if unit_figure(d, catalog=catalog, rent=rent, prices=self.prices,
                                                                 hourly_rates=self.hourly_rates)[0] is None]
                              for rent in (False, True))

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..estimate.servicetime import StageProfile
     from ..portrait import Portrait, Stage
 from ..estimate.distribution import Distribution
-from ..estimate.servicetime import DEFAULT_DEVICE, cpu_share
+from ..estimate.servicetime import DEFAULT_DEVICE, cpu_share  # noqa: F401 - DEFAULT_DEVICE importable from here
 from ..schema import LOAD_CLIENT_SERVICE, engine_kind
 
 __all__ = ["CPU_SATURATED_PCT", "DEFAULT_CPU_CORES", "Contention", "HostWork", "Interpreter", "PlanContext",
@@ -79,7 +79,7 @@ class PlanContext:
 
     def device(self, spec: EngineSpec):
         """The catalog device an engine spec runs on (a kind's default device when it names none), or None."""
-        name = spec.device or DEFAULT_DEVICE.get(spec.kind)
+        name = spec.catalog_id
         return self.catalog.get(name) if name else None
 
 
@@ -157,7 +157,9 @@ def cpu_contention(portrait) -> Contention | None:
     requests = portrait.requests.count if portrait.requests is not None else 0
     if not traffic or not traffic.duration_s or not requests:
         return None
-    asked_ms = _cpu_stage_ms(portrait, as_recorded=True) + requests * unattributed_ms(portrait)
+    root = _request_root(portrait)
+    own_work = unattributed_ms(portrait) * (cpu_share(root) if root is not None else 1.0)
+    asked_ms = _cpu_stage_ms(portrait, as_recorded=True) + requests * own_work
     found = [c for c in (_cores_contention(portrait, asked_ms), _lock_contention(portrait, asked_ms, requests))
              if c is not None]
     return min(found, key=lambda c: c.scale, default=None)
@@ -311,13 +313,10 @@ def host_work(portrait) -> HostWork | None:
 def _own_work(portrait) -> tuple[object, float, float, str] | None:
     """``host_work``'s figures without its shape: (the request stage, own time ms, work ms, how counted)."""
     own = unattributed_ms(portrait) * contention_scale(portrait)
-    roots = [s for s in portrait.stages if _is_root(s)]
+    root = _request_root(portrait)
     requests = portrait.requests.count if portrait.requests is not None else 0
-    if own <= 0 or not roots or not requests:
+    if own <= 0 or root is None or not requests:
         return None
-    if portrait.requests.outside_server_share is not None and len(roots) > 1:  # the server's span, not the client's
-        roots = [s for s in roots if s.share is None or s.share < 0.999] or roots
-    root = max(roots, key=lambda s: s.count)
     share = own / portrait.requests.latency_ms.mean
     how = (f"{own:.3g} ms per request in no probed stage ({share:.0%} of request time: the {root.name!r} spans' own "
            "time)")
@@ -334,6 +333,17 @@ def _own_work(portrait) -> tuple[object, float, float, str] | None:
                 + (f", so {work:.3g} ms of that time is work and the rest waiting" if work < own else ""))
     how += "; counted as host CPU work in every plan, since the request path stays on the host"
     return (root, own, work, how) if work > 0 else None
+
+
+def _request_root(portrait):
+    """The stage whose spans are the service's requests (its commonest request root; with a load client's recording
+    joined, the server's span, not the client's); None without one."""
+    roots = [s for s in portrait.stages if _is_root(s)]
+    if not roots:
+        return None
+    if portrait.requests is not None and portrait.requests.outside_server_share is not None and len(roots) > 1:
+        roots = [s for s in roots if s.share is None or s.share < 0.999] or roots
+    return max(roots, key=lambda s: s.count)
 
 
 def _own_time_cv(portrait, root, own_ms: float) -> float:

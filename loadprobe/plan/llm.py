@@ -314,7 +314,7 @@ def _unit(spec, model, load: Load, portrait, views, max_running, token_budget, k
         return Unit("the recorded engine", None, "cpu", 1, None, fitted.model, fitted.settings,
                     ttft_offset_ms=fitted.check["ttft_offset_ms"],
                     figures={"checked": fitted.check["summary"]}), None
-    device = catalog.get(spec.device or _default_device(spec.kind))
+    device = catalog.get(spec.catalog_id or "")
     longest = int((load.prompts + load.outputs).max())
     try:
         unit = on_device(model, device, longest=longest)
@@ -327,10 +327,6 @@ def _unit(spec, model, load: Load, portrait, views, max_running, token_budget, k
                 figures=unit.figures), None
 
 
-def _default_device(kind: str) -> str:
-    from ..estimate.servicetime import DEFAULT_DEVICE
-
-    return DEFAULT_DEVICE.get(kind, "")
 
 
 def _power(pools: list, catalog) -> float | None:

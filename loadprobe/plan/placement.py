@@ -59,7 +59,8 @@ def candidates(stage, profile: StageProfile, specs, ctx: PlanContext) -> tuple[l
         per_item_s = svc.busy_ms / 1000.0 / batch  # what it loads the engine with
         power = unit_power(spec, device, ctx)
         measured = measured_stage(ctx, stage.name, spec, device)
-        energy = (measured.item_j(per_item_s) if measured is not None
+        # Measured energy scales with the item's time against the recorded one, waits and all (wall to wall).
+        energy = (measured.item_j(svc.mean_ms / 1000.0 / batch) if measured is not None
                   else power * per_item_s if power is not None else None)
         admissible.append(dict(spec=spec, device=device, precision=precision, precision_why=precision_why,
                                batch=batch, window=window, svc=svc, per_item_s=per_item_s, batch_why=batch_why,

@@ -125,6 +125,8 @@ def engine_limits(decisions, specs, ctx) -> dict:
             servers *= spec.count
         else:
             servers, servers_why = spec.count, f"{spec.count} x {device.id if device else spec.kind}"
+            if spec.assumed:
+                servers_why += f" ({spec.assumed})"
         calls = calls_per_request(ctx)
         work = sum(calls.get(d.stage, 1.0) * d.service.mean_ms / 1000.0 / d.batch for d in mine)
         in_flight = ctx.rate * work

@@ -50,7 +50,7 @@ class _Alive:
 class ThreadBuffer:
     """Spans finished on one thread, waiting for the flusher, and that thread's open sync span."""
 
-    __slots__ = ("spans", "limit", "frame", "dropped", "extract_errors", "alive")
+    __slots__ = ("spans", "limit", "frame", "dropped", "extract_errors", "alive", "inner_cpu")
 
     def __init__(self, alive: _Alive) -> None:
         self.spans: list[tuple] = []
@@ -59,6 +59,9 @@ class ThreadBuffer:
         self.dropped = 0
         self.extract_errors = 0
         self.alive = weakref.ref(alive)
+        # The CPU (ns) of sampled spans that ended on this thread while the innermost running sampled span ran:
+        # that span's children, which it takes off its own CPU (saved and restored around each, as a stack).
+        self.inner_cpu = 0
 
 
 thread_local = threading.local()

@@ -11,7 +11,15 @@ from __future__ import annotations
 import sys
 from time import thread_time_ns as _thread_ns
 
+from .buffers import thread_buffer
+
 __all__ = ["OnCpu", "on_event_loop"]
+
+
+def _step(span, buf, held: int, spent: int) -> None:
+    """One coroutine step of ``spent`` ns: its own CPU to the span, all of it to whatever runs around it."""
+    span._cpu_steps += spent - buf.inner_cpu
+    buf.inner_cpu = held + spent
 
 
 def on_event_loop() -> bool:
@@ -21,9 +29,11 @@ def on_event_loop() -> bool:
 
 
 class OnCpu:
-    """``await OnCpu(coro, span)`` awaits ``coro`` and adds the thread CPU of each of its steps to the span:
-    between its steps the event loop runs other requests on the same thread, so the CPU from open to close
-    would be theirs too. Values, exceptions and cancellation pass through unchanged."""
+    """``await OnCpu(coro, span)`` awaits ``coro`` and adds the thread CPU of each of its steps to the span (less
+    that of the sampled spans inside a step): between its steps the event loop runs other requests on the same
+    thread, so the CPU from open to close would be theirs too. A task it starts (``gather``, ``create_task``)
+    or a thread it hands work to runs outside its steps: their CPU is theirs. Values, exceptions and
+    cancellation pass through unchanged."""
 
     __slots__ = ("_coro", "_span")
 
@@ -35,16 +45,18 @@ class OnCpu:
         send, throw = coro.send, coro.throw
         value, error = None, None
         while True:
+            buf = thread_buffer()  # a step's sampled children end inside it, on this thread: not its own CPU
+            held, buf.inner_cpu = buf.inner_cpu, 0
             c0 = _thread_ns()
             try:
                 awaited = send(value) if error is None else throw(error)
             except StopIteration as done:
-                span._cpu_steps += _thread_ns() - c0
+                _step(span, buf, held, _thread_ns() - c0)
                 return done.value
             except BaseException:
-                span._cpu_steps += _thread_ns() - c0
+                _step(span, buf, held, _thread_ns() - c0)
                 raise
-            span._cpu_steps += _thread_ns() - c0
+            _step(span, buf, held, _thread_ns() - c0)
             value, error = None, None
             try:
                 value = yield awaited

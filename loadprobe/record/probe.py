@@ -63,9 +63,8 @@ _span_ids = itertools.count(1)
 # Recording state, switched by the recorder through activate()/deactivate().
 _active = False
 _env_pending = bool(os.environ.get(LOADPROBE_DIR))
-# The share of units -- a request, or a span outside any request -- whose spans time their thread's CPU
-# too. The choice is made once per unit and carried in its frames (``buffers.ROOT``), so a sampled
-# span's children are sampled too and analysis can take their CPU off their parent's.
+# The share of units -- a request, or a span outside any -- whose spans time their thread's CPU too: chosen once
+# per unit and carried in its frames (``buffers.ROOT``), so all of a sampled span's children are sampled too.
 _cpu_share = cpu_sample_share(os.environ.get(LOADPROBE_CPU_SAMPLE))
 
 _CO_GENERATOR, _CO_COROUTINE, _CO_ASYNC_GENERATOR = 0x20, 0x80, 0x200
@@ -170,6 +169,7 @@ class Span:
     __slots__ = (
         "stage", "batch", "shape", "engine", "status", "flops", "bytes", "queue_ns", "tokens_in", "tokens_out",
         "_request", "_is_request", "_buf", "_t0", "_sid", "_parent", "_token", "_outer", "_cpu0", "_cpu_steps",
+        "_cpu_held",
     )
 
     def __init__(
@@ -212,10 +212,9 @@ class Span:
         finishes later, as the ASGI and WSGI middlewares time it -- call ``open()`` and then,
         exactly once, ``close(exc_or_None)``.
 
-        ``cpu``: how a sampled span times its thread's CPU -- ``"thread"`` from open to close (a
-        synchronous call), ``"steps"`` by the coroutine driver (``cpu_time.OnCpu``), ``"block"`` from open to
-        close unless an event loop runs on this thread (a block there may await, and the loop runs
-        other requests meanwhile), ``None`` not at all (a generator: its consumer runs in between).
+        ``cpu``: how a sampled span times its CPU -- ``"thread"`` open to close, ``"steps"`` by ``cpu_time.OnCpu``,
+        ``"block"`` as thread unless an event loop runs here (the loop runs other requests while a block awaits),
+        ``None`` not at all (a generator: its consumer runs in between).
         """
         if not (_active or (_env_pending and _start_from_env())):
             self._buf = None
@@ -254,6 +253,7 @@ class Span:
             if cpu == "steps":
                 self._cpu_steps = 0
             elif cpu == "thread" or not on_event_loop():
+                self._cpu_held, buf.inner_cpu = buf.inner_cpu, 0
                 self._cpu0 = _thread_ns()
         self._t0 = perf_counter_ns()
         return self
@@ -276,7 +276,7 @@ class Span:
                   self.tokens_out)
         if extras == _NO_EXTRAS:
             extras = None
-        cpu = self._cpu_steps if self._cpu0 is None else _thread_ns() - self._cpu0
+        cpu = self._cpu_steps if self._cpu0 is None else self._own_cpu(buf)
         if cpu is None:
             record = (self._t0, t1, self._sid, self._parent, stage_id(str(self.stage)), status, extras)
         else:
@@ -285,6 +285,14 @@ class Span:
             buf.spans.append(record)
         else:
             _append(buf, record)
+
+    def _own_cpu(self, buf: ThreadBuffer) -> int | None:
+        """Its CPU from open to now less its sampled children's; None if closed on another thread than opened on."""
+        if getattr(_local, "buf", None) is not buf:
+            return None
+        spent = _thread_ns() - self._cpu0
+        own, buf.inner_cpu = spent - buf.inner_cpu, self._cpu_held + spent
+        return own
 
     def __enter__(self) -> Span:
         return self.open()
@@ -404,21 +412,25 @@ def _fast_sync(fn, stage_name: str):
 
 
 def _on_cpu_call(fn, args, kwargs, buf: ThreadBuffer, outer, cur, sid: int, stage: int):
-    """The fast path's call in a sampled unit: timed, and the thread's CPU over it too (``cpu_ns``)."""
+    """The fast path's call in a sampled unit: timed, and its own thread CPU too (``cpu_ns``: the CPU over the
+    call less that of the sampled spans inside it, ``ThreadBuffer.inner_cpu``)."""
+    held, buf.inner_cpu = buf.inner_cpu, 0
     c0 = _thread_ns()
     t0 = perf_counter_ns()
     try:
         result = fn(*args, **kwargs)
     except BaseException as exc:
         t1 = perf_counter_ns()
-        cpu = _thread_ns() - c0
+        spent = _thread_ns() - c0
+        own, buf.inner_cpu = spent - buf.inner_cpu, held + spent
         buf.frame = outer
-        _append(buf, (t0, t1, sid, cur, stage, status_of(exc), None, cpu))
+        _append(buf, (t0, t1, sid, cur, stage, status_of(exc), None, own))
         raise
     t1 = perf_counter_ns()
-    cpu = _thread_ns() - c0
+    spent = _thread_ns() - c0
+    own, buf.inner_cpu = spent - buf.inner_cpu, held + spent
     buf.frame = outer
-    _append(buf, (t0, t1, sid, cur, stage, "ok", None, cpu))
+    _append(buf, (t0, t1, sid, cur, stage, "ok", None, own))
     return result
 
 

@@ -79,8 +79,9 @@ def test_each_stage_reads_the_share_of_its_time_that_was_work(awaiting_service):
     # 1 ms of work in its 4+ ms (more while the loop runs the other requests' steps): its work, not its wall.
     assert remote.cpu_spans == REQUESTS and remote.self_ms_mean > 4.0
     assert 0.9 < remote.cpu_share * remote.self_ms_mean < 2.0
-    # The sync requests' own time is their children's less theirs: next to nothing, all of it work.
-    assert stages["request"].cpu_spans == 40
+    # The sync requests' own time is next to nothing, and all of it work: their children's CPU is not theirs.
+    assert stages["request"].cpu_spans == 40 and stages["request"].self_ms_mean < 0.5
+    assert stages["request"].cpu_share > 0.5
 
 
 def test_a_recording_without_cpu_times_reads_none(tmp_path):
@@ -111,7 +112,7 @@ def test_the_plan_carries_the_share_and_its_simulation_overlaps_the_waits(awaiti
     config = plan.to_pipeline()
     stages = {s.name: s for s in config.stages}
     assert stages["remote_model"].service_time_ms.cpu_share < 0.5
-    assert stages["featurize"].service_time_ms.cpu_share > 0.9 or stages["featurize"].service_time_ms.cpu_share == 1.0
+    assert stages["featurize"].service_time_ms.cpu_share > 0.9
     decision = next(d for d in plan.recommended.decisions if d.stage == "remote_model")
     assert "uses a core" in decision.why["service_time_ms"]
     # The CPU engine is loaded with remote_model's work, not its wait: per request, well under the wall time of

@@ -37,6 +37,18 @@ def test_prices_for_every_device_price_them_bought():
     assert _decided(engines="cpu").rent is False  # nothing beyond the shared host to buy or rent
 
 
+def test_a_kind_without_a_device_is_priced_as_the_device_it_is_sized_on_and_says_so():
+    """``--engines cpu,gpu`` plans on the kind's default device (nvidia-l4): its cost is that device's, as the what-to-buy
+    line says, not 'nothing to buy'; the engine's reasons name the assumption."""
+    bare, named = _decided(engines="cpu,gpu"), _decided(engines="cpu,gpu:nvidia-l4")
+    assert bare.rent == named.rent and bare.basis_why == named.basis_why
+    assert "no device to buy" not in bare.basis_why
+    (gpu,) = [e for e in Constraints.parse(engines="cpu,gpu").lineup.engines if e.kind == "gpu"]
+    assert gpu.catalog_id == "nvidia-l4" and "nvidia-l4 assumed" in gpu.assumed and "gpu:DEVICE" in gpu.assumed
+    (named_gpu,) = [e for e in Constraints.parse(engines="gpu:nvidia-l4").lineup.engines if e.kind == "gpu"]
+    assert named_gpu.assumed == ""
+
+
 def test_asked_for_is_kept_and_what_it_lacks_is_named():
     p = _decided(engines="cpu,gpu:nvidia-h100-sxm", rent=False)
     assert p.rent is False and "as asked" in p.basis_why and "no purchase price for nvidia-h100-sxm" in p.basis_why

@@ -197,6 +197,29 @@ def test_a_command_under_record_otlp_sends_its_spans_as_the_recorded_service(tmp
     assert loadprobe.analyze([str(tmp_path / "data")]).requests.count == 40
 
 
+@pytest.mark.parametrize("given", [None, "scorer"])
+def test_a_command_whose_sdk_names_its_own_service(tmp_path, given):
+    """An SDK that sets service.name in code ignores OTEL_SERVICE_NAME: its spans and the device samples would be two
+    services. With --service, every span is filed under it; without, the run says so and how to make them one."""
+    script = tmp_path / "engine.py"
+    script.write_text(CHILD.replace("TracerProvider()", "TracerProvider(resource=Resource.create({'service.name': "
+                                                        "'named-in-code'}))")
+                      .replace("import time", "import time\nfrom opentelemetry.sdk.resources import Resource"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    process = subprocess.run([sys.executable, "-m", "loadprobe", "record", "--otlp", "127.0.0.1:0",
+                              *(["--service", given] if given else []), "-o", str(tmp_path / "data"), "--",
+                              sys.executable, str(script)], capture_output=True, text=True, timeout=90, env=env)
+    assert process.returncode == 0, process.stderr
+    services = {p.parent.parent.name for p in (tmp_path / "data").glob("*/*/*/run.json")}
+    if given:  # the devices were sampled as it too
+        assert services == {"scorer"} and "warning" not in process.stderr
+        assert loadprobe.analyze([str(tmp_path / "data")]).requests.count == 40
+    else:
+        assert services == {"named-in-code", "engine"}
+        assert "the spans came as service 'named-in-code'" in process.stderr and "as 'engine'" in process.stderr
+        assert "--service named-in-code" in process.stderr
+
+
 def test_record_without_command_or_otlp_says_how(tmp_path):
     out = subprocess.run([sys.executable, "-m", "loadprobe", "record", "-o", str(tmp_path / "d")],
                          capture_output=True, text=True, timeout=60)

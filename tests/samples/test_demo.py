@@ -49,6 +49,8 @@ def test_demo_serves_loads_records_and_analyses(tmp_path):
     served_ids = [r["request_id"] for r in served]
     assert ok_at_client <= set(served_ids) and len(served_ids) == len(set(served_ids))
     assert portrait["devices"], "the server's recorder sampled the devices"
+    # analysed once the server stopped: its recorder finished its files and final counters
+    assert portrait["data_quality"]["counters_unknown"] == [], portrait["data_quality"]["warnings"]
     # the sample explains its request time: stages and the queues before them, not "no probed stage"
     assert portrait["requests"]["unattributed_share"] <= 0.10 and portrait["requests"]["queued_share"] > 0  # >= 90%
     by_name = {s["name"]: s for s in portrait["stages"]}
