@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from .columns import SpanColumns, sparse_column, sparse_filled
-from .kernel_numpy import queued_ns
+from .kernel_numpy import children_ns
 from .partials import Partial
 
 
@@ -30,7 +30,7 @@ def map_cpu(part: Partial, table: pa.Table, cols: SpanColumns) -> None:
     rows = np.flatnonzero((values >= 0) & cols.valid)
     if not len(rows):
         return
-    own_dur = np.maximum(cols.dur[rows] - _children_time(cols, cols.span_id[rows]), 0)
+    own_dur = np.maximum(cols.dur[rows] - children_ns(cols, cols.span_id[rows]), 0)
     own_cpu = np.minimum(values[rows], own_dur)  # CPU over the span cannot pass its wall time but by clock grain
     stage = cols.stage[rows]
     named = stage >= 0
@@ -44,14 +44,3 @@ def map_cpu(part: Partial, table: pa.Table, cols: SpanColumns) -> None:
         sp.cpu_own_ns += int(held[code])
         sp.cpu_spans += int(spans[code])
 
-
-def _children_time(cols: SpanColumns, sampled_ids: np.ndarray) -> np.ndarray:
-    """For each sampled span (by id), the time its direct children in the file took of it, as the kernels count
-    own time: their durations and recorded queue times, sampled for CPU or not."""
-    order = np.argsort(sampled_ids, kind="stable")
-    ids = sampled_ids[order]
-    child = np.flatnonzero((cols.parent != 0) & cols.valid)
-    at = np.minimum(np.searchsorted(ids, cols.parent[child]), len(ids) - 1)
-    found = ids[at] == cols.parent[child]
-    weights = (cols.dur + queued_ns(cols))[child[found]]
-    return np.bincount(order[at[found]], weights=weights, minlength=len(ids)).astype(np.int64)

@@ -322,6 +322,12 @@ def _quality(part: Partial, runs: list, dataset_skipped: dict) -> DataQuality:
         warnings.append(f"{unseen:,} of the load client's {part.client_requests:,} requests have no span in the "
                         "server's recording (failed before it, not recorded, or outside its files): each is counted "
                         "once, from the client's side")
+    if part.repeated_roots:
+        warnings.append(f"{part.repeated_roots:,} server span(s) with no parent in the server's recording joined a load "
+                        "client request that another such span had joined already: each request is counted once, but "
+                        "the server's stages under both count in it (a span opened without the request's context -- "
+                        "a background task, an OpenTelemetry span started with no parent -- makes a second root); "
+                        "give it the request's context")
     if part.unjoined_children and part.unjoined_children > 0.01 * max(1, part.rows):
         warnings.append(f"{part.unjoined_children} span(s) whose parent is in another file: self time is approximate")
     span = ((part.last_ns - part.first_ns) / 1e9) if part.first_ns is not None else 0.0

@@ -270,9 +270,22 @@ def sum_by(keys: np.ndarray, values: np.ndarray):
     return uniq, sums
 
 
+def children_ns(c, span_ids: np.ndarray) -> np.ndarray:
+    """For the spans ``span_ids`` of a file, the time their direct children in it took of them: durations and
+    recorded queue times -- what own (self) time leaves out, for the spans the kernels do not cover (the client
+    join's server roots, the spans sampled for CPU). int64, one per id."""
+    order = np.argsort(span_ids, kind="stable")
+    ids = span_ids[order]
+    child = np.flatnonzero((c.parent != 0) & c.valid)
+    at = np.minimum(np.searchsorted(ids, c.parent[child]), len(ids) - 1)
+    found = ids[at] == c.parent[child]
+    weights = (c.dur + queued_ns(c))[child[found]]
+    return np.bincount(order[at[found]], weights=weights, minlength=len(ids)).astype(np.int64)
+
+
 def queued_ns(c) -> np.ndarray:
     """Each span's recorded queue time, 0 where none: spent inside its parent (a batcher, a pool), so like its
-    duration it is not the parent's own time -- the rule for own (self) time, here and in ``cpu_time``."""
+    duration it is not the parent's own time -- the rule for own (self) time, in the kernels and ``children_ns``."""
     if c.queue is None:
         return np.zeros(len(c.ts), dtype=np.int64)
     return np.maximum(sparse_filled(c.queue, len(c.ts), 0), 0)

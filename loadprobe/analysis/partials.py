@@ -104,7 +104,8 @@ class Partial:
     request_total_ns: int = 0
     request_self_ns: int = 0
     request_queue_ns: int = 0  # queue time recorded by spans inside requests (waiting before a stage)
-    joined_requests: int = 0  # server request spans joined to the load client's by request id (requestjoin.py)
+    joined_requests: int = 0  # the load client's requests the server's request spans joined (requestjoin.py)
+    repeated_roots: int = 0  # server root spans joined to a client request another root of the same file joined
     joined_server_self_ns: int = 0  # their own time (in no probed stage of the server)
     client_requests: int = 0  # the load client's requests (set once, after the map: run.py)
     client_self_ns: int = 0  # their own time less the server's time joined into them: outside the server
@@ -134,7 +135,7 @@ class Partial:
         self.skipped.update(o.skipped)
         for name in ("rows", "rows_filtered", "null_durations", "negative_durations", "unjoined_children",
                      "request_count", "request_total_ns", "request_self_ns", "request_queue_ns", "joined_requests",
-                     "joined_server_self_ns", "client_requests", "client_self_ns"):
+                     "repeated_roots", "joined_server_self_ns", "client_requests", "client_self_ns"):
             setattr(self, name, getattr(self, name) + getattr(o, name))
         self.first_ns = pick(min, self.first_ns, o.first_ns)
         self.last_ns = pick(max, self.last_ns, o.last_ns)

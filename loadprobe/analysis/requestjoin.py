@@ -28,9 +28,9 @@ from functools import cached_property
 import numpy as np
 import pyarrow as pa
 
-from .columns import SpanColumns, arrow_mask, arrow_rows, dictionary_codes, int_column, sparse_filled, validity
+from .columns import SpanColumns, arrow_mask, arrow_rows, dictionary_codes, int_column, validity
 from .dataset import file_refs
-from .kernel_numpy import NS_PER_S, count_values, sum_by
+from .kernel_numpy import NS_PER_S, children_ns, count_values, sum_by
 from .partials import Partial
 from .pairing import client_keys, pair_ids
 from .reading import UnreadableFile, read_data_file
@@ -140,8 +140,12 @@ def join_client(part: Partial, table: pa.Table, cols: SpanColumns, client: Clien
     dur = cols.dur.copy()
     seen = client.dur[where]
     dur[rows] = np.where((seen > 0) & client.ok[where], np.minimum(dur[rows], seen), dur[rows])
-    inner = np.minimum(dur[rows], seen)[valid]
-    codes, ns = sum_by(client.stage[where][valid], inner)
+    # Per client request, the server's time inside it: several server roots of one request (a span opened
+    # without the request's context has no parent in the server's recording either) take at most all of it.
+    requests, each = np.unique(where[valid], return_inverse=True)
+    inner = np.minimum(np.bincount(each, weights=np.minimum(dur[rows], seen)[valid], minlength=len(requests)),
+                       client.dur[requests]).astype(np.int64)
+    codes, ns = sum_by(client.stage[requests], inner)
     for code, value in zip(codes.tolist(), ns.tolist()):
         sp = part.stage(client.stages[code])
         sp.self_ns -= value
@@ -151,7 +155,9 @@ def join_client(part: Partial, table: pa.Table, cols: SpanColumns, client: Clien
     # The server span's own time (less its children's, as the kernels take it) is time in no probed
     # stage, as a root's is: kept apart, since the client span's self time is now the requests' own.
     part.joined_server_self_ns += _self_time(cols._replace(dur=dur), rows[valid])
-    part.joined_requests += int(rows.size)
+    joined = int(np.unique(where).size)
+    part.joined_requests += joined
+    part.repeated_roots += int(rows.size) - joined
     # Their parent is the client's span, in another file: joined here, not unjoined (the kernels
     # count every valid child whose parent is not in its file).
     part.unjoined_children -= int(valid.sum())
@@ -166,15 +172,7 @@ def _self_time(cols: SpanColumns, rows: np.ndarray) -> int:
     durations and recorded queue time, children joined within the file, floored at 0 (as the kernels)."""
     if rows.size == 0:
         return 0
-    ids = cols.span_id[rows]
-    order = np.argsort(ids, kind="stable")
-    sorted_ids = ids[order]
-    child = np.flatnonzero((cols.parent != 0) & cols.valid)
-    pos = np.minimum(np.searchsorted(sorted_ids, cols.parent[child]), len(ids) - 1)
-    found = sorted_ids[pos] == cols.parent[child]
-    queued = np.maximum(sparse_filled(cols.queue, len(cols.ts), 0), 0)[child][found]
-    children = np.bincount(order[pos[found]], weights=(cols.dur[child][found] + queued), minlength=len(ids))
-    return int(np.maximum(cols.dur[rows] - children.astype(np.int64), 0).sum())
+    return int(np.maximum(cols.dur[rows] - children_ns(cols, cols.span_id[rows]), 0).sum())
 
 
 def _outside(span_id: np.ndarray) -> int:

@@ -307,16 +307,22 @@ def _slow_close(environ, start_response):
     return _ok(start_response, _SlowClose())
 
 
-@pytest.mark.timeout(300)
-def test_a_server_span_ending_after_its_client_span_stays_inside_the_request(tmp_path):
+def _served_and_loaded(tmp_path, app) -> None:
+    """``app`` served under a recorder (server-data/), 20 requests sent one at a time by ``loadprobe load --record``
+    (client-data/)."""
     loadprobe.start(tmp_path / "server-data", service="web", sample_devices=False, flush_interval_s=0.05)
     try:
-        with serve_wsgi(LoadprobeWSGIMiddleware(_slow_close, route=lambda environ: "infer")) as base:
+        with serve_wsgi(LoadprobeWSGIMiddleware(app, route=lambda environ: "infer")) as base:
             done = _cli("load", base + "/infer", "--concurrency", 1, "--requests", 20, "--record",
                         tmp_path / "client-data")
     finally:
         loadprobe.stop()
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_server_span_ending_after_its_client_span_stays_inside_the_request(tmp_path):
+    _served_and_loaded(tmp_path, _slow_close)
     alone = loadprobe.analyze([tmp_path / "server-data"]).stage("GET infer")
     portrait = loadprobe.analyze([tmp_path / "client-data", tmp_path / "server-data"])
     outer, http = portrait.stage("client"), portrait.stage("GET infer")
@@ -324,6 +330,29 @@ def test_a_server_span_ending_after_its_client_span_stays_inside_the_request(tmp
     # Alone, the server's span holds the 20 ms close; joined, it is cut at the client's end.
     assert alone.latency_ms.mean > 20 and http.latency_ms.mean <= outer.latency_ms.mean + 1e-9
     assert 0 < http.share <= 1 + 1e-9 and outer.self_share >= 0
+
+
+def _second_root(environ, start_response):
+    """Each request also opens a span of its own request id on another thread, with no parent: a second root."""
+    import threading
+
+    def audit():
+        with loadprobe.request(id=environ.get("HTTP_X_REQUEST_ID"), name="audit"):
+            time.sleep(0.001)
+
+    worker = threading.Thread(target=audit)
+    worker.start()
+    worker.join()
+    return _ok(start_response)
+
+
+@pytest.mark.timeout(300)
+def test_two_server_roots_of_one_request_join_it_once_and_say_so(tmp_path):
+    _served_and_loaded(tmp_path, _second_root)
+    portrait = loadprobe.analyze([tmp_path / "client-data", tmp_path / "server-data"])
+    assert portrait.requests.count == 20 and portrait.requests.joined_requests == 20  # not 40 of 20
+    assert any("20 server span(s) with no parent" in w for w in portrait.data_quality.warnings)
+    assert portrait.stage("client").self_share >= 0
 
 
 @pytest.mark.timeout(120)
