@@ -59,18 +59,23 @@ def test_a_plan_s_distribution_survives_its_file():
         assert back.quantile(q) == pytest.approx(d.quantile(q), rel=0.03)
 
 
+def _ten_ms_on_two_cores(*, slots: int, stage: str = "work", extra: str = "") -> str:
+    """A pipeline.yaml: one 10 ms stage on a cpu engine of 2 cores and ``slots`` slots."""
+    return f"""
+version: 1
+service: svc
+engines:
+  cpu: {{kind: cpu, cores: 2, max_concurrency: {slots}, max_queue: 100000}}
+stages:
+  - {{name: {stage}, engine: cpu, timeout_ms: 100000, service_time_ms: {{p50: 10.0, p95: 10.0, source: user{extra}}}}}
+"""
+
+
 @pytest.mark.timeout(60)
 def test_a_cpu_engine_s_slots_past_its_cores_carry_no_more():
     """8 slots on 2 cores: 400 req/s of 10 ms is 4 cores' work, and the simulator carries what 2 cores do (it ran
     all 400 req/s at 50% busy), as recommend sized it; without ``cores`` the slots are the servers."""
-    text = """
-version: 1
-service: svc
-engines:
-  cpu: {kind: cpu, cores: 2, max_concurrency: 8, max_queue: 100000}
-stages:
-  - {name: work, engine: cpu, timeout_ms: 100000, service_time_ms: {p50: 10.0, p95: 10.0, source: user}}
-"""
+    text = _ten_ms_on_two_cores(slots=8)
     arrivals = load.constant(400, duration=5)
     from loadprobe.simulator.result import on_cores
 
@@ -88,14 +93,7 @@ def test_a_stage_that_mostly_waits_runs_cores_over_its_cpu_share_at_once():
     """A 10 ms stage that uses a core for 1 ms of it (``cpu_share: 0.1``: it awaits a downstream call) runs 20 at once
     on 2 cores: 400 req/s of it is 0.4 cores' work, carried; held to a core each, the same load is twice what 2 cores
     carry. Stages on one engine are weighted by their mean times."""
-    text = """
-version: 1
-service: svc
-engines:
-  cpu: {kind: cpu, cores: 2, max_concurrency: 64, max_queue: 100000}
-stages:
-  - {name: remote, engine: cpu, timeout_ms: 100000, service_time_ms: {p50: 10.0, p95: 10.0, source: user, cpu_share: 0.1}}
-"""
+    text = _ten_ms_on_two_cores(slots=64, stage="remote", extra=", cpu_share: 0.1")
     from loadprobe.simulator.result import on_cores
 
     engine = on_cores(pipeline.loads(text)).engines["cpu"]
