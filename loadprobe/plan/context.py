@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..estimate.servicetime import StageProfile
     from ..portrait import Portrait, Stage
 from ..estimate.distribution import Distribution
-from ..estimate.servicetime import DEFAULT_DEVICE, cpu_share  # noqa: F401 - DEFAULT_DEVICE importable from here
+from ..estimate.servicetime import cpu_share
 from ..schema import LOAD_CLIENT_SERVICE, engine_kind
 
 __all__ = ["CPU_SATURATED_PCT", "DEFAULT_CPU_CORES", "Contention", "HostWork", "Interpreter", "PlanContext",
@@ -322,9 +322,10 @@ def _own_work(portrait) -> tuple[object, float, float, str] | None:
            "time)")
     work = own
     sampled = process_cpu_ms(portrait)
-    if cpu_share(root) < 1.0:  # its spans' own CPU says which part was work
-        work = own * cpu_share(root)
-        how += (f"; its sampled spans ({root.cpu_spans:,}) used a core {cpu_share(root):.0%} of that time, so "
+    working = cpu_share(root)
+    if working < 1.0:  # its spans' own CPU says which part was work
+        work = own * working
+        how += (f"; its sampled spans ({root.cpu_spans:,}) used a core {working:.0%} of that time, so "
                 f"{work:.3g} ms is work and the rest waiting")
     elif sampled is not None:
         stages = _cpu_stage_ms(portrait) / requests

@@ -327,8 +327,6 @@ def _unit(spec, model, load: Load, portrait, views, max_running, token_budget, k
                 figures=unit.figures), None
 
 
-
-
 def _power(pools: list, catalog) -> float | None:
     """The pools' mean power at the rate: each device's maximum x (30% idle + the rest x its busy share)."""
     total = 0.0

@@ -13,13 +13,15 @@ from time import thread_time_ns as _thread_ns
 
 from .buffers import thread_buffer
 
-__all__ = ["OnCpu", "on_event_loop"]
+__all__ = ["OnCpu", "on_event_loop", "settle"]
 
 
-def _step(span, buf, held: int, spent: int) -> None:
-    """One coroutine step of ``spent`` ns: its own CPU to the span, all of it to whatever runs around it."""
-    span._cpu_steps += spent - buf.inner_cpu
-    buf.inner_cpu = held + spent
+def settle(buf, held: int, spent: int) -> int:
+    """A sampled span (or coroutine step) that took ``spent`` ns of its thread's CPU ends: its own CPU, less the
+    sampled spans that ended inside it (``buf.inner_cpu``); all of it goes to what runs around it, whose total
+    was ``held`` when it began."""
+    own, buf.inner_cpu = spent - buf.inner_cpu, held + spent
+    return own
 
 
 def on_event_loop() -> bool:
@@ -51,12 +53,12 @@ class OnCpu:
             try:
                 awaited = send(value) if error is None else throw(error)
             except StopIteration as done:
-                _step(span, buf, held, _thread_ns() - c0)
+                span._cpu_steps += settle(buf, held, _thread_ns() - c0)
                 return done.value
             except BaseException:
-                _step(span, buf, held, _thread_ns() - c0)
+                span._cpu_steps += settle(buf, held, _thread_ns() - c0)
                 raise
-            _step(span, buf, held, _thread_ns() - c0)
+            span._cpu_steps += settle(buf, held, _thread_ns() - c0)
             value, error = None, None
             try:
                 value = yield awaited

@@ -47,7 +47,7 @@ from . import buffers as _buffers
 from .buffers import DEFAULT_MAX_BUFFERED_SPANS, ROOT, ThreadBuffer, thread_buffer
 # Module globals of their own here, so the wrappers below read them as fast as before the split.
 from .buffers import append as _append, attach as _attach, thread_local as _local
-from .cpu_time import OnCpu, on_event_loop
+from .cpu_time import OnCpu, on_event_loop, settle
 from .env import LOADPROBE_CPU_SAMPLE, LOADPROBE_DIR, cpu_sample_share
 from .stages import stage_id
 
@@ -290,9 +290,7 @@ class Span:
         """Its CPU from open to now less its sampled children's; None if closed on another thread than opened on."""
         if getattr(_local, "buf", None) is not buf:
             return None
-        spent = _thread_ns() - self._cpu0
-        own, buf.inner_cpu = spent - buf.inner_cpu, self._cpu_held + spent
-        return own
+        return settle(buf, self._cpu_held, _thread_ns() - self._cpu0)
 
     def __enter__(self) -> Span:
         return self.open()
@@ -421,14 +419,12 @@ def _on_cpu_call(fn, args, kwargs, buf: ThreadBuffer, outer, cur, sid: int, stag
         result = fn(*args, **kwargs)
     except BaseException as exc:
         t1 = perf_counter_ns()
-        spent = _thread_ns() - c0
-        own, buf.inner_cpu = spent - buf.inner_cpu, held + spent
+        own = settle(buf, held, _thread_ns() - c0)
         buf.frame = outer
         _append(buf, (t0, t1, sid, cur, stage, status_of(exc), None, own))
         raise
     t1 = perf_counter_ns()
-    spent = _thread_ns() - c0
-    own, buf.inner_cpu = spent - buf.inner_cpu, held + spent
+    own = settle(buf, held, _thread_ns() - c0)
     buf.frame = outer
     _append(buf, (t0, t1, sid, cur, stage, "ok", None, own))
     return result
